@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each installs what is missing first.
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+DEMO_MODEL := build/tiny-qwen3-moe
+
+.PHONY: all deps build demo test test-asan fuzz bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=OFF
+	cmake --build build -j $(JOBS)
+
+demo: build
+	build/shardload inspect $(DEMO_MODEL)
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the header fuzzer.
+test: test-asan fuzz
+
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_FUZZ=ON \
+	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF
+	cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz
+	mkdir -p build-fuzz/corpus
+	build-fuzz/fuzz/safetensors_header_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  build-fuzz/corpus fuzz/corpus
+
+bench: build
+	bash bench/run_convert.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

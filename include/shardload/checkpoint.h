@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/safetensors.h"
+
+namespace shardload {
+
+// A Hugging Face checkpoint: a directory with config.json and either one model.safetensors or shards named by
+// model.safetensors.index.json, or a single .safetensors file. Opening validates every file header, the index
+// (every weight_map tensor exists in the file it names, no tensor in two files) and collects warnings (e.g. a
+// .safetensors file the index does not name, which is ignored).
+class Checkpoint {
+ public:
+  struct Entry {
+    size_t file;  // index into files()
+    const TensorInfo* info;
+  };
+
+  static Checkpoint open(const std::string& path, IoBackend backend = IoBackend::kPread);
+
+  const std::string& path() const { return path_; }
+  bool is_directory() const { return is_directory_; }
+  bool has_config() const { return !config_.is_null(); }
+  const nlohmann::json& config() const { return config_; }
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+  // All tensors, sorted by name.
+  const std::vector<std::string>& tensor_names() const { return names_; }
+  const Entry* find(std::string_view name) const;
+  const Entry& at(std::string_view name) const;  // throws Error(kTensorNotFound)
+
+ private:
+  std::string path_;
+  bool is_directory_ = false;
+  nlohmann::json config_;
+  std::vector<SafetensorsFile> files_;
+  std::vector<std::string> warnings_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+}  // namespace shardload

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "shardload/dtype.h"
+#include "shardload/tensor.h"
+
+namespace shardload {
+
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// One tensor entry of a safetensors header. Offsets are relative to the start of the data section.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kU8;
+  Shape shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+// A fully validated safetensors header.
+struct SafetensorsHeader {
+  uint64_t header_bytes = 0;  // N, the JSON length declared in the first 8 bytes
+  uint64_t data_start = 0;    // 8 + N: file offset of the data section
+  std::vector<TensorInfo> tensors;  // sorted by begin offset
+  std::map<std::string, std::string> metadata;
+
+  // nullptr when absent.
+  const TensorInfo* find(std::string_view name) const;
+  uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
+
+  std::unordered_map<std::string, size_t> index_;  // name -> position in tensors
+};
+
+// Validates the header of a safetensors file of `file_size` bytes whose first bytes are `prefix`
+// (at least the 8-byte length and the JSON, when the file has them). As strict as the Rust crate:
+// length cap and bounds, UTF-8, JSON object, no duplicates, known dtypes, shapes with overflow-checked
+// products, offsets that start at 0 and are contiguous, match shape x dtype and end exactly at the end of the
+// file, __metadata__ a string-to-string map. `file` only names the file in errors. Throws Error.
+// Never reads past prefix; a prefix shorter than the header is reported as kHeaderLength.
+SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, uint64_t file_size,
+                                           std::string_view file = {});
+
+enum class IoBackend { kPread, kMmap };
+
+// An open, validated safetensors file.
+class SafetensorsFile {
+ public:
+  static SafetensorsFile open(const std::string& path, IoBackend backend = IoBackend::kPread);
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+  ~SafetensorsFile();
+
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  uint64_t file_size() const { return file_size_; }
+  int fd() const { return fd_; }
+  IoBackend backend() const { return backend_; }
+
+  // Reads bytes [offset, offset + dst.size()) of the tensor's data into dst. Throws Error(kIo) with the tensor
+  // name on a short read or failure, Error(kInvalidArgument) when the range is outside the tensor.
+  void read(const TensorInfo& tensor, uint64_t offset, std::span<std::byte> dst) const;
+  void read(const TensorInfo& tensor, std::span<std::byte> dst) const { read(tensor, 0, dst); }
+
+  // Zero-copy view of a tensor's bytes; only with IoBackend::kMmap (Error(kInvalidArgument) otherwise).
+  TensorView view(const TensorInfo& tensor) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  SafetensorsHeader header_;
+  uint64_t file_size_ = 0;
+  int fd_ = -1;
+  IoBackend backend_ = IoBackend::kPread;
+  const std::byte* map_ = nullptr;
+};
+
+// A tensor to write: name, dtype, shape and its bytes (must be shape_nbytes(shape, dtype) long).
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kU8;
+  Shape shape;
+  std::span<const std::byte> data;
+};
+
+// Serialises header JSON the way the crate does: tensors ordered by dtype alignment (largest first) then name,
+// data laid out in that order, header padded with spaces to a multiple of 8 bytes.
+std::string serialize_safetensors_header(const std::vector<TensorToWrite>& tensors,
+                                         const std::map<std::string, std::string>& metadata);
+
+// Writes a safetensors file (to a temporary name in the same directory, then renamed). Throws Error.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace shardload

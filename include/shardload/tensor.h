@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardload/dtype.h"
+
+namespace shardload {
+
+using Shape = std::vector<uint64_t>;
+
+// Number of elements of a shape (1 for a scalar). Throws Error(kShapeOverflow) when it overflows uint64.
+uint64_t shape_numel(const Shape& shape);
+// Bytes of a tensor of that shape and dtype; throws Error(kShapeOverflow) on overflow and
+// Error(kSizeMismatch) when a sub-byte dtype does not fill whole bytes.
+uint64_t shape_nbytes(const Shape& shape, DType dtype);
+
+// A non-owning view of a tensor's bytes.
+struct TensorView {
+  DType dtype = DType::kU8;
+  Shape shape;
+  std::span<const std::byte> data;
+};
+
+// An owning, zero-initialised buffer aligned to `alignment` bytes (a power of two, default 4096 so that
+// O_DIRECT reads and huge pages fit). Move-only.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t size, size_t alignment = 4096);
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<std::byte> span() { return {data_, size_}; }
+  std::span<const std::byte> span() const { return {data_, size_}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace shardload

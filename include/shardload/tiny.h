@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardload {
+
+// Options of `shardload make-tiny`: a small but realistic Hugging Face checkpoint (real tensor names,
+// config.json, model.safetensors.index.json, tokenizer files, several shards) for one architecture family.
+struct TinyOptions {
+  std::string arch;        // llama, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, ernie4_5_moe
+  std::string out;         // output directory (created)
+  uint64_t seed = 0;
+  int layers = -1;         // -1: the family's default
+  int experts = -1;        // -1: the family's default (ignored by dense families)
+  uint64_t size_bytes = 0; // 0: tiny; otherwise grow hidden/intermediate sizes to reach about this many bytes
+};
+
+struct TinySummary {
+  std::string dir;
+  size_t files = 0;
+  size_t tensors = 0;
+  uint64_t bytes = 0;  // tensor data bytes
+};
+
+// The family names --arch accepts, in a fixed order.
+const std::vector<std::string>& tiny_architectures();
+
+// Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or bad counts.
+TinySummary make_tiny(const TinyOptions& options);
+
+}  // namespace shardload

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardload needs, and only those that are missing.
+set -euo pipefail
+
+packages=(
+  cmake make g++ pkg-config
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev liburing-dev libcpp-httplib-dev
+  clang libclang-rt-14-dev   # libFuzzer for the header fuzz target
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
