@@ -26,6 +26,8 @@ enum class DType : uint8_t {
   kF8E4M3,  // e4m3fn: no infinities, NaN = 0x7F/0xFF, max 448
   kF8E5M2,
   kF8E8M0,
+  kF8E4M3FNUZ,  // AMD flavour: no infinities, no negative zero, NaN = 0x80
+  kF8E5M2FNUZ,
   kF6E2M3,
   kF6E3M2,
   kF4,
@@ -36,10 +38,11 @@ inline constexpr DType kAllDTypes[] = {
     DType::kBool, DType::kU8,    DType::kI8,     DType::kI16,    DType::kU16,
     DType::kI32,  DType::kU32,   DType::kI64,    DType::kU64,    DType::kF16,
     DType::kBF16, DType::kF32,   DType::kF64,    DType::kF8E4M3, DType::kF8E5M2,
-    DType::kF8E8M0, DType::kF6E2M3, DType::kF6E3M2, DType::kF4,  DType::kC64,
+    DType::kF8E8M0, DType::kF8E4M3FNUZ, DType::kF8E5M2FNUZ, DType::kF6E2M3, DType::kF6E3M2,
+    DType::kF4,   DType::kC64,
 };
 
-// Safetensors spelling: "BOOL", "U8", ..., "F8_E4M3", "BF16".
+// Safetensors spelling: "BOOL", "U8", ..., "F8_E4M3", "F8_E4M3FNUZ", "BF16".
 std::string_view dtype_name(DType dtype);
 std::optional<DType> parse_dtype(std::string_view name);
 

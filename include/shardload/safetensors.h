@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -38,7 +39,14 @@ struct SafetensorsHeader {
   const TensorInfo* find(std::string_view name) const;
   uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
 
-  std::unordered_map<std::string, size_t> index_;  // name -> position in tensors
+  // Transparent hashing lets find() look a string_view up without building a std::string.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const noexcept {
+      return std::hash<std::string_view>{}(name);
+    }
+  };
+  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;  // name -> position
 };
 
 // Validates the header of a safetensors file of `file_size` bytes whose first bytes are `prefix`

@@ -15,11 +15,13 @@ struct TinyOptions {
   int layers = -1;         // -1: the family's default
   int experts = -1;        // -1: the family's default (ignored by dense families)
   uint64_t size_bytes = 0; // 0: tiny; otherwise grow hidden/intermediate sizes to reach about this many bytes
+  bool overwrite = false;  // a non-empty out is refused unless set; then its shards, index and config go first
 };
 
 struct TinySummary {
   std::string dir;
-  size_t files = 0;
+  size_t files = 0;   // every file written: shards, index, config, tokenizer and generation files
+  size_t shards = 0;  // model-*-of-*.safetensors files
   size_t tensors = 0;
   uint64_t bytes = 0;  // tensor data bytes
 };
@@ -27,7 +29,8 @@ struct TinySummary {
 // The family names --arch accepts, in a fixed order.
 const std::vector<std::string>& tiny_architectures();
 
-// Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or bad counts.
+// Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch, bad counts or a non-empty out
+// without overwrite; Error(kIo) when a file cannot be written.
 TinySummary make_tiny(const TinyOptions& options);
 
 }  // namespace shardload

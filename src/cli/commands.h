@@ -1,0 +1,12 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace shardload::cli {
+
+// Each command registers its subcommand and options on the app; the callback runs it and throws
+// shardload::Error on bad input (main turns that into one `error: ...` line).
+void add_inspect_command(CLI::App& app);
+void add_make_tiny_command(CLI::App& app);
+
+}  // namespace shardload::cli

@@ -1,0 +1,157 @@
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "shardload/checkpoint.h"
+
+namespace shardload::cli {
+namespace {
+
+struct InspectOptions {
+  std::string path;
+  bool json = false;
+  bool summary = false;
+};
+
+std::string human_bytes(uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// The first of several spellings families use for the same config field.
+const nlohmann::json* config_field(const nlohmann::json& config,
+                                   std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    auto it = config.find(name);
+    if (it != config.end() && !it->is_null()) return &*it;
+  }
+  return nullptr;
+}
+
+std::string describe_config(const nlohmann::json& config) {
+  std::string out;
+  if (auto* archs = config_field(config, {"architectures"}); archs && archs->is_array() &&
+                                                               !archs->empty()) {
+    out += archs->front().is_string() ? archs->front().get<std::string>() : archs->front().dump();
+  }
+  if (auto* type = config_field(config, {"model_type"}); type && type->is_string()) {
+    out += fmt::format(" ({})", type->get<std::string>());
+  }
+  auto add = [&](std::string_view label, std::initializer_list<const char*> names) {
+    if (auto* value = config_field(config, names)) out += fmt::format(", {} {}", label, value->dump());
+  };
+  add("layers", {"num_hidden_layers"});
+  add("hidden", {"hidden_size"});
+  add("heads", {"num_attention_heads"});
+  add("kv heads", {"num_key_value_heads"});
+  add("experts", {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"});
+  add("vocab", {"vocab_size"});
+  add("dtype", {"torch_dtype", "dtype"});
+  return out;
+}
+
+nlohmann::json to_json(const Checkpoint& ckpt, const std::map<std::string, uint64_t>& dtype_bytes,
+                       uint64_t total_bytes) {
+  namespace fs = std::filesystem;
+  nlohmann::json out;
+  out["path"] = ckpt.path();
+  if (ckpt.has_config()) out["config"] = ckpt.config();
+  out["files"] = nlohmann::json::array();
+  for (const SafetensorsFile& file : ckpt.files()) {
+    out["files"].push_back({{"file", fs::path(file.path()).filename().string()},
+                            {"bytes", file.file_size()},
+                            {"tensors", file.header().tensors.size()},
+                            {"metadata", file.header().metadata}});
+  }
+  out["tensors"] = nlohmann::json::array();
+  for (const std::string& name : ckpt.tensor_names()) {
+    const Checkpoint::Entry& entry = ckpt.at(name);
+    const SafetensorsFile& file = ckpt.files()[entry.file];
+    out["tensors"].push_back({{"name", name},
+                              {"dtype", dtype_name(entry.info->dtype)},
+                              {"shape", entry.info->shape},
+                              {"bytes", entry.info->nbytes()},
+                              {"file", fs::path(file.path()).filename().string()},
+                              {"offset", file.header().data_start + entry.info->begin}});
+  }
+  out["total_tensors"] = ckpt.tensor_names().size();
+  out["total_bytes"] = total_bytes;
+  out["dtypes"] = dtype_bytes;
+  out["warnings"] = ckpt.warnings();
+  return out;
+}
+
+void run_inspect(const InspectOptions& options) {
+  namespace fs = std::filesystem;
+  const Checkpoint ckpt = Checkpoint::open(options.path);
+  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+
+  std::map<std::string, uint64_t> dtype_bytes;
+  std::map<std::string, uint64_t> dtype_count;
+  uint64_t total_bytes = 0;
+  for (const std::string& name : ckpt.tensor_names()) {
+    const TensorInfo& info = *ckpt.at(name).info;
+    dtype_bytes[std::string(dtype_name(info.dtype))] += info.nbytes();
+    ++dtype_count[std::string(dtype_name(info.dtype))];
+    total_bytes += info.nbytes();
+  }
+  if (options.json) {
+    std::cout << to_json(ckpt, dtype_bytes, total_bytes).dump(2) << "\n";
+    return;
+  }
+
+  std::cout << fmt::format("{}: {}\n", ckpt.is_directory() ? "model" : "file", ckpt.path());
+  if (ckpt.has_config()) std::cout << fmt::format("config: {}\n", describe_config(ckpt.config()));
+  if (!options.summary) {
+    size_t width = 4;
+    for (const std::string& name : ckpt.tensor_names()) width = std::max(width, name.size());
+    std::cout << fmt::format("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", "NAME", width, "DTYPE", "SHAPE",
+                             "BYTES", "FILE");
+    for (const std::string& name : ckpt.tensor_names()) {
+      const Checkpoint::Entry& entry = ckpt.at(name);
+      std::cout << fmt::format("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", name, width,
+                               dtype_name(entry.info->dtype), shape_string(entry.info->shape),
+                               entry.info->nbytes(),
+                               fs::path(ckpt.files()[entry.file].path()).filename().string());
+    }
+  }
+  for (const SafetensorsFile& file : ckpt.files()) {
+    std::cout << fmt::format("file: {}  {} tensors, {}\n", fs::path(file.path()).filename().string(),
+                             file.header().tensors.size(), human_bytes(file.file_size()));
+  }
+  for (const auto& [dtype, bytes] : dtype_bytes) {
+    std::cout << fmt::format("dtype: {:<7} {} tensors, {}\n", dtype, dtype_count[dtype],
+                             human_bytes(bytes));
+  }
+  std::cout << fmt::format("total: {} tensors, {} bytes ({}) in {} files\n",
+                           ckpt.tensor_names().size(), total_bytes, human_bytes(total_bytes),
+                           ckpt.files().size());
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Validate a .safetensors file or a model directory and list its tensors");
+  cmd->add_option("path", options->path, "A .safetensors file or a model directory")->required();
+  cmd->add_flag("--json", options->json, "Print JSON instead of text");
+  cmd->add_flag("--summary", options->summary, "Print totals only, not every tensor");
+  cmd->callback([options] { run_inspect(*options); });
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,33 @@
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "shardload/tiny.h"
+
+namespace shardload::cli {
+
+void add_make_tiny_command(CLI::App& app) {
+  auto options = std::make_shared<TinyOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "make-tiny", "Write a small but realistic Hugging Face checkpoint for one architecture family");
+  std::string families;
+  for (const std::string& arch : tiny_architectures()) families += (families.empty() ? "" : ", ") + arch;
+  cmd->add_option("--arch", options->arch, "Architecture family: " + families)->required();
+  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--seed", options->seed, "Seed of the deterministic values");
+  cmd->add_option("--layers", options->layers, "Number of decoder layers")->check(CLI::Range(1, 100000));
+  cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--size", options->size_bytes,
+                  "Grow hidden and intermediate sizes to reach about this many bytes");
+  cmd->add_flag("--overwrite", options->overwrite, "Replace the checkpoint files of a non-empty --out");
+  cmd->callback([options] {
+    const TinySummary summary = make_tiny(*options);
+    std::cout << fmt::format("wrote {}: {} tensors, {} bytes in {} files\n", summary.dir,
+                             summary.tensors, summary.bytes, summary.files);
+  });
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,168 @@
+// Runs the real shardload binary on generated files and checks what a user sees: exit codes, one-line
+// errors on stderr for every kind of bad input, and the inspect output.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run_command.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+using ::shardload::testing::CommandResult;
+using ::shardload::testing::run_command;
+using ::shardload::testing::TempDir;
+using ::shardload::testing::write_file;
+
+CommandResult shardload(std::vector<std::string> args) {
+  args.insert(args.begin(), SHARDLOAD_BIN);
+  return run_command(args);
+}
+
+// A safetensors file from a header text and a data section, with the 8-byte little-endian length prefix.
+std::string raw_file(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+void expect_one_line_error(const CommandResult& result, const std::string& what) {
+  EXPECT_NE(result.exit_code, 0) << what;
+  EXPECT_LT(result.exit_code, 128) << what << ": killed by a signal";
+  ASSERT_FALSE(result.err.empty()) << what;
+  EXPECT_EQ(result.err.rfind("error: ", 0), 0u) << what << ": " << result.err;
+  EXPECT_EQ(result.err.find('\n'), result.err.size() - 1) << what << ": " << result.err;
+}
+
+TEST(CliTest, InspectListsTensorsAndTotals) {
+  TempDir dir;
+  write_file(dir.file("a.safetensors"),
+             raw_file(R"({"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
+                      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                      std::string(12, '\1')));
+  const CommandResult result = shardload({"inspect", dir.file("a.safetensors")});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("[2, 2]"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("total: 2 tensors, 12 bytes"), std::string::npos) << result.out;
+
+  const CommandResult json = shardload({"inspect", dir.file("a.safetensors"), "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json parsed = nlohmann::json::parse(json.out);
+  EXPECT_EQ(parsed["total_tensors"], 2);
+  EXPECT_EQ(parsed["total_bytes"], 12);
+  EXPECT_EQ(parsed["tensors"][0]["name"], "a");
+  EXPECT_EQ(parsed["tensors"][1]["dtype"], "BF16");
+}
+
+TEST(CliTest, InspectAcceptsTheCratesValidEdgeCases) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"zero-size dims", raw_file(R"({"z":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]}})", "")},
+      {"scalar", raw_file(R"({"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]}})",
+                          std::string(8, '\0'))},
+      {"metadata only", raw_file(R"({"__metadata__":{"format":"pt"}})", "")},
+      {"empty header", raw_file("{}", "")},
+      {"padded header", raw_file(R"({"__metadata__":{"k":"v"}}       )", "")},
+  };
+  for (const auto& [what, bytes] : cases) {
+    write_file(dir.file("edge.safetensors"), bytes);
+    const CommandResult result = shardload({"inspect", dir.file("edge.safetensors")});
+    EXPECT_EQ(result.exit_code, 0) << what << ": " << result.err;
+  }
+}
+
+TEST(CliTest, InspectRejectsEveryKindOfMalformedFileWithOneLine) {
+  TempDir dir;
+  const std::string f32 = R"("dtype":"F32","shape":[2])";
+  std::string too_large(8, '\0');
+  too_large[3] = 0x7f;  // declares a header of about 2 GB
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty file", ""},
+      {"shorter than the length prefix", "abc"},
+      {"header larger than the cap", too_large + "{}"},
+      {"header past the end of the file", raw_file("{}", "").substr(0, 9)},
+      {"invalid UTF-8", raw_file("{\"\xff\xfe\":{}}", "")},
+      {"not JSON", raw_file("{\"a\":", "")},
+      {"not an object", raw_file("[1,2]", "")},
+      {"entry not an object", raw_file(R"({"a":3})", "")},
+      {"duplicate tensor", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,8]},"a":{)" + f32 +
+                                        R"(,"data_offsets":[8,16]}})",
+                                    std::string(16, '\0'))},
+      {"unknown dtype", raw_file(R"({"a":{"dtype":"F12","shape":[2],"data_offsets":[0,8]}})",
+                                 std::string(8, '\0'))},
+      {"negative dim", raw_file(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+                                std::string(8, '\0'))},
+      {"shape overflow",
+       raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                std::string(8, '\0'))},
+      {"offsets not from 0",
+       raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[4,12]}})", std::string(12, '\0'))},
+      {"hole between tensors", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,8]},"b":{)" + f32 +
+                                            R"(,"data_offsets":[12,20]}})",
+                                        std::string(20, '\0'))},
+      {"overlap", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,8]},"b":{)" + f32 +
+                               R"(,"data_offsets":[4,12]}})",
+                           std::string(12, '\0'))},
+      {"size mismatch", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,12]}})",
+                                 std::string(12, '\0'))},
+      {"trailing bytes", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,8]}})",
+                                  std::string(9, '\0'))},
+      {"truncated data", raw_file("{\"a\":{" + f32 + R"(,"data_offsets":[0,8]}})",
+                                  std::string(7, '\0'))},
+      {"metadata not strings", raw_file(R"({"__metadata__":{"k":1}})", "")},
+  };
+  for (const auto& [what, bytes] : cases) {
+    write_file(dir.file("bad.safetensors"), bytes);
+    expect_one_line_error(shardload({"inspect", dir.file("bad.safetensors")}), what);
+  }
+}
+
+TEST(CliTest, BadArgumentsGiveOneLineErrors) {
+  TempDir dir;
+  expect_one_line_error(shardload({"inspect", dir.file("missing")}), "missing path");
+  expect_one_line_error(shardload({"inspect"}), "no path");
+  expect_one_line_error(shardload({"inspect", dir.path().string(), "--bogus"}), "unknown flag");
+  expect_one_line_error(shardload({"frobnicate"}), "unknown command");
+  expect_one_line_error(shardload({"make-tiny", "--arch", "gpt5", "--out", dir.file("m")}),
+                        "unknown arch");
+  expect_one_line_error(shardload({"make-tiny", "--arch", "llama", "--out", dir.file("m"),
+                                   "--layers", "0"}),
+                        "zero layers");
+}
+
+TEST(CliTest, MakeTinyWritesEveryFamilyAndInspectValidatesIt) {
+  TempDir dir;
+  for (const std::string& arch : tiny_architectures()) {
+    const std::string out = dir.file(arch);
+    const CommandResult made = shardload({"make-tiny", "--arch", arch, "--out", out, "--seed", "7"});
+    ASSERT_EQ(made.exit_code, 0) << arch << ": " << made.err;
+    const CommandResult inspected = shardload({"inspect", out, "--json"});
+    ASSERT_EQ(inspected.exit_code, 0) << arch << ": " << inspected.err;
+    EXPECT_TRUE(inspected.err.empty()) << arch << " warned: " << inspected.err;
+    const nlohmann::json parsed = nlohmann::json::parse(inspected.out);
+    EXPECT_GT(parsed["total_tensors"].get<int>(), 10) << arch;
+    EXPECT_GE(parsed["files"].size(), 2u) << arch;
+    EXPECT_TRUE(parsed["config"].contains("architectures")) << arch;
+  }
+}
+
+TEST(CliTest, MakeTinyRefusesANonEmptyDirectoryUnlessOverwrite) {
+  TempDir dir;
+  const std::string out = dir.file("m");
+  ASSERT_EQ(shardload({"make-tiny", "--arch", "llama", "--out", out}).exit_code, 0);
+  expect_one_line_error(shardload({"make-tiny", "--arch", "llama", "--out", out}), "non-empty out");
+  EXPECT_EQ(shardload({"make-tiny", "--arch", "qwen2", "--out", out, "--overwrite"}).exit_code, 0);
+  const CommandResult inspected = shardload({"inspect", out, "--summary"});
+  ASSERT_EQ(inspected.exit_code, 0) << inspected.err;
+  EXPECT_NE(inspected.out.find("Qwen2ForCausalLM"), std::string::npos) << inspected.out;
+}
+
+}  // namespace
+}  // namespace shardload
