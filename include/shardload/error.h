@@ -25,7 +25,9 @@ enum class ErrorKind {
   kInvalidMetadata,   // __metadata__ not a string-to-string map
   kIndex,             // model.safetensors.index.json malformed or inconsistent
   kConfig,            // config.json missing or malformed
-  kTensorNotFound,    // a requested tensor is absent
+  kTensorNotFound,    // a requested or required tensor is absent
+  kUnknownTensor,     // a checkpoint tensor no rule consumes or skips
+  kShapeMismatch,     // a tensor's shape disagrees with config.json
   kUnsupportedDtype,  // a model tensor has a dtype shardload does not load
   kInvalidArgument,   // bad command-line / API argument
 };

@@ -8,5 +8,6 @@ namespace shardload::cli {
 // shardload::Error on bad input (main turns that into one `error: ...` line).
 void add_inspect_command(CLI::App& app);
 void add_make_tiny_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace shardload::cli

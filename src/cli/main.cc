@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   shardload::cli::add_inspect_command(app);
   shardload::cli::add_make_tiny_command(app);
+  shardload::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -24,6 +24,8 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kIndex: return "index";
     case ErrorKind::kConfig: return "config";
     case ErrorKind::kTensorNotFound: return "tensor_not_found";
+    case ErrorKind::kUnknownTensor: return "unknown_tensor";
+    case ErrorKind::kShapeMismatch: return "shape_mismatch";
     case ErrorKind::kUnsupportedDtype: return "unsupported_dtype";
     case ErrorKind::kInvalidArgument: return "invalid_argument";
   }

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/checkpoint.h"
+#include "shardload/loader.h"
+#include "shardload/plan.h"
+
+namespace shardload {
+
+struct ExportOptions {
+  std::string out;
+  uint64_t max_file_size = uint64_t{5} << 30;  // a part is closed when the next tensor would pass it
+  bool overwrite = false;
+};
+
+// Parses "5G", "512M", "100K", "4096" (powers of 1024). Throws Error(kInvalidArgument).
+uint64_t parse_byte_size(const std::string& text);
+
+// Writes OUT/model-rank-{r}-part-{k}.safetensors and OUT/shardload.json as ../shared/spec/layout.md
+// specifies, and copies the model directory's other top-level files beside them.
+void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
+                  const std::vector<RankWeights>& ranks, const ExportOptions& options);
+
+// Whether a directory is a shardload export (has shardload.json with format shardload/1).
+bool is_export_dir(const std::string& path);
+
+// An export loaded back: the manifest and, per rank, its tensors read from the rank files.
+struct LoadedExport {
+  nlohmann::json manifest;
+  struct Tensor {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t offset;  // in the rank buffer
+    uint64_t nbytes;
+  };
+  struct Rank {
+    int rank = 0;
+    std::vector<Tensor> tensors;
+    AlignedBuffer buffer;
+  };
+  std::vector<Rank> ranks;
+};
+
+// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all.
+LoadedExport load_export(const std::string& dir, const std::vector<int>& ranks = {},
+                         int threads = 0);
+
+}  // namespace shardload

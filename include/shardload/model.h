@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/dtype.h"
+
+namespace shardload {
+
+// Architecture families; each has one sharding table (src/model/arch/).
+enum class Family {
+  kLlama,  // also Mistral and ERNIE-4.5 dense
+  kQwen2,
+  kQwen3,
+  kQwen2Moe,
+  kQwen3Moe,
+  kMixtral,
+  kDeepseekV2,
+  kDeepseekV3,
+  kErnie45Moe,
+};
+
+std::string_view family_name(Family family);
+
+// What the sharding tables need from config.json, with the defaults of ../shared/spec/layout.md applied.
+// Zero means "the model has no such thing".
+struct ModelConfig {
+  std::string architecture;  // architectures[0]
+  Family family = Family::kLlama;
+  DType dtype = DType::kBF16;  // torch_dtype (or dtype)
+  uint64_t hidden = 0;
+  uint64_t intermediate = 0;  // dense MLP
+  uint64_t heads = 0;
+  uint64_t kv_heads = 0;
+  uint64_t head_dim = 0;
+  uint64_t vocab = 0;
+  int layers = 0;
+  bool tie_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o biases (Llama attention_bias, ERNIE use_bias)
+  bool qkv_bias = false;        // q/k/v biases only (Qwen2)
+  bool mlp_bias = false;
+
+  // Mixture of experts.
+  uint64_t experts = 0;
+  uint64_t moe_intermediate = 0;
+  uint64_t shared_intermediate = 0;  // 0: no shared expert
+  std::vector<bool> moe_layer;       // per decoder layer
+
+  // DeepSeek multi-head latent attention.
+  uint64_t q_lora_rank = 0;
+  uint64_t kv_lora_rank = 0;
+  uint64_t qk_nope_head_dim = 0;
+  uint64_t qk_rope_head_dim = 0;
+  uint64_t v_head_dim = 0;
+  uint64_t n_group = 0;
+
+  bool is_moe() const { return experts > 0; }
+  int moe_layer_count() const;
+
+  // Throws Error(kConfig) naming the field for a missing or malformed one, or an unknown architecture.
+  static ModelConfig from_json(const nlohmann::json& config);
+};
+
+}  // namespace shardload

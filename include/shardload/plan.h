@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/checkpoint.h"
+#include "shardload/dtype.h"
+#include "shardload/model.h"
+#include "shardload/tensor.h"
+
+namespace shardload {
+
+enum class RowBias {
+  kFull,     // vLLM / SGLang: the full bias on every rank
+  kDivided,  // FastDeploy tp_row_bias: bias / T on every rank, divided in float32, then cast
+};
+
+// The layout of a deployment, spelled as vLLM and SGLang spell it (--tensor-parallel-size, ...).
+struct ParallelConfig {
+  int tp = 1;
+  int ep = 1;
+  std::optional<int> redundant_experts;  // unset: 0, or P - E when an expert map is given
+  // physical_to_logical_map, one row per MoE layer (--expert-map FILE); empty: the default p -> p % E.
+  std::vector<std::vector<int>> expert_map;
+  RowBias row_bias = RowBias::kFull;
+  bool split_shared_experts = true;  // false: --no-split-shared-experts (replicated whole)
+  std::optional<DType> dtype;        // unset: --dtype auto (config torch_dtype)
+};
+
+// Reads {"physical_to_logical_map": [[...], ...]}. Throws Error(kInvalidArgument) naming the file.
+std::vector<std::vector<int>> read_expert_map(const std::string& path);
+
+// Checks a layout against a model before any I/O. Throws Error(kInvalidArgument) with messages such as
+// "tp=3 does not divide 16 attention heads".
+void validate_layout(const ModelConfig& model, const ParallelConfig& parallel);
+
+// A checkpoint tensor the plan reads from, viewed as a matrix [rows, cols] (1-D tensors are [n, 1]).
+struct PlanSource {
+  std::string name;
+  size_t file = 0;           // index into Checkpoint::files()
+  uint64_t file_offset = 0;  // absolute offset of its first byte in that file
+  DType dtype = DType::kBF16;
+  Shape shape;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+};
+
+// One block copy: source rows [row_begin, row_end) x cols [col_begin, col_end) land as a dense
+// [rows, cols] block at dst_offset bytes from the start of the rank tensor, converted to its dtype.
+// When the block spans all source columns it is one contiguous source run; otherwise one run per row.
+struct PlanPiece {
+  uint32_t source = 0;
+  uint64_t row_begin = 0;
+  uint64_t row_end = 0;
+  uint64_t col_begin = 0;
+  uint64_t col_end = 0;
+  uint64_t dst_offset = 0;
+  uint32_t divisor = 1;  // row-parallel bias with --row-bias divided: value / T in float32
+
+  uint64_t rows() const { return row_end - row_begin; }
+  uint64_t cols() const { return col_end - col_begin; }
+};
+
+// A rank tensor: its name, dtype and shape as ../shared/spec/layout.md gives them, its place in the rank's
+// allocation, and the pieces that fill it. Bytes no piece covers (vocab padding) are zero.
+struct PlanParam {
+  std::string name;
+  DType dtype = DType::kBF16;
+  Shape shape;
+  uint64_t offset = 0;  // in the rank allocation, aligned to kParamAlignment
+  uint64_t nbytes = 0;
+  std::vector<PlanPiece> pieces;
+  bool has_padding = false;  // some bytes are zero fill
+};
+
+struct RankPlan {
+  int rank = 0;
+  int ep_rank = 0;
+  int moe_tp_rank = 0;
+  std::vector<PlanParam> params;
+  uint64_t bytes = 0;       // size of the rank allocation
+  uint64_t read_bytes = 0;  // checkpoint bytes this rank reads
+};
+
+inline constexpr uint64_t kParamAlignment = 256;
+
+struct Plan {
+  ModelConfig model;
+  ParallelConfig parallel;
+  int moe_tp = 1;            // T / EP
+  int physical_experts = 0;  // P = E + R
+  DType dtype = DType::kBF16;
+  std::vector<std::vector<int>> physical_to_logical;  // one row per MoE layer, in layer order
+  std::vector<PlanSource> sources;
+  std::vector<std::string> skipped;  // checkpoint tensors skipped by a stated rule
+  std::vector<RankPlan> ranks;
+
+  nlohmann::json to_json(bool with_pieces = true) const;
+};
+
+// Plans every rank of the layout: validates the layout, matches every checkpoint tensor to the architecture's
+// table (an unknown, missing or mis-shaped tensor is an Error naming it) and places each rank tensor.
+Plan make_plan(const Checkpoint& checkpoint, const ParallelConfig& parallel);
+
+}  // namespace shardload

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "shardload/plan.h"
+
+namespace shardload::cli {
+
+// The layout options every planning command shares, with vLLM / SGLang spellings.
+struct ParallelOptions {
+  int tp = 1;
+  int ep = 1;
+  int redundant_experts = -1;  // -1: not given
+  std::string expert_map_file;
+  std::string row_bias = "full";
+  bool no_split_shared_experts = false;
+  std::string dtype = "auto";
+
+  // Throws shardload::Error(kInvalidArgument) for a bad value (reads --expert-map).
+  ParallelConfig to_config() const;
+};
+
+void add_parallel_options(CLI::App& cmd, ParallelOptions& options);
+
+}  // namespace shardload::cli

@@ -1,0 +1,55 @@
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/parallel_options.h"
+#include "shardload/checkpoint.h"
+#include "shardload/plan.h"
+
+namespace shardload::cli {
+namespace {
+
+struct PlanOptions {
+  std::string model;
+  ParallelOptions parallel;
+  bool json = false;
+};
+
+void run_plan(const PlanOptions& options) {
+  // The layout is read (and the expert map checked) before the checkpoint is opened.
+  const ParallelConfig parallel = options.parallel.to_config();
+  const Checkpoint ckpt = Checkpoint::open(options.model);
+  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  const Plan plan = make_plan(ckpt, parallel);
+  if (options.json) {
+    std::cout << plan.to_json().dump(1) << "\n";
+    return;
+  }
+  std::cout << fmt::format("{} ({}): tp={} ep={} moe_tp={} dtype={}", plan.model.architecture,
+                           family_name(plan.model.family), plan.parallel.tp, plan.parallel.ep,
+                           plan.moe_tp, dtype_name(plan.dtype));
+  if (plan.physical_experts > 0) std::cout << fmt::format(" physical_experts={}", plan.physical_experts);
+  std::cout << fmt::format(", {} sources, {} skipped\n", plan.sources.size(), plan.skipped.size());
+  for (const RankPlan& rank : plan.ranks) {
+    size_t pieces = 0;
+    for (const PlanParam& param : rank.params) pieces += param.pieces.size();
+    std::cout << fmt::format("rank {} (ep {}, moe_tp {}): {} params, {} pieces, {} bytes, reads {} bytes\n",
+                             rank.rank, rank.ep_rank, rank.moe_tp_rank, rank.params.size(), pieces,
+                             rank.bytes, rank.read_bytes);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Print the per-rank plan: parameters, source byte ranges, bytes");
+  cmd->add_option("model", options->model, "Model directory")->required();
+  add_parallel_options(*cmd, options->parallel);
+  cmd->add_flag("--json", options->json, "Print the whole plan as JSON (every piece and byte run)");
+  cmd->callback([options] { run_plan(*options); });
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,114 @@
+#pragma once
+
+// Architectures as data: for each family, a table from Hugging Face checkpoint names to the engine's rank
+// parameters and their split rules (../shared/spec/layout.md). The planner interprets the tables; adding an
+// architecture means adding a table (src/model/arch/<family>.cc), not a code path.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardload/model.h"
+#include "shardload/tensor.h"
+
+namespace shardload::arch {
+
+// How a source tensor, viewed as [rows, cols] ([n, 1] for vectors), is cut for one rank.
+enum class Split {
+  kReplicated,  // whole, on every rank
+  kColumn,      // output rows in equal blocks over the group
+  kRow,         // input columns in equal blocks over the group
+  kVocab,       // rows of the table padded to a multiple of 64, zero past the vocabulary
+  kKvHeads,     // kv heads in blocks, or one replicated head per rank when the group outnumbers them
+  kRowBias,     // a row-parallel layer's bias: whole (--row-bias full) or divided by T (divided)
+};
+
+// Which ranks split a parameter.
+enum class Group {
+  kTp,            // all T ranks
+  kExpert,        // the T/EP ranks of one expert-parallel rank (MoE tensor parallelism); 3-D [El, ...]
+  kSharedExpert,  // like kTp, or replicated with --no-split-shared-experts
+};
+
+// When a rule applies, evaluated per model (and per layer for layer rules).
+enum class When {
+  kAlways,
+  kUntiedHead,     // tie_word_embeddings is false
+  kDenseMlpLayer,  // a layer without routed experts
+  kMoeLayer,       // a layer with routed experts
+  kMoeShared,      // a MoE layer of a model with a shared expert
+  kQLora,          // MLA with q_lora_rank
+  kNoQLora,        // MLA without q_lora_rank
+  kAttentionBias,  // q/k/v/o biases
+  kQkvBias,        // q/k/v biases (with attention_bias too)
+  kMlpBias,
+};
+
+enum class Keep {
+  kModelDtype,  // cast to --dtype
+  kFloat32,     // always float32 (q/k norms, expert score correction bias)
+};
+
+using ShapeFn = Shape (*)(const ModelConfig&);
+
+// One checkpoint tensor feeding a parameter. Names are relative to "model.layers.{L}." in layer rules;
+// "{E}" stands for the logical expert.
+struct Part {
+  std::string source;
+  Split split;
+  ShapeFn shape;  // the shape config.json implies
+};
+
+// A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).
+struct ParamRule {
+  std::string target;
+  When when = When::kAlways;
+  std::vector<Part> parts;
+  Group group = Group::kTp;
+  Keep keep = Keep::kModelDtype;
+  bool optional = false;  // absent from some checkpoints (e.g. ERNIE moe_statics): skipped then
+  bool flatten = false;   // the rank tensor is 1-D (ERNIE's [1, E] bias becomes [E])
+};
+
+// Checkpoint tensors no parameter consumes, each by a stated rule.
+struct SkipRule {
+  std::string_view reason;
+  bool (*matches)(std::string_view name, const ModelConfig& model);
+};
+
+struct ArchTable {
+  std::vector<ParamRule> model;  // names outside the decoder layers
+  std::vector<ParamRule> layer;  // names relative to "model.layers.{L}."
+  std::vector<SkipRule> skips;
+};
+
+const ArchTable& table_for(Family family);
+
+// Building blocks the family tables share (src/model/arch/common.cc).
+std::vector<ParamRule> embedding_rules();
+std::vector<ParamRule> norm_rules();
+std::vector<ParamRule> attention_rules(bool qk_norm);
+std::vector<ParamRule> mla_rules();
+std::vector<ParamRule> dense_mlp_rules();
+// Routed experts of a MoE layer under `module` ("mlp." or Mixtral's "block_sparse_moe."), with the
+// checkpoint's names for the gate, up and down projections of expert {E} and for the router.
+std::vector<ParamRule> expert_rules(const std::string& module, const std::string& gate,
+                                    const std::string& up, const std::string& down);
+// A shared expert MLP under `name` ("mlp.shared_expert." or "mlp.shared_experts.").
+std::vector<ParamRule> shared_expert_rules(const std::string& name);
+std::vector<SkipRule> common_skips();
+std::vector<SkipRule> mtp_layer_skips();
+
+// One table per family (src/model/arch/<family>.cc).
+const ArchTable& llama_table();
+const ArchTable& qwen2_table();
+const ArchTable& qwen3_table();
+const ArchTable& qwen2_moe_table();
+const ArchTable& qwen3_moe_table();
+const ArchTable& mixtral_table();
+const ArchTable& deepseek_v2_table();
+const ArchTable& deepseek_v3_table();
+const ArchTable& ernie4_5_moe_table();
+std::vector<ParamRule> concat(std::initializer_list<std::vector<ParamRule>> blocks);
+
+}  // namespace shardload::arch

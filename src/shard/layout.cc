@@ -1,0 +1,138 @@
+// Layout checks that run before any I/O, with the messages a user of vLLM or SGLang expects.
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+#include "shardload/plan.h"
+
+namespace shardload {
+namespace {
+
+[[noreturn]] void invalid(std::string message) {
+  throw Error(ErrorKind::kInvalidArgument, std::move(message));
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> read_expert_map(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kInvalidArgument, "cannot open expert map", {.file = path});
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("invalid JSON: {}", e.what()), {.file = path});
+  }
+  const auto it = parsed.is_object() ? parsed.find("physical_to_logical_map") : parsed.end();
+  if (it == parsed.end() || !it->is_array()) {
+    throw Error(ErrorKind::kInvalidArgument, "no physical_to_logical_map list",
+                {.file = path, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
+  }
+  std::vector<std::vector<int>> map;
+  for (const nlohmann::json& row : *it) {
+    if (!row.is_array()) {
+      throw Error(ErrorKind::kInvalidArgument, "a row is not a list",
+                  {.file = path, .field = "physical_to_logical_map", .found = row.dump()});
+    }
+    std::vector<int>& out = map.emplace_back();
+    for (const nlohmann::json& v : row) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
+        throw Error(ErrorKind::kInvalidArgument, "an entry is not an expert index",
+                    {.file = path, .field = "physical_to_logical_map", .found = v.dump()});
+      }
+      out.push_back(v.get<int>());
+    }
+  }
+  return map;
+}
+
+void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
+  const int tp = p.tp;
+  const int ep = p.ep;
+  if (tp < 1) invalid(fmt::format("tp={} must be at least 1", tp));
+  if (ep < 1) invalid(fmt::format("ep={} must be at least 1", ep));
+  if (tp % ep != 0) invalid(fmt::format("ep={} does not divide tp={}", ep, tp));
+  const uint64_t t = static_cast<uint64_t>(tp);
+  if (m.heads % t != 0) invalid(fmt::format("tp={} does not divide {} attention heads", tp, m.heads));
+  const bool mla = m.family == Family::kDeepseekV2 || m.family == Family::kDeepseekV3;
+  if (!mla) {
+    if (t >= m.kv_heads && t % m.kv_heads != 0) {
+      invalid(fmt::format("tp={} is not a multiple of {} kv heads", tp, m.kv_heads));
+    }
+    if (t < m.kv_heads && m.kv_heads % t != 0) {
+      invalid(fmt::format("tp={} does not divide {} kv heads", tp, m.kv_heads));
+    }
+  }
+  const uint64_t padded_vocab = (m.vocab + 63) / 64 * 64;
+  if (padded_vocab % t != 0) {
+    invalid(fmt::format("tp={} does not divide the vocabulary padded to {}", tp, padded_vocab));
+  }
+  const bool has_dense_mlp = m.moe_layer_count() < m.layers;
+  if (has_dense_mlp && m.intermediate % t != 0) {
+    invalid(fmt::format("tp={} does not divide intermediate size {}", tp, m.intermediate));
+  }
+  if (!m.is_moe() || m.moe_layer_count() == 0) {
+    if (ep > 1) invalid(fmt::format("ep={} needs a model with experts", ep));
+    if (p.redundant_experts.value_or(0) != 0) invalid("--redundant-experts needs a model with experts");
+    if (!p.expert_map.empty()) invalid("--expert-map needs a model with experts");
+    return;
+  }
+  const uint64_t moe_tp = static_cast<uint64_t>(tp / ep);
+  if (m.moe_intermediate % moe_tp != 0) {
+    invalid(fmt::format("moe tp={} (tp/ep) does not divide expert intermediate size {}", moe_tp,
+                        m.moe_intermediate));
+  }
+  if (m.shared_intermediate > 0 && p.split_shared_experts && m.shared_intermediate % t != 0) {
+    invalid(fmt::format("tp={} does not divide shared expert intermediate size {}", tp,
+                        m.shared_intermediate));
+  }
+  if (p.redundant_experts && *p.redundant_experts < 0) {
+    invalid(fmt::format("--redundant-experts {} is negative", *p.redundant_experts));
+  }
+  uint64_t physical = m.experts + static_cast<uint64_t>(p.redundant_experts.value_or(0));
+  if (!p.expert_map.empty()) {
+    const size_t layers = static_cast<size_t>(m.moe_layer_count());
+    if (p.expert_map.size() != layers) {
+      invalid(fmt::format("the expert map has {} rows for {} MoE layers", p.expert_map.size(), layers));
+    }
+    physical = p.expert_map.front().size();
+    if (physical < m.experts) {
+      invalid(fmt::format("the expert map has {} physical experts, fewer than {} logical", physical,
+                          m.experts));
+    }
+    if (p.redundant_experts && static_cast<uint64_t>(*p.redundant_experts) != physical - m.experts) {
+      invalid(fmt::format("--redundant-experts {} disagrees with the expert map ({} physical - {} "
+                          "logical = {})",
+                          *p.redundant_experts, physical, m.experts, physical - m.experts));
+    }
+    for (size_t layer = 0; layer < p.expert_map.size(); ++layer) {
+      const std::vector<int>& row = p.expert_map[layer];
+      if (row.size() != physical) {
+        invalid(fmt::format("expert map row {} has {} entries, expected {}", layer, row.size(),
+                            physical));
+      }
+      std::set<int> seen;
+      for (int logical : row) {
+        if (logical < 0 || static_cast<uint64_t>(logical) >= m.experts) {
+          invalid(fmt::format("expert map row {} names expert {}, but the model has {} experts", layer,
+                              logical, m.experts));
+        }
+        seen.insert(logical);
+      }
+      if (seen.size() != m.experts) {
+        invalid(fmt::format("expert map row {} places {} of {} logical experts", layer, seen.size(),
+                            m.experts));
+      }
+    }
+  }
+  if (physical % static_cast<uint64_t>(ep) != 0) {
+    invalid(fmt::format("ep={} does not divide {} physical experts", ep, physical));
+  }
+}
+
+}  // namespace shardload

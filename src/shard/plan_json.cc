@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include "shardload/plan.h"
+
+namespace shardload {
+
+nlohmann::json Plan::to_json(bool with_pieces) const {
+  nlohmann::json out;
+  out["architecture"] = model.architecture;
+  out["family"] = family_name(model.family);
+  out["tp_size"] = parallel.tp;
+  out["ep_size"] = parallel.ep;
+  out["moe_tp_size"] = moe_tp;
+  out["dtype"] = dtype_name(dtype);
+  out["physical_experts"] = physical_experts;
+  out["physical_to_logical_map"] = physical_to_logical;
+  out["skipped"] = skipped;
+  out["ranks"] = nlohmann::json::array();
+  for (const RankPlan& rank : ranks) {
+    nlohmann::json r = {{"rank", rank.rank},
+                        {"ep_rank", rank.ep_rank},
+                        {"moe_tp_rank", rank.moe_tp_rank},
+                        {"bytes", rank.bytes},
+                        {"read_bytes", rank.read_bytes},
+                        {"params", nlohmann::json::array()}};
+    for (const PlanParam& param : rank.params) {
+      nlohmann::json p = {{"name", param.name},     {"dtype", dtype_name(param.dtype)},
+                          {"shape", param.shape},   {"offset", param.offset},
+                          {"bytes", param.nbytes}};
+      if (with_pieces) {
+        p["pieces"] = nlohmann::json::array();
+        for (const PlanPiece& piece : param.pieces) {
+          const PlanSource& src = sources[piece.source];
+          const uint64_t esize = dtype_bits(src.dtype) / 8;
+          const bool contiguous = piece.col_begin == 0 && piece.col_end == src.cols;
+          // The source byte runs: one when whole rows are taken, else one per row at the row stride.
+          nlohmann::json runs = {
+              {"file_offset", src.file_offset + (piece.row_begin * src.cols + piece.col_begin) * esize},
+              {"bytes", contiguous ? piece.rows() * src.cols * esize : piece.cols() * esize},
+              {"count", contiguous ? 1 : piece.rows()},
+              {"stride", src.cols * esize}};
+          nlohmann::json j = {{"source", src.name},
+                              {"rows", {piece.row_begin, piece.row_end}},
+                              {"cols", {piece.col_begin, piece.col_end}},
+                              {"dst_offset", piece.dst_offset},
+                              {"runs", runs}};
+          if (src.dtype != param.dtype) {
+            j["convert"] = fmt::format("{}->{}", dtype_name(src.dtype), dtype_name(param.dtype));
+          }
+          if (piece.divisor != 1) j["divisor"] = piece.divisor;
+          p["pieces"].push_back(std::move(j));
+        }
+      }
+      r["params"].push_back(std::move(p));
+    }
+    out["ranks"].push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace shardload
