@@ -25,7 +25,8 @@ struct TensorView {
 };
 
 // An owning, zero-initialised buffer aligned to `alignment` bytes (a power of two, default 4096 so that
-// O_DIRECT reads and huge pages fit). Move-only.
+// O_DIRECT reads fit). Buffers of 2 MiB and more are anonymous mappings on a huge-page boundary, advised for
+// transparent huge pages, whose pages the kernel zeroes on first touch (no memset pass). Move-only.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
@@ -43,8 +44,11 @@ class AlignedBuffer {
   std::span<const std::byte> span() const { return {data_, size_}; }
 
  private:
+  void release();
+
   std::byte* data_ = nullptr;
   size_t size_ = 0;
+  size_t mapped_ = 0;  // > 0: an mmap of that many bytes, else malloc'd
 };
 
 }  // namespace shardload

@@ -9,5 +9,7 @@ namespace shardload::cli {
 void add_inspect_command(CLI::App& app);
 void add_make_tiny_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_load_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace shardload::cli

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   shardload::cli::add_inspect_command(app);
   shardload::cli::add_make_tiny_command(app);
   shardload::cli::add_plan_command(app);
+  shardload::cli::add_load_command(app);
+  shardload::cli::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

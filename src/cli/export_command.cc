@@ -1,0 +1,66 @@
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/parallel_options.h"
+#include "cli/progress.h"
+#include "shardload/checkpoint.h"
+#include "shardload/export.h"
+#include "shardload/loader.h"
+#include "shardload/plan.h"
+
+namespace shardload::cli {
+namespace {
+
+struct ExportCommandOptions {
+  std::string model;
+  ParallelOptions parallel;
+  std::string out;
+  std::string max_file_size = "5G";
+  bool overwrite = false;
+  int threads = 0;
+};
+
+void run_export(const ExportCommandOptions& options) {
+  const ParallelConfig parallel = options.parallel.to_config();
+  ExportOptions export_options;
+  export_options.out = options.out;
+  export_options.max_file_size = parse_byte_size(options.max_file_size);
+  export_options.overwrite = options.overwrite;
+
+  const Checkpoint ckpt = Checkpoint::open(options.model);
+  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  const Plan plan = make_plan(ckpt, parallel);
+  LoadOptions load_options;
+  load_options.threads = options.threads;
+  load_options.progress = make_progress_bar();
+  const std::vector<RankWeights> ranks = load_ranks(ckpt, plan, load_options);
+  finish_progress_bar();
+  export_ranks(ckpt, plan, ranks, export_options);
+  uint64_t bytes = 0;
+  for (const RankWeights& weights : ranks) bytes += weights.buffer.size();
+  std::cout << fmt::format("exported {} ranks of {} (tp={} ep={}) to {}: {} bytes\n", ranks.size(),
+                           plan.model.architecture, plan.parallel.tp, plan.parallel.ep, options.out,
+                           bytes);
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto options = std::make_shared<ExportCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "Write every rank's weights as safetensors files (vLLM sharded_state naming)");
+  cmd->add_option("model", options->model, "Model directory")->required();
+  add_parallel_options(*cmd, options->parallel);
+  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option("--max-file-size", options->max_file_size,
+                  "Start a new part past this many bytes (K/M/G suffixes, powers of 1024)");
+  cmd->add_flag("--overwrite", options->overwrite, "Replace an earlier export in --out");
+  cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
+      ->check(CLI::Range(0, 1024));
+  cmd->callback([options] { run_export(*options); });
+}
+
+}  // namespace shardload::cli

@@ -1,0 +1,111 @@
+#include <chrono>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/parallel_options.h"
+#include "cli/progress.h"
+#include "shardload/checkpoint.h"
+#include "shardload/export.h"
+#include "shardload/loader.h"
+#include "shardload/plan.h"
+
+namespace shardload::cli {
+namespace {
+
+struct LoadCommandOptions {
+  std::string model;
+  ParallelOptions parallel;
+  int rank = -1;
+  bool checksum = false;
+  int threads = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string rate(uint64_t bytes, double seconds) {
+  return seconds > 0 ? fmt::format("{:.2f} GB/s", static_cast<double>(bytes) / seconds / 1e9) : "-";
+}
+
+std::string checksum_line(int rank, const std::string& name, DType dtype, const Shape& shape,
+                          std::span<const std::byte> bytes) {
+  return fmt::format("{}\t{}\t{}\t[{}]\t{}\n", rank, name, dtype_name(dtype), fmt::join(shape, ","),
+                     xxh3_hex(bytes));
+}
+
+void run_load_export(const LoadCommandOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> ranks;
+  if (options.rank >= 0) ranks.push_back(options.rank);
+  const LoadedExport loaded = load_export(options.model, ranks, options.threads);
+  const double seconds = seconds_since(start);
+  uint64_t bytes = 0;
+  for (const LoadedExport::Rank& rank : loaded.ranks) {
+    for (const LoadedExport::Tensor& t : rank.tensors) {
+      bytes += t.nbytes;
+      if (options.checksum) {
+        std::cout << checksum_line(rank.rank, t.name, t.dtype, t.shape,
+                                   rank.buffer.span().subspan(t.offset, t.nbytes));
+      }
+    }
+  }
+  std::cout << fmt::format("loaded export {}: {} ranks, {} bytes, load {:.3f} s ({})\n", options.model,
+                           loaded.ranks.size(), bytes, seconds, rate(bytes, seconds));
+}
+
+void run_load(const LoadCommandOptions& options) {
+  if (is_export_dir(options.model)) return run_load_export(options);
+  const ParallelConfig parallel = options.parallel.to_config();
+  auto start = std::chrono::steady_clock::now();
+  const Checkpoint ckpt = Checkpoint::open(options.model);
+  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  const double open_seconds = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  const Plan plan = make_plan(ckpt, parallel);
+  const double plan_seconds = seconds_since(start);
+
+  LoadOptions load_options;
+  load_options.threads = options.threads;
+  if (options.rank >= 0) load_options.ranks.push_back(options.rank);
+  load_options.progress = make_progress_bar();
+  LoadStats stats;
+  const std::vector<RankWeights> ranks = load_ranks(ckpt, plan, load_options, &stats);
+  finish_progress_bar();
+
+  if (options.checksum) {
+    for (const RankWeights& weights : ranks) {
+      for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
+        const TensorView view = param_view(weights, param);
+        std::cout << checksum_line(weights.rank, param.name, view.dtype, view.shape, view.data);
+      }
+    }
+  }
+  std::cout << fmt::format(
+      "loaded {} ranks of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
+      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written)\n",
+      ranks.size(), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, stats.bytes_read,
+      stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate, stats.seconds_copy,
+      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy));
+}
+
+}  // namespace
+
+void add_load_command(CLI::App& app) {
+  auto options = std::make_shared<LoadCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "load", "Load every rank (or one) of a layout into memory; an export directory loads directly");
+  cmd->add_option("model", options->model, "Model directory or shardload export")->required();
+  add_parallel_options(*cmd, options->parallel);
+  cmd->add_option("--rank", options->rank, "Load only this rank")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--checksum", options->checksum,
+                "Print XXH3-64 of each rank tensor: rank, name, dtype, shape, hash");
+  cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
+      ->check(CLI::Range(0, 1024));
+  cmd->callback([options] { run_load(*options); });
+}
+
+}  // namespace shardload::cli

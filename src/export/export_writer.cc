@@ -1,0 +1,135 @@
+// Writes an export as ../shared/spec/layout.md specifies: vLLM sharded_state file names, per-file metadata,
+// the shardload.json manifest, and the model directory's other top-level files copied unchanged.
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+#include "shardload/export.h"
+#include "shardload/safetensors.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kManifest = "shardload.json";
+
+bool is_rank_file(const std::string& name) {
+  return name.starts_with("model-rank-") && name.ends_with(".safetensors");
+}
+
+// Files of the checkpoint directory copied beside the export: config, tokenizer, generation files.
+bool is_copied(const fs::directory_entry& entry) {
+  if (!entry.is_regular_file()) return false;
+  const std::string ext = entry.path().extension().string();
+  const std::string name = entry.path().filename().string();
+  return ext != ".safetensors" && ext != ".bin" && ext != ".pt" && ext != ".pth" &&
+         name != "model.safetensors.index.json";
+}
+
+void prepare_out_dir(const ExportOptions& options) {
+  const fs::path out(options.out);
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) {
+    throw Error(ErrorKind::kIo, fmt::format("cannot create the output directory: {}", ec.message()),
+                {.file = options.out});
+  }
+  if (fs::is_empty(out)) return;
+  if (!options.overwrite) {
+    throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
+                {.file = options.out});
+  }
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    if (is_rank_file(name) || name == kManifest) fs::remove(entry.path());
+  }
+}
+
+std::string row_bias_name(RowBias row_bias) {
+  switch (row_bias) {
+    case RowBias::kFull: return "full";
+    case RowBias::kDivided: return "divided";
+  }
+  return "full";
+}
+
+}  // namespace
+
+void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,
+                  const ExportOptions& options) {
+  prepare_out_dir(options);
+  const fs::path out(options.out);
+  nlohmann::json manifest_ranks = nlohmann::json::array();
+  for (const RankWeights& weights : ranks) {
+    const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
+    const std::map<std::string, std::string> metadata = {
+        {"format", "shardload/1"},
+        {"rank", std::to_string(rank.rank)},
+        {"tp_size", std::to_string(plan.parallel.tp)},
+        {"ep_size", std::to_string(plan.parallel.ep)},
+        {"moe_tp_size", std::to_string(plan.moe_tp)},
+        {"moe_tp_rank", std::to_string(rank.moe_tp_rank)},
+        {"ep_rank", std::to_string(rank.ep_rank)},
+        {"architecture", plan.model.architecture},
+        {"dtype", std::string(dtype_name(plan.dtype))},
+    };
+    nlohmann::json files = nlohmann::json::array();
+    std::vector<TensorToWrite> part;
+    uint64_t part_bytes = 0;
+    auto flush = [&] {
+      const std::string name = fmt::format("model-rank-{}-part-{}.safetensors", rank.rank, files.size());
+      write_safetensors((out / name).string(), part, metadata);
+      files.push_back(name);
+      part.clear();
+      part_bytes = 0;
+    };
+    for (const PlanParam& param : rank.params) {
+      // A part is closed when the next tensor would take it past the limit, unless it is still empty.
+      if (!part.empty() && part_bytes + param.nbytes > options.max_file_size) flush();
+      part.push_back({param.name, param.dtype, param.shape,
+                      weights.buffer.span().subspan(param.offset, param.nbytes)});
+      part_bytes += param.nbytes;
+    }
+    if (!part.empty() || files.empty()) flush();
+    manifest_ranks.push_back({{"rank", rank.rank}, {"files", files}});
+  }
+
+  const bool moe = plan.physical_experts > 0;
+  const nlohmann::json manifest = {
+      {"format", "shardload/1"},
+      {"architecture", plan.model.architecture},
+      {"tp_size", plan.parallel.tp},
+      {"ep_size", plan.parallel.ep},
+      {"moe_tp_size", plan.moe_tp},
+      {"dtype", dtype_name(plan.dtype)},
+      {"quantization", "none"},
+      {"postprocessed", true},
+      {"row_bias", row_bias_name(plan.parallel.row_bias)},
+      {"no_split_shared_experts", !plan.parallel.split_shared_experts},
+      {"redundant_experts", moe ? plan.physical_experts - static_cast<int>(plan.model.experts) : 0},
+      {"physical_to_logical_map", moe ? nlohmann::json(plan.physical_to_logical)
+                                      : nlohmann::json::array()},
+      {"ranks", manifest_ranks},
+  };
+  {
+    std::ofstream file(out / kManifest, std::ios::binary | std::ios::trunc);
+    file << manifest.dump(2) << "\n";
+    if (!file) throw Error(ErrorKind::kIo, "cannot write the manifest", {.file = (out / kManifest).string()});
+  }
+  if (ckpt.is_directory()) {
+    for (const auto& entry : fs::directory_iterator(ckpt.path())) {
+      if (!is_copied(entry) || entry.path().filename() == kManifest) continue;
+      std::error_code ec;
+      fs::copy_file(entry.path(), out / entry.path().filename(), fs::copy_options::overwrite_existing, ec);
+      if (ec) {
+        throw Error(ErrorKind::kIo, fmt::format("cannot copy: {}", ec.message()),
+                    {.file = entry.path().string()});
+      }
+    }
+  }
+}
+
+}  // namespace shardload
