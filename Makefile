@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 DEMO_MODEL := build/tiny-qwen3-moe
 
-.PHONY: all deps build demo test test-asan fuzz bench clean
+.PHONY: all deps build demo test test-asan fuzz bench bench-load clean
 
 all: build
 
@@ -14,8 +14,12 @@ build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=OFF
 	cmake --build build -j $(JOBS)
 
+# The main job on the embedded tiny MoE model: validate it, plan and load a tp 4 x ep 2 layout, export it.
 demo: build
-	build/shardload inspect $(DEMO_MODEL)
+	build/shardload inspect --summary $(DEMO_MODEL)
+	build/shardload plan $(DEMO_MODEL) --tp 4 --ep 2
+	build/shardload load $(DEMO_MODEL) --tp 4 --ep 2
+	build/shardload export $(DEMO_MODEL) --tp 4 --ep 2 --out build/tiny-qwen3-moe-tp4-ep2 --overwrite
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the header fuzzer.
 test: test-asan fuzz
@@ -35,6 +39,9 @@ fuzz: deps
 
 bench: build
 	bash bench/run_convert.sh
+
+bench-load: build
+	bash bench/load_bench.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

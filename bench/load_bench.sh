@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Warm load (page cache) of a ~2 GB MoE checkpoint at tp 1 and tp 4 x ep 2 (all ranks), whole process wall
+# clock, beside the limit measured in the same run: a 2-thread memcpy of the same bytes into a freshly mapped
+# destination advised for huge pages, page faults included. Limit and load runs are interleaved; medians of
+# RUNS (default 5). Also reports the same copy into 4 KiB pages and the change in thp_fault_alloc.
+#   bash bench/load_bench.sh [MODEL_DIR]      (make bench-load builds first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=build/shardload
+limit=build/bench/memcpy_limit
+model="${1:-build/bench-moe-2g}"
+runs="${RUNS:-5}"
+for tool in "$bin" "$limit"; do
+  [[ -x "$tool" ]] || { echo "load_bench.sh: $tool not found; run make build" >&2; exit 1; }
+done
+if [[ ! -f "$model/config.json" ]]; then
+  "$bin" make-tiny --arch qwen3_moe --size "${SIZE:-2000000000}" --out "$model" --overwrite
+fi
+cat "$model"/*.safetensors > /dev/null  # into the page cache: this is the warm case
+
+thp() { awk '$1 == "thp_fault_alloc" {print $2}' /proc/vmstat; }
+now() { date +%s.%N; }
+median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+# Bytes a layout loads (the rank allocations), from the loader's own summary.
+loaded_bytes() { "$bin" load "$model" "$@" --threads 2 | sed -n 's/.*wrote \([0-9]*\) bytes.*/\1/p'; }
+
+declare -A bytes=([tp1]=$(loaded_bytes --tp 1) [tp4ep2]=$(loaded_bytes --tp 4 --ep 2))
+declare -A args=([tp1]="--tp 1" [tp4ep2]="--tp 4 --ep 2")
+declare -A rates limits rss thp_delta
+for run in $(seq "$runs"); do
+  for layout in tp1 tp4ep2; do
+    limits[$layout]+="$("$limit" --bytes "${bytes[$layout]}" --threads 2 --dest huge | cut -d' ' -f1) "
+    before=$(thp)
+    start=$(now)
+    # shellcheck disable=SC2086
+    /usr/bin/time -f "%M" -o /tmp/shardload-bench-rss "$bin" load "$model" ${args[$layout]} --threads 2 \
+      > /dev/null
+    end=$(now)
+    thp_delta[$layout]+="$(( $(thp) - before )) "
+    rates[$layout]+="$(awk -v b="${bytes[$layout]}" -v s="$start" -v e="$end" 'BEGIN {printf "%.3f", b / (e - s) / 1e9}') "
+    rss[$layout]+="$(cat /tmp/shardload-bench-rss) "
+  done
+done
+small_pages=""
+for run in $(seq "$runs"); do
+  small_pages+="$("$limit" --bytes "${bytes[tp1]}" --threads 2 --dest 4k | cut -d' ' -f1) "
+done
+
+echo "model: $model ($(du -sb "$model" | cut -f1) bytes on disk), runs: $runs, $(nproc) cores"
+printf '%-8s %12s %10s %10s %7s %12s %14s %12s\n' layout bytes load_GB/s limit_GB/s ratio peak_rss_MiB rss_limit_MiB thp_faults
+for layout in tp1 tp4ep2; do
+  load=$(tr ' ' '\n' <<< "${rates[$layout]}" | grep . | median)
+  lim=$(tr ' ' '\n' <<< "${limits[$layout]}" | grep . | median)
+  peak=$(tr ' ' '\n' <<< "${rss[$layout]}" | grep . | sort -g | tail -1)
+  faults=$(tr ' ' '\n' <<< "${thp_delta[$layout]}" | grep . | median)
+  awk -v l="$layout" -v b="${bytes[$layout]}" -v r="$load" -v m="$lim" -v p="$peak" -v f="$faults" 'BEGIN {
+    printf "%-8s %12d %10.2f %10.2f %7.2f %12.0f %14.0f %12d\n", l, b, r, m, r / m, p / 1024,
+           (1.1 * b + 256 * 1048576) / 1048576, f }'
+done
+echo "4 KiB-page destination memcpy (same bytes as tp1), median GB/s: $(tr ' ' '\n' <<< "$small_pages" | grep . | median)"
+echo "all load GB/s: tp1 [${rates[tp1]}] tp4ep2 [${rates[tp4ep2]}]; limits: tp1 [${limits[tp1]}] tp4ep2 [${limits[tp4ep2]}]"
