@@ -40,9 +40,11 @@ struct SafetensorsHeader {
   uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
 
   // Transparent hashing lets find() look a string_view up without building a std::string.
+  // Deliberately not noexcept: libstdc++ then keeps each name's hash in its node instead of
+  // rehashing long names on every probe.
   struct NameHash {
     using is_transparent = void;
-    size_t operator()(std::string_view name) const noexcept {
+    size_t operator()(std::string_view name) const {
       return std::hash<std::string_view>{}(name);
     }
   };
@@ -80,6 +82,8 @@ class SafetensorsFile {
   void read(const TensorInfo& tensor, std::span<std::byte> dst) const { read(tensor, 0, dst); }
 
   // Zero-copy view of a tensor's bytes; only with IoBackend::kMmap (Error(kInvalidArgument) otherwise).
+  // Valid while this object lives. As with any mapping, a file truncated by someone else while
+  // mapped makes access fault (SIGBUS); read() on the pread back end reports that as Error(kIo).
   TensorView view(const TensorInfo& tensor) const;
 
  private:

@@ -21,6 +21,8 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF8E4M3: return "F8_E4M3";
     case DType::kF8E5M2: return "F8_E5M2";
     case DType::kF8E8M0: return "F8_E8M0";
+    case DType::kF8E4M3FNUZ: return "F8_E4M3FNUZ";
+    case DType::kF8E5M2FNUZ: return "F8_E5M2FNUZ";
     case DType::kF6E2M3: return "F6_E2M3";
     case DType::kF6E3M2: return "F6_E3M2";
     case DType::kF4: return "F4";
@@ -54,6 +56,8 @@ size_t dtype_bits(DType dtype) {
     case DType::kF8E4M3: return 8;
     case DType::kF8E5M2: return 8;
     case DType::kF8E8M0: return 8;
+    case DType::kF8E4M3FNUZ: return 8;
+    case DType::kF8E5M2FNUZ: return 8;
     case DType::kF6E2M3: return 6;
     case DType::kF6E3M2: return 6;
     case DType::kF4: return 4;
@@ -80,6 +84,8 @@ bool is_convertible_float(DType dtype) {
     case DType::kI64:
     case DType::kU64:
     case DType::kF8E8M0:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2FNUZ:
     case DType::kF6E2M3:
     case DType::kF6E3M2:
     case DType::kF4:
@@ -106,6 +112,8 @@ bool is_loadable(DType dtype) {
     case DType::kU32:
     case DType::kU64:
     case DType::kF8E8M0:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2FNUZ:
     case DType::kF6E2M3:
     case DType::kF6E3M2:
     case DType::kF4:

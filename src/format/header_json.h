@@ -1,0 +1,22 @@
+#pragma once
+
+#include <string_view>
+
+#include "shardload/safetensors.h"
+
+namespace shardload::format {
+
+inline constexpr std::string_view kMetadataKey = "__metadata__";
+
+// Parses the JSON text of a header. Checks JSON syntax first (as the crate, which reads the whole
+// document before interpreting it), then the structure of every entry: tensor entries are objects
+// with a known dtype, a shape of non-negative integers and two integer data_offsets (other fields
+// are ignored, as the crate does); no name appears twice; __metadata__ is null or a
+// string-to-string map. Returns tensors in document order, with index_ mapping each name to that
+// order. Offsets and sizes are left to the caller. Throws Error.
+SafetensorsHeader parse_header_json(std::string_view json, std::string_view file);
+
+// What an error message shows of a string taken from the file: quoted, cut to a readable length.
+std::string quote_for_message(std::string_view text);
+
+}  // namespace shardload::format

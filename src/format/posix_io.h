@@ -1,0 +1,22 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "shardload/error.h"
+
+namespace shardload::format {
+
+// Reads exactly dst.size() bytes at `offset`, resuming after EINTR and short reads. Throws
+// Error(kIo) with `where` (file, tensor) on failure or when the file ends first.
+void pread_exact(int fd, std::span<std::byte> dst, uint64_t offset, const ErrorDetails& where);
+
+// Writes all of src at the file position, resuming after EINTR and short writes. Throws Error(kIo).
+void write_exact(int fd, std::span<const std::byte> src, const ErrorDetails& where);
+
+// An Error(kIo) for the failed call `what`, with errno's text.
+Error io_error(std::string what, int error_number, ErrorDetails where);
+
+}  // namespace shardload::format
