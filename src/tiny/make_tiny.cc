@@ -1,1 +1,179 @@
-// placeholder: being written
+// make_tiny: lays a generated model out as a Hugging Face checkpoint directory.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "shardload/error.h"
+#include "shardload/safetensors.h"
+#include "shardload/tensor.h"
+#include "shardload/tiny.h"
+#include "tiny/tiny_config.h"
+#include "tiny/tiny_files.h"
+#include "tiny/tiny_model.h"
+#include "tiny/tiny_shards.h"
+#include "tiny/tiny_values.h"
+
+namespace shardload {
+
+namespace fs = std::filesystem;
+using tiny::TensorSpec;
+
+namespace {
+
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+// Guards against a typo in --size: 1 TiB is far beyond any test or benchmark model.
+constexpr uint64_t kMaxSizeBytes = uint64_t{1} << 40;
+
+// Creates `out`, or empties what an earlier run left there (only with overwrite).
+void prepare_output(const fs::path& out, bool overwrite) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(out, ec);
+  if (fs::exists(status)) {
+    if (!fs::is_directory(status)) {
+      throw Error(ErrorKind::kInvalidArgument, "output path exists and is not a directory",
+                  {.file = out.string()});
+    }
+    if (fs::is_empty(out, ec)) return;
+    if (!overwrite) {
+      throw Error(ErrorKind::kInvalidArgument, "output directory is not empty (use --overwrite)",
+                  {.file = out.string()});
+    }
+    // Stale shards of another shard count would otherwise sit beside the new ones.
+    for (const fs::directory_entry& entry : fs::directory_iterator(out, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".safetensors" || name == kIndexFile ||
+          name == "config.json") {
+        fs::remove(entry.path(), ec);
+        if (ec) {
+          throw Error(ErrorKind::kIo, "cannot remove old file: " + ec.message(),
+                      {.file = entry.path().string()});
+        }
+      }
+    }
+    return;
+  }
+  fs::create_directories(out, ec);
+  if (ec) {
+    throw Error(ErrorKind::kIo, "cannot create directory: " + ec.message(), {.file = out.string()});
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  file.close();
+  if (!file) throw Error(ErrorKind::kIo, "cannot write file", {.file = path.string()});
+}
+
+// One shard's tensors, generated into a buffer of their own, ready to write.
+struct Shard {
+  fs::path path;
+  AlignedBuffer buffer;
+  std::vector<TensorToWrite> tensors;  // views into buffer, which keeps its address when moved
+};
+
+Shard generate_shard(fs::path path, const std::vector<TensorSpec>& tensors,
+                     const std::vector<uint64_t>& sizes, const std::vector<size_t>& members,
+                     uint64_t seed) {
+  uint64_t bytes = 0;
+  for (size_t i : members) bytes += sizes[i];
+  Shard shard{.path = std::move(path), .buffer = AlignedBuffer(bytes), .tensors = {}};
+  std::vector<tiny::FillJob> jobs;
+  uint64_t offset = 0;
+  for (size_t i : members) {
+    const std::span<std::byte> out = shard.buffer.span().subspan(offset, sizes[i]);
+    jobs.push_back({&tensors[i], out});
+    shard.tensors.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape, out});
+    offset += sizes[i];
+  }
+  tiny::fill_values(jobs, seed);
+  return shard;
+}
+
+// Writes the shards, generating the next one while the previous one is written and synced, so that
+// the CPU work hides behind the disk; at most two shards are in memory at a time.
+void write_shards(const fs::path& out, const std::vector<TensorSpec>& tensors,
+                  const std::vector<uint64_t>& sizes,
+                  const std::vector<std::vector<size_t>>& shards, uint64_t seed) {
+  std::future<void> writing;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    Shard shard =
+        generate_shard(out / tiny::shard_name(k, shards.size()), tensors, sizes, shards[k], seed);
+    if (writing.valid()) writing.get();
+    writing = std::async(std::launch::async, [shard = std::move(shard)] {
+      write_safetensors(shard.path.string(), shard.tensors, {{"format", "pt"}});
+    });
+  }
+  if (writing.valid()) writing.get();
+}
+
+}  // namespace
+
+const std::vector<std::string>& tiny_architectures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (tiny::Family family : tiny::kAllFamilies) out.emplace_back(tiny::family_name(family));
+    return out;
+  }();
+  return names;
+}
+
+TinySummary make_tiny(const TinyOptions& options) {
+  const std::optional<tiny::Family> family = tiny::parse_family(options.arch);
+  if (!family) {
+    throw Error(ErrorKind::kInvalidArgument, "unknown architecture family",
+                {.field = "arch",
+                 .expected = fmt::format("one of {}", fmt::join(tiny_architectures(), ", ")),
+                 .found = options.arch});
+  }
+  if (options.out.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "no output directory", {.field = "out"});
+  }
+  tiny::TinyModel model = tiny::default_model(*family);
+  tiny::apply_counts(model, options.layers, options.experts);
+  if (options.size_bytes > kMaxSizeBytes) {
+    throw Error(ErrorKind::kInvalidArgument, "size too large",
+                {.field = "size",
+                 .expected = fmt::format("at most {} bytes", kMaxSizeBytes),
+                 .found = std::to_string(options.size_bytes)});
+  }
+  if (options.size_bytes > 0) tiny::scale_to_size(model, options.size_bytes);
+
+  const std::vector<TensorSpec> tensors = tiny::model_tensors(model);
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (const TensorSpec& spec : tensors) {
+    sizes.push_back(shape_nbytes(spec.shape, spec.dtype));
+    total += sizes.back();
+  }
+
+  const fs::path out(options.out);
+  prepare_output(out, options.overwrite);
+  const std::vector<std::vector<size_t>> shards = tiny::plan_shards(sizes);
+  write_shards(out, tensors, sizes, shards, options.seed);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    for (size_t i : shards[k]) weight_map[tensors[i].name] = tiny::shard_name(k, shards.size());
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_text(out / kIndexFile, index.dump(2));
+  write_text(out / "config.json", tiny::config_json(model).dump(2));
+  const std::map<std::string, std::string> extra = tiny::tokenizer_files(model);
+  for (const auto& [name, text] : extra) write_text(out / name, text);
+
+  return {.dir = out.string(),
+          .files = shards.size() + 2 + extra.size(),
+          .shards = shards.size(),
+          .tensors = tensors.size(),
+          .bytes = total};
+}
+
+}  // namespace shardload

@@ -1,0 +1,207 @@
+// What sets each family's checkpoint apart: biases, q/k norms, tied embeddings, MLA, MTP, float32
+// tensors.
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "shardload/safetensors.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A generated checkpoint: its config and every tensor header, found through the index.
+class Tiny {
+ public:
+  explicit Tiny(const std::string& arch, int layers = -1, int experts = -1) {
+    make_tiny({.arch = arch,
+               .out = dir_.path().string(),
+               .seed = 3,
+               .layers = layers,
+               .experts = experts});
+    config_ = json::parse(testing::read_file(dir_.file("config.json")));
+    const json index = json::parse(testing::read_file(dir_.file("model.safetensors.index.json")));
+    std::map<std::string, SafetensorsFile> files;
+    for (const auto& [name, file] : index.at("weight_map").items()) {
+      auto it = files.find(file);
+      if (it == files.end())
+        it = files.emplace(file, SafetensorsFile::open(dir_.file(file.get<std::string>()))).first;
+      const TensorInfo* info = it->second.header().find(name);
+      if (info == nullptr) ADD_FAILURE() << name << " is not in " << file;
+      if (info != nullptr) tensors_.emplace(name, *info);
+    }
+  }
+
+  const json& config() const { return config_; }
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  const TensorInfo& at(const std::string& name) const { return tensors_.at(name); }
+  size_t count_containing(const std::string& part) const {
+    size_t n = 0;
+    for (const auto& [name, info] : tensors_) n += name.find(part) != std::string::npos;
+    return n;
+  }
+  size_t size() const { return tensors_.size(); }
+
+ private:
+  testing::TempDir dir_;
+  json config_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+TEST(TinyFamilies, LlamaHasAHeadAndNoBiases) {
+  Tiny t("llama");
+  EXPECT_FALSE(t.config().at("tie_word_embeddings").get<bool>());
+  EXPECT_TRUE(t.has("lm_head.weight"));
+  EXPECT_EQ(t.count_containing(".bias"), 0u);
+  EXPECT_EQ(t.count_containing("rotary_emb"), 0u);
+}
+
+TEST(TinyFamilies, Qwen2HasQkvBiases) {
+  Tiny t("qwen2");
+  EXPECT_FALSE(t.config().contains("head_dim"));
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    EXPECT_TRUE(t.has(std::string("model.layers.0.self_attn.") + p + ".bias")) << p;
+  }
+  EXPECT_FALSE(t.has("model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_EQ(t.at("model.layers.0.self_attn.k_proj.bias").shape, Shape{2 * 16});
+}
+
+TEST(TinyFamilies, Qwen3HasQkNormsAndTiesEmbeddings) {
+  Tiny t("qwen3");
+  EXPECT_TRUE(t.config().at("tie_word_embeddings").get<bool>());
+  EXPECT_FALSE(t.has("lm_head.weight"));
+  const uint64_t d = t.config().at("head_dim");
+  EXPECT_NE(d * t.config().at("num_attention_heads").get<uint64_t>(), t.config().at("hidden_size"))
+      << "head_dim should not be hidden / heads, so a loader must read it";
+  EXPECT_EQ(t.at("model.layers.2.self_attn.q_norm.weight").shape, Shape{d});
+  EXPECT_EQ(t.at("model.layers.2.self_attn.k_norm.weight").shape, Shape{d});
+  EXPECT_EQ(t.count_containing(".bias"), 0u);
+}
+
+TEST(TinyFamilies, Qwen2MoeHasASharedExpertWithItsGate) {
+  Tiny t("qwen2_moe");
+  EXPECT_EQ(t.at("model.layers.0.mlp.shared_expert_gate.weight").shape,
+            (Shape{1, t.config().at("hidden_size").get<uint64_t>()}));
+  EXPECT_TRUE(t.has("model.layers.0.mlp.shared_expert.down_proj.weight"));
+  EXPECT_TRUE(t.has("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_EQ(t.count_containing("mlp.experts."),
+            3u * 8 * t.config().at("num_hidden_layers").get<size_t>());
+}
+
+TEST(TinyFamilies, Qwen3MoeHasADenseLayerAndNoSharedExperts) {
+  Tiny t("qwen3_moe");
+  EXPECT_EQ(t.config().at("mlp_only_layers"), json::array({0}));
+  EXPECT_TRUE(t.has("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_FALSE(t.has("model.layers.0.mlp.gate.weight"));
+  EXPECT_TRUE(t.has("model.layers.1.mlp.experts.7.down_proj.weight"));
+  EXPECT_EQ(t.count_containing("shared_expert"), 0u);
+  EXPECT_TRUE(t.has("model.layers.1.self_attn.q_norm.weight"));
+}
+
+TEST(TinyFamilies, MixtralUsesBlockSparseMoeNames) {
+  Tiny t("mixtral");
+  EXPECT_EQ(t.config().at("num_local_experts"), 8);
+  EXPECT_TRUE(t.has("model.layers.0.block_sparse_moe.gate.weight"));
+  for (const char* w : {"w1", "w2", "w3"}) {
+    EXPECT_TRUE(t.has(std::string("model.layers.1.block_sparse_moe.experts.7.") + w + ".weight"))
+        << w;
+  }
+  EXPECT_EQ(t.count_containing("mlp."), 0u);
+}
+
+TEST(TinyFamilies, DeepseekV2LiteHasNoQLora) {
+  Tiny t("deepseek_v2");
+  EXPECT_TRUE(t.config().at("q_lora_rank").is_null());
+  EXPECT_TRUE(t.has("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_EQ(t.count_containing("q_a_proj"), 0u);
+  EXPECT_TRUE(t.has("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"));
+  EXPECT_EQ(t.count_containing("e_score_correction_bias"), 0u);
+  EXPECT_TRUE(t.has("model.layers.0.mlp.gate_proj.weight")) << "first_k_dense_replace = 1";
+  EXPECT_TRUE(t.has("model.layers.1.mlp.shared_experts.gate_proj.weight"));
+  const int layers = t.config().at("num_hidden_layers");
+  EXPECT_EQ(t.count_containing("model.layers." + std::to_string(layers) + "."), 0u);
+}
+
+TEST(TinyFamilies, DeepseekV3HasQLoraCorrectionBiasAndAnMtpLayer) {
+  Tiny t("deepseek_v3");
+  const uint64_t e = t.config().at("n_routed_experts");
+  EXPECT_TRUE(t.has("model.layers.0.self_attn.q_a_proj.weight"));
+  EXPECT_TRUE(t.has("model.layers.0.self_attn.q_a_layernorm.weight"));
+  EXPECT_FALSE(t.has("model.layers.0.self_attn.q_proj.weight"));
+  const TensorInfo& bias = t.at("model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(bias.dtype, DType::kF32);
+  EXPECT_EQ(bias.shape, Shape{e});
+  EXPECT_EQ(t.config().at("num_nextn_predict_layers"), 1);
+  const std::string mtp =
+      "model.layers." + std::to_string(t.config().at("num_hidden_layers").get<int>()) + ".";
+  for (const char* name : {"embed_tokens.weight", "enorm.weight", "hnorm.weight", "eh_proj.weight",
+                           "shared_head.norm.weight", "shared_head.head.weight",
+                           "self_attn.kv_b_proj.weight", "mlp.experts.0.up_proj.weight"}) {
+    EXPECT_TRUE(t.has(mtp + name)) << name;
+  }
+}
+
+TEST(TinyFamilies, ErnieKeepsRouterAndStaticsInF32AndHasMtp) {
+  Tiny t("ernie4_5_moe");
+  const uint64_t e = t.config().at("moe_num_experts");
+  EXPECT_EQ(t.at("model.layers.1.mlp.gate.weight").dtype, DType::kF32);
+  const TensorInfo& statics = t.at("model.layers.1.mlp.moe_statics.e_score_correction_bias");
+  EXPECT_EQ(statics.dtype, DType::kF32);
+  EXPECT_EQ(statics.shape, (Shape{1, e}));
+  EXPECT_TRUE(t.has("model.layers.1.mlp.shared_experts.up_proj.weight"));
+  EXPECT_TRUE(t.has("model.layers.0.mlp.up_proj.weight")) << "moe_layer_start_index = 1";
+  EXPECT_GT(t.count_containing("mtp"), 0u);
+  EXPECT_TRUE(t.has("model.mtp_linear_proj.0.weight"));
+  EXPECT_TRUE(t.config().at("tie_word_embeddings").get<bool>());
+  EXPECT_FALSE(t.has("lm_head.weight"));
+}
+
+TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
+  Tiny small("qwen3_moe");
+  Tiny big("qwen3_moe", 6, 16);
+  EXPECT_EQ(big.config().at("num_hidden_layers"), 6);
+  EXPECT_EQ(big.config().at("num_experts"), 16);
+  EXPECT_TRUE(big.has("model.layers.5.mlp.experts.15.gate_proj.weight"));
+  EXPECT_FALSE(big.has("model.layers.5.mlp.experts.16.gate_proj.weight"));
+  // 5 MoE layers x 16 experts x 3 projections, against 3 x 8 x 3.
+  EXPECT_EQ(big.count_containing("mlp.experts."), 5u * 16 * 3);
+  EXPECT_EQ(small.count_containing("mlp.experts."), 3u * 8 * 3);
+}
+
+TEST(TinyFamilies, DenseFamiliesIgnoreExperts) {
+  Tiny t("llama", 2, 32);
+  EXPECT_EQ(t.config().at("num_hidden_layers"), 2);
+  EXPECT_EQ(t.count_containing("experts"), 0u);
+}
+
+TEST(TinyFamilies, ManyExpertsMakeManyTensors) {
+  Tiny t("deepseek_v3", 4, 64);
+  // Layers 1..3 and the MTP layer are MoE: 4 x 64 x 3 expert tensors.
+  EXPECT_EQ(t.count_containing("mlp.experts."), 4u * 64 * 3);
+  EXPECT_EQ(t.config().at("n_routed_experts"), 64);
+}
+
+TEST(TinyFamilies, TokenizerCoversTheVocabulary) {
+  testing::TempDir dir;
+  make_tiny({.arch = "llama", .out = dir.path().string()});
+  const json tokenizer = json::parse(testing::read_file(dir.file("tokenizer.json")));
+  const json config = json::parse(testing::read_file(dir.file("config.json")));
+  EXPECT_EQ(tokenizer.at("model").at("type"), "WordLevel");
+  EXPECT_EQ(tokenizer.at("model").at("vocab").size(), config.at("vocab_size").get<size_t>());
+  const json special = json::parse(testing::read_file(dir.file("special_tokens_map.json")));
+  EXPECT_EQ(tokenizer.at("model").at("vocab").at(special.at("eos_token").get<std::string>()),
+            config.at("eos_token_id"));
+  const json generation = json::parse(testing::read_file(dir.file("generation_config.json")));
+  EXPECT_EQ(generation.at("eos_token_id"), config.at("eos_token_id"));
+}
+
+}  // namespace
+}  // namespace shardload

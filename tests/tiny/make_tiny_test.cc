@@ -1,0 +1,385 @@
+// End-to-end tests of make_tiny: the directory it writes is a consistent Hugging Face checkpoint
+// whose tensor shapes follow from config.json alone (re-derived here, independently of the
+// generator).
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "shardload/convert.h"
+#include "shardload/error.h"
+#include "shardload/safetensors.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::TempDir;
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+struct Checkpoint {
+  json config;
+  json index;
+  std::map<std::string, TensorInfo> tensors;   // from the shard headers
+  std::map<std::string, std::string> file_of;  // the shard each tensor was found in
+  std::vector<std::string> shards;
+};
+
+json read_json(const fs::path& path) { return json::parse(testing::read_file(path.string())); }
+
+Checkpoint load(const fs::path& dir) {
+  Checkpoint c;
+  c.config = read_json(dir / "config.json");
+  c.index = read_json(dir / kIndex);
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    const std::string name = entry.path().filename().string();
+    c.shards.push_back(name);
+    SafetensorsFile file = SafetensorsFile::open(entry.path().string());
+    for (const TensorInfo& info : file.header().tensors) {
+      EXPECT_TRUE(c.tensors.emplace(info.name, info).second) << info.name << " is in two shards";
+      c.file_of[info.name] = name;
+    }
+  }
+  std::sort(c.shards.begin(), c.shards.end());
+  return c;
+}
+
+std::vector<std::byte> read_tensor(const fs::path& dir, const Checkpoint& c,
+                                   const std::string& name) {
+  SafetensorsFile file = SafetensorsFile::open((dir / c.file_of.at(name)).string());
+  const TensorInfo* info = file.header().find(name);
+  std::vector<std::byte> bytes(info->nbytes());
+  file.read(*info, bytes);
+  return bytes;
+}
+
+std::vector<float> read_floats(const fs::path& dir, const Checkpoint& c, const std::string& name) {
+  const std::vector<std::byte> bytes = read_tensor(dir, c, name);
+  const DType dtype = c.tensors.at(name).dtype;
+  std::vector<float> values(bytes.size() / (dtype_bits(dtype) / 8));
+  convert(dtype, bytes.data(), DType::kF32, values.data(), values.size());
+  return values;
+}
+
+uint64_t u(const json& config, const char* key) { return config.at(key).get<uint64_t>(); }
+
+// The config-derived sizes a tensor shape may use.
+struct Dims {
+  uint64_t h, v, hq, hkv, d, i, e = 0, im = 0, shared = 0;
+  bool mla = false;
+  uint64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, vd = 0;
+};
+
+Dims dims(const json& c) {
+  Dims d{.h = u(c, "hidden_size"),
+         .v = u(c, "vocab_size"),
+         .hq = u(c, "num_attention_heads"),
+         .hkv = c.contains("num_key_value_heads") ? u(c, "num_key_value_heads")
+                                                  : u(c, "num_attention_heads"),
+         .d = 0,
+         .i = u(c, "intermediate_size")};
+  d.d = c.contains("head_dim") ? u(c, "head_dim") : d.h / d.hq;
+  for (const char* key :
+       {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}) {
+    if (c.contains(key)) d.e = u(c, key);
+  }
+  d.im = c.contains("moe_intermediate_size") ? u(c, "moe_intermediate_size") : d.i;
+  if (c.contains("shared_expert_intermediate_size"))
+    d.shared = u(c, "shared_expert_intermediate_size");
+  if (c.contains("n_shared_experts")) d.shared = u(c, "n_shared_experts") * d.im;
+  if (c.contains("moe_num_shared_experts")) d.shared = u(c, "moe_num_shared_experts") * d.im;
+  d.mla = c.contains("kv_lora_rank");
+  if (d.mla) {
+    d.q_lora = c.at("q_lora_rank").is_null() ? 0 : u(c, "q_lora_rank");
+    d.kv_lora = u(c, "kv_lora_rank");
+    d.nope = u(c, "qk_nope_head_dim");
+    d.rope = u(c, "qk_rope_head_dim");
+    d.vd = u(c, "v_head_dim");
+  }
+  return d;
+}
+
+// "<prefix><digits>.<rest>" -> index and rest.
+bool split_indexed(std::string_view name, std::string_view prefix, uint64_t& index,
+                   std::string& rest) {
+  if (!name.starts_with(prefix)) return false;
+  name.remove_prefix(prefix.size());
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return false;
+  const std::string_view digits = name.substr(0, dot);
+  if (digits.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  index = std::stoull(std::string(digits));
+  rest = std::string(name.substr(dot + 1));
+  return true;
+}
+
+// Shape of `rest` (a name inside a decoder layer, e.g. "self_attn.q_proj.weight"); nullopt if
+// unknown.
+std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
+  const uint64_t q_rows = d.mla ? d.hq * (d.nope + d.rope) : d.hq * d.d;
+  const std::map<std::string, Shape> fixed = {
+      {"input_layernorm.weight", {d.h}},
+      {"post_attention_layernorm.weight", {d.h}},
+      {"self_attn.q_proj.weight", {q_rows, d.h}},
+      {"self_attn.k_proj.weight", {d.hkv * d.d, d.h}},
+      {"self_attn.v_proj.weight", {d.hkv * d.d, d.h}},
+      {"self_attn.q_proj.bias", {d.hq * d.d}},
+      {"self_attn.k_proj.bias", {d.hkv * d.d}},
+      {"self_attn.v_proj.bias", {d.hkv * d.d}},
+      {"self_attn.o_proj.weight", {d.h, d.mla ? d.hq * d.vd : d.hq * d.d}},
+      {"self_attn.q_norm.weight", {d.d}},
+      {"self_attn.k_norm.weight", {d.d}},
+      {"self_attn.q_a_proj.weight", {d.q_lora, d.h}},
+      {"self_attn.q_a_layernorm.weight", {d.q_lora}},
+      {"self_attn.q_b_proj.weight", {q_rows, d.q_lora}},
+      {"self_attn.kv_a_proj_with_mqa.weight", {d.kv_lora + d.rope, d.h}},
+      {"self_attn.kv_a_layernorm.weight", {d.kv_lora}},
+      {"self_attn.kv_b_proj.weight", {d.hq * (d.nope + d.vd), d.kv_lora}},
+      {"mlp.gate_proj.weight", {d.i, d.h}},
+      {"mlp.up_proj.weight", {d.i, d.h}},
+      {"mlp.down_proj.weight", {d.h, d.i}},
+      {"mlp.gate.weight", {d.e, d.h}},
+      {"block_sparse_moe.gate.weight", {d.e, d.h}},
+      {"mlp.gate.e_score_correction_bias", {d.e}},
+      {"mlp.moe_statics.e_score_correction_bias", {1, d.e}},
+      {"mlp.shared_expert.gate_proj.weight", {d.shared, d.h}},
+      {"mlp.shared_expert.up_proj.weight", {d.shared, d.h}},
+      {"mlp.shared_expert.down_proj.weight", {d.h, d.shared}},
+      {"mlp.shared_expert_gate.weight", {1, d.h}},
+      {"mlp.shared_experts.gate_proj.weight", {d.shared, d.h}},
+      {"mlp.shared_experts.up_proj.weight", {d.shared, d.h}},
+      {"mlp.shared_experts.down_proj.weight", {d.h, d.shared}},
+      // DeepSeek MTP layer extras.
+      {"embed_tokens.weight", {d.v, d.h}},
+      {"enorm.weight", {d.h}},
+      {"hnorm.weight", {d.h}},
+      {"eh_proj.weight", {d.h, 2 * d.h}},
+      {"shared_head.norm.weight", {d.h}},
+      {"shared_head.head.weight", {d.v, d.h}},
+  };
+  if (auto it = fixed.find(rest); it != fixed.end()) return it->second;
+  // "<module>.experts.<x>.<proj>.weight"
+  for (const char* module : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    uint64_t x = 0;
+    std::string proj;
+    if (!split_indexed(rest, module, x, proj) || x >= d.e) continue;
+    if (proj == "gate_proj.weight" || proj == "up_proj.weight" || proj == "w1.weight" ||
+        proj == "w3.weight") {
+      return Shape{d.im, d.h};
+    }
+    if (proj == "down_proj.weight" || proj == "w2.weight") return Shape{d.h, d.im};
+  }
+  return std::nullopt;
+}
+
+// Shape of any checkpoint tensor from config.json alone; nullopt for a name the family does not
+// have.
+std::optional<Shape> expected_shape(const json& c, const std::string& name) {
+  const Dims d = dims(c);
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return Shape{d.v, d.h};
+  if (name == "model.norm.weight") return Shape{d.h};
+  uint64_t index = 0;
+  std::string rest;
+  if (split_indexed(name, "model.layers.", index, rest)) return layer_shape(d, rest);
+  if (split_indexed(name, "model.mtp_block.", index, rest)) return layer_shape(d, rest);
+  if (split_indexed(name, "model.mtp_linear_proj.", index, rest) && rest == "weight") {
+    return Shape{d.h, 2 * d.h};
+  }
+  for (const char* norm : {"model.mtp_emb_norm.", "model.mtp_hidden_norm."}) {
+    if (split_indexed(name, norm, index, rest) && rest == "weight") return Shape{d.h};
+  }
+  return std::nullopt;
+}
+
+// The MoE-layer rule of each family, restated from the layout contract.
+bool is_moe(const json& c, int i) {
+  const std::string type = c.at("model_type");
+  const int layers = c.at("num_hidden_layers");
+  if (type == "mixtral") return true;
+  if (type == "qwen2_moe" || type == "qwen3_moe") {
+    const std::vector<int> only = c.at("mlp_only_layers");
+    return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
+           (i + 1) % c.at("decoder_sparse_step").get<int>() == 0;
+  }
+  if (type == "deepseek_v2" || type == "deepseek_v3") {
+    return i >= c.at("first_k_dense_replace").get<int>() &&
+           i % c.at("moe_layer_freq").get<int>() == 0;
+  }
+  if (type == "ernie4_5_moe") {
+    const int end =
+        c.contains("moe_layer_end_index") ? c.at("moe_layer_end_index").get<int>() : layers - 1;
+    return u(c, "moe_num_experts") > 0 && (i + 1) % c.at("moe_layer_interval").get<int>() == 0 &&
+           i >= c.at("moe_layer_start_index").get<int>() && i <= end;
+  }
+  return false;
+}
+
+const std::map<std::string, std::string> kArchitectures = {
+    {"llama", "LlamaForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},
+    {"qwen2_moe", "Qwen2MoeForCausalLM"},
+    {"qwen3_moe", "Qwen3MoeForCausalLM"},
+    {"mixtral", "MixtralForCausalLM"},
+    {"deepseek_v2", "DeepseekV2ForCausalLM"},
+    {"deepseek_v3", "DeepseekV3ForCausalLM"},
+    {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM"},
+};
+
+TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
+  return make_tiny({.arch = arch, .out = dir.path().string(), .seed = seed});
+}
+
+bool has(const Checkpoint& c, const std::string& name) { return c.tensors.count(name) > 0; }
+
+class EveryFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST(TinyArchitectures, ListsEveryFamilyOnce) {
+  std::vector<std::string> expected;
+  for (const auto& [arch, cls] : kArchitectures) expected.push_back(arch);
+  std::vector<std::string> got = tiny_architectures();
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+}
+
+TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
+  TempDir dir;
+  const TinySummary summary = make(dir, GetParam());
+  for (const char* file : {"config.json", kIndex, "tokenizer.json", "tokenizer_config.json",
+                           "special_tokens_map.json", "generation_config.json"}) {
+    EXPECT_TRUE(fs::is_regular_file(dir.path() / file)) << file;
+  }
+  const Checkpoint c = load(dir.path());
+  ASSERT_GE(c.shards.size(), 3u);
+  for (size_t k = 0; k < c.shards.size(); ++k) {
+    EXPECT_EQ(c.shards[k],
+              fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, c.shards.size()));
+  }
+  EXPECT_EQ(summary.shards, c.shards.size());
+  EXPECT_EQ(summary.files, c.shards.size() + 6);
+  EXPECT_EQ(summary.tensors, c.tensors.size());
+
+  // The index names every tensor, each in the file that holds it, and counts their bytes.
+  const json& weight_map = c.index.at("weight_map");
+  EXPECT_EQ(weight_map.size(), c.tensors.size());
+  uint64_t total = 0;
+  for (const auto& [name, info] : c.tensors) {
+    ASSERT_TRUE(weight_map.contains(name)) << name;
+    EXPECT_EQ(weight_map.at(name).get<std::string>(), c.file_of.at(name)) << name;
+    total += info.nbytes();
+  }
+  EXPECT_EQ(c.index.at("metadata").at("total_size").get<uint64_t>(), total);
+  EXPECT_EQ(summary.bytes, total);
+
+  EXPECT_EQ(c.config.at("architectures"), json::array({kArchitectures.at(GetParam())}));
+  EXPECT_EQ(c.config.at("model_type"), GetParam());
+  EXPECT_EQ(c.config.at("torch_dtype"), "bfloat16");
+  EXPECT_NE(u(c.config, "vocab_size") % 64, 0u) << "vocab padding must matter";
+}
+
+TEST_P(EveryFamily, ShapesFollowFromConfig) {
+  TempDir dir;
+  make(dir, GetParam());
+  const Checkpoint c = load(dir.path());
+  for (const auto& [name, info] : c.tensors) {
+    const std::optional<Shape> shape = expected_shape(c.config, name);
+    ASSERT_TRUE(shape.has_value()) << "unexpected tensor " << name;
+    EXPECT_EQ(info.shape, *shape) << name;
+    const bool f32 = name.find("e_score_correction_bias") != std::string::npos ||
+                     (GetParam() == "ernie4_5_moe" && name.ends_with("mlp.gate.weight"));
+    EXPECT_EQ(info.dtype, f32 ? DType::kF32 : DType::kBF16) << name;
+  }
+}
+
+TEST_P(EveryFamily, LayersFollowTheMoeRule) {
+  TempDir dir;
+  make(dir, GetParam());
+  const Checkpoint c = load(dir.path());
+  const int layers = c.config.at("num_hidden_layers");
+  const bool tie = c.config.at("tie_word_embeddings");
+  EXPECT_EQ(has(c, "lm_head.weight"), !tie);
+  EXPECT_TRUE(has(c, "model.embed_tokens.weight"));
+  EXPECT_TRUE(has(c, "model.norm.weight"));
+  int moe_layers = 0;
+  for (int i = 0; i < layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    EXPECT_TRUE(has(c, p + "input_layernorm.weight")) << i;
+    const bool routed = has(c, p + "mlp.gate.weight") || has(c, p + "block_sparse_moe.gate.weight");
+    EXPECT_EQ(routed, is_moe(c.config, i)) << "layer " << i;
+    EXPECT_EQ(has(c, p + "mlp.gate_proj.weight"), !routed) << "layer " << i;
+    moe_layers += routed;
+  }
+  const int mtp = c.config.value("num_nextn_predict_layers", 0);
+  const bool moe_family =
+      c.config.contains("num_experts") || c.config.contains("num_local_experts") ||
+      c.config.contains("n_routed_experts") || c.config.contains("moe_num_experts");
+  if (moe_family) {
+    EXPECT_GT(moe_layers, 0);
+  }
+  // Layers past num_hidden_layers exist only as DeepSeek MTP layers.
+  const std::string past = "model.layers." + std::to_string(layers) + ".";
+  const bool deepseek_mtp = GetParam() == "deepseek_v3";
+  EXPECT_EQ(has(c, past + "input_layernorm.weight"), deepseek_mtp);
+  EXPECT_FALSE(has(c, "model.layers." + std::to_string(layers + mtp) + ".input_layernorm.weight"));
+}
+
+TEST_P(EveryFamily, ValuesAreSmallDistinctAndNormsNearOne) {
+  TempDir dir;
+  make(dir, GetParam());
+  const Checkpoint c = load(dir.path());
+  const std::vector<float> norm =
+      read_floats(dir.path(), c, "model.layers.1.input_layernorm.weight");
+  for (float x : norm) EXPECT_NEAR(x, 1.0f, 0.06f);
+  const std::vector<float> embed = read_floats(dir.path(), c, "model.embed_tokens.weight");
+  float lo = 1, hi = -1;
+  for (float x : embed) {
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  EXPECT_GE(lo, -0.051f);
+  EXPECT_LE(hi, 0.051f);
+  EXPECT_LT(lo, -0.02f);
+  EXPECT_GT(hi, 0.02f);
+  // Same-shaped tensors differ, so a loader that misplaces one is caught.
+  EXPECT_NE(read_tensor(dir.path(), c, "model.layers.0.self_attn.o_proj.weight"),
+            read_tensor(dir.path(), c, "model.layers.1.self_attn.o_proj.weight"));
+  EXPECT_NE(read_tensor(dir.path(), c, "model.layers.0.input_layernorm.weight"),
+            read_tensor(dir.path(), c, "model.layers.0.post_attention_layernorm.weight"));
+}
+
+TEST_P(EveryFamily, SameSeedSameBytesOtherSeedOtherValues) {
+  TempDir a, b, other;
+  make(a, GetParam(), 11);
+  make(b, GetParam(), 11);
+  make(other, GetParam(), 12);
+  const Checkpoint c = load(a.path());
+  for (const std::string& shard : c.shards) {
+    EXPECT_EQ(testing::read_file((a.path() / shard).string()),
+              testing::read_file((b.path() / shard).string()));
+    EXPECT_NE(testing::read_file((a.path() / shard).string()),
+              testing::read_file((other.path() / shard).string()));
+  }
+  for (const char* file : {"config.json", kIndex, "tokenizer.json"}) {
+    EXPECT_EQ(testing::read_file((a.path() / file).string()),
+              testing::read_file((other.path() / file).string()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, EveryFamily, ::testing::ValuesIn(tiny_architectures()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace shardload
