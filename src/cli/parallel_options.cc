@@ -22,7 +22,7 @@ ParallelConfig ParallelOptions::to_config() const {
   ParallelConfig config;
   config.tp = tp;
   config.ep = ep;
-  if (redundant_experts >= 0) config.redundant_experts = redundant_experts;
+  config.redundant_experts = redundant_experts;
   if (!expert_map_file.empty()) config.expert_map = read_expert_map(expert_map_file);
   config.row_bias = row_bias == "divided" ? RowBias::kDivided : RowBias::kFull;
   config.split_shared_experts = !no_split_shared_experts;

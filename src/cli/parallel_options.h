@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -13,7 +14,7 @@ namespace shardload::cli {
 struct ParallelOptions {
   int tp = 1;
   int ep = 1;
-  int redundant_experts = -1;  // -1: not given
+  std::optional<int> redundant_experts;  // not given: 0, or P - E with an expert map
   std::string expert_map_file;
   std::string row_bias = "full";
   bool no_split_shared_experts = false;

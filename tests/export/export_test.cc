@@ -89,7 +89,9 @@ TEST(ExportTest, SplitsPartsAtTheMaximumFileSize) {
     EXPECT_EQ(files[k], "model-rank-0-part-" + std::to_string(k) + ".safetensors");
     const SafetensorsFile file = SafetensorsFile::open(dir.file("out/" + files[k].get<std::string>()));
     // Over the limit only when a single tensor is larger than it.
-    if (file.header().tensors.size() > 1) EXPECT_LE(file.header().data_bytes(), uint64_t{64} << 10);
+    if (file.header().tensors.size() > 1) {
+      EXPECT_LE(file.header().data_bytes(), uint64_t{64} << 10);
+    }
     EXPECT_EQ(file.header().metadata.at("format"), "shardload/1");
     EXPECT_EQ(file.header().metadata.at("rank"), "0");
     EXPECT_EQ(file.header().metadata.at("architecture"), "LlamaForCausalLM");
