@@ -1,0 +1,492 @@
+// Hand-worked layouts: the numbers below were worked out on paper from ../shared/spec/layout.md for
+// the tiny models (hidden 128, 8 heads of 16 over 2 kv heads, vocabulary 1000, 8 experts of
+// intermediate 64), then compared with make_plan's rank parameters and pieces, and for a few with
+// the bytes of an actual export.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "export_reader.h"
+#include "handmade.h"
+#include "shard_test_util.h"
+#include "shardload/checkpoint.h"
+#include "shardload/plan.h"
+#include "shardload/tiny.h"
+
+namespace shardload {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+constexpr uint64_t kBf16 = 2;  // bytes
+constexpr uint64_t kHidden = 128;
+
+// A piece as layout.md speaks of it: which checkpoint rows and columns land where in the rank
+// tensor.
+struct Piece {
+  std::string source;
+  uint64_t row_begin, row_end, col_begin, col_end;
+  uint64_t dst_offset;
+  uint32_t divisor = 1;
+  bool operator==(const Piece&) const = default;
+};
+
+void PrintTo(const Piece& p, std::ostream* os) {
+  *os << fmt::format("{{{} rows [{}, {}) cols [{}, {}) -> {} /{}}}", p.source, p.row_begin,
+                     p.row_end, p.col_begin, p.col_end, p.dst_offset, p.divisor);
+}
+
+// A layout; the other ParallelConfig fields keep their defaults.
+struct Layout {
+  int tp = 1;
+  int ep = 1;
+  std::optional<int> redundant_experts = {};
+  std::vector<std::vector<int>> expert_map = {};
+  RowBias row_bias = RowBias::kFull;
+  bool split_shared_experts = true;
+  std::optional<DType> dtype = {};
+};
+
+Plan plan_for(const std::string& model, const Layout& layout) {
+  ParallelConfig parallel;
+  parallel.tp = layout.tp;
+  parallel.ep = layout.ep;
+  parallel.redundant_experts = layout.redundant_experts;
+  parallel.expert_map = layout.expert_map;
+  parallel.row_bias = layout.row_bias;
+  parallel.split_shared_experts = layout.split_shared_experts;
+  parallel.dtype = layout.dtype;
+  return make_plan(Checkpoint::open(model), parallel);
+}
+
+const PlanParam* find_param(const Plan& plan, int rank, const std::string& name) {
+  const RankPlan& r = plan.ranks.at(static_cast<size_t>(rank));
+  const auto it = std::find_if(r.params.begin(), r.params.end(),
+                               [&](const PlanParam& p) { return p.name == name; });
+  return it == r.params.end() ? nullptr : &*it;
+}
+
+const PlanParam& param(const Plan& plan, int rank, const std::string& name) {
+  const PlanParam* p = find_param(plan, rank, name);
+  if (p == nullptr)
+    throw std::runtime_error(fmt::format("rank {} has no parameter {}", rank, name));
+  return *p;
+}
+
+std::vector<Piece> pieces(const Plan& plan, const PlanParam& param) {
+  std::vector<Piece> out;
+  for (const PlanPiece& p : param.pieces) {
+    out.push_back({plan.sources.at(p.source).name, p.row_begin, p.row_end, p.col_begin, p.col_end,
+                   p.dst_offset, p.divisor});
+  }
+  return out;
+}
+
+// The logical expert in each slot of a w13 parameter, read off the gate piece of each slot.
+std::vector<int> slot_experts(const Plan& plan, const PlanParam& w13) {
+  const uint64_t slot_bytes = w13.nbytes / w13.shape.at(0);
+  std::vector<int> out(w13.shape.at(0), -1);
+  for (const PlanPiece& p : w13.pieces) {
+    const std::string& name = plan.sources.at(p.source).name;
+    if (name.find("gate_proj") == std::string::npos && name.find(".w1.") == std::string::npos)
+      continue;
+    const size_t at = name.find("experts.") + 8;
+    out.at(p.dst_offset / slot_bytes) = std::stoi(name.substr(at));
+  }
+  return out;
+}
+
+// ---- kv heads ----
+
+TEST(PlanCases, KvHeadsReplicatedWhenTpExceedsThem) {
+  // tp 8 over 2 kv heads: nq = 1, nkv = 1, ranks 0-3 hold kv head 0 and ranks 4-7 kv head 1.
+  const Plan plan = plan_for(testing::tiny_model("llama"), {.tp = 8});
+  const std::string layer = "model.layers.1.self_attn.";
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const PlanParam& qkv = param(plan, r, layer + "qkv_proj.weight");
+    EXPECT_EQ(qkv.shape, (Shape{(1 + 2) * 16, kHidden}));  // (nq + 2) * head_dim rows
+    const uint64_t q = 16 * r;
+    const uint64_t kv = 16 * (r / 4);
+    EXPECT_EQ(pieces(plan, qkv),
+              (std::vector<Piece>{
+                  {layer + "q_proj.weight", q, q + 16, 0, kHidden, 0},
+                  {layer + "k_proj.weight", kv, kv + 16, 0, kHidden, 16 * kHidden * kBf16},
+                  {layer + "v_proj.weight", kv, kv + 16, 0, kHidden, 32 * kHidden * kBf16}}));
+  }
+}
+
+TEST(PlanCases, KvHeadsSplitWhenTpIsBelowThem) {
+  // tp 1 keeps both kv heads: rows 8 * 16 of q, then 2 * 16 of k and of v.
+  const Plan plan = plan_for(testing::tiny_model("llama"), {.tp = 1});
+  const std::string layer = "model.layers.0.self_attn.";
+  const PlanParam& qkv = param(plan, 0, layer + "qkv_proj.weight");
+  EXPECT_EQ(qkv.shape, (Shape{(8 + 4) * 16, kHidden}));
+  EXPECT_EQ(
+      pieces(plan, qkv),
+      (std::vector<Piece>{{layer + "q_proj.weight", 0, 128, 0, kHidden, 0},
+                          {layer + "k_proj.weight", 0, 32, 0, kHidden, 128 * kHidden * kBf16},
+                          {layer + "v_proj.weight", 0, 32, 0, kHidden, 160 * kHidden * kBf16}}));
+}
+
+TEST(PlanCases, QkvBiasFollowsTheKvHeadRule) {
+  // Qwen2's q/k/v biases at tp 4: rank 3 holds q heads 6-7 and kv head 1 (3 / (4 / 2)).
+  const Plan plan = plan_for(testing::tiny_model("qwen2"), {.tp = 4});
+  const std::string layer = "model.layers.2.self_attn.";
+  const PlanParam& bias = param(plan, 3, layer + "qkv_proj.bias");
+  EXPECT_EQ(bias.shape, (Shape{(2 + 2) * 16}));
+  EXPECT_EQ(pieces(plan, bias),
+            (std::vector<Piece>{{layer + "q_proj.bias", 96, 128, 0, 1, 0},
+                                {layer + "k_proj.bias", 16, 32, 0, 1, 32 * kBf16},
+                                {layer + "v_proj.bias", 16, 32, 0, 1, 48 * kBf16}}));
+}
+
+// ---- vocabulary ----
+
+TEST(PlanCases, VocabPaddedTo64AndSplit) {
+  // 1000 -> 1024 rows, 256 a rank at tp 4: rank 3 reads rows 768..999, its last 24 rows are zero.
+  const Plan plan = plan_for(testing::tiny_model("llama"), {.tp = 4});
+  for (const std::string name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    SCOPED_TRACE(name);
+    for (int r = 0; r < 4; ++r) {
+      const PlanParam& table = param(plan, r, name);
+      EXPECT_EQ(table.shape, (Shape{256, kHidden}));
+      const uint64_t end = r == 3 ? 1000 : 256 * (r + 1);
+      EXPECT_EQ(pieces(plan, table), (std::vector<Piece>{{name, 256u * r, end, 0, kHidden, 0}}));
+      EXPECT_EQ(table.has_padding, r == 3) << "rank " << r;
+    }
+  }
+}
+
+TEST(PlanCases, TiedHeadIsNotARankParameter) {
+  const Plan plan = plan_for(testing::tiny_model("qwen3"), {.tp = 2});
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(find_param(plan, r, "lm_head.weight"), nullptr);
+}
+
+TEST(PlanCases, RankWithOnlyVocabPadding) {
+  // Vocabulary 150 -> 192, 32 rows a rank at tp 6: rank 4 reads rows 128..149, rank 5 none at all.
+  TempDir dir;
+  const json config = testing::biased_llama_config();
+  testing::write_handmade(dir.file("m"), config, testing::handmade_tensors(config),
+                          testing::test_seed());
+  const Plan plan = plan_for(dir.file("m"), {.tp = 6});
+  const PlanParam& rank4 = param(plan, 4, "model.embed_tokens.weight");
+  EXPECT_EQ(rank4.shape, (Shape{32, 48}));
+  EXPECT_EQ(pieces(plan, rank4),
+            (std::vector<Piece>{{"model.embed_tokens.weight", 128, 150, 0, 48, 0}}));
+  const PlanParam& rank5 = param(plan, 5, "model.embed_tokens.weight");
+  EXPECT_EQ(rank5.shape, (Shape{32, 48}));
+  EXPECT_TRUE(rank5.pieces.empty());
+  EXPECT_TRUE(rank5.has_padding);
+}
+
+// ---- experts ----
+
+TEST(PlanCases, MoeRanksTp8Ep4) {
+  // moe tp = 8 / 4 = 2, El = 8 / 4 = 2. Rank 5: ep rank 2, moe-tp rank 1, physical (= logical)
+  // experts 4 and 5, rows [32, 64) of their gate and up projections and columns [32, 64) of their
+  // down projections.
+  const Plan plan = plan_for(testing::tiny_model("qwen3_moe"), {.tp = 8, .ep = 4});
+  EXPECT_EQ(plan.moe_tp, 2);
+  EXPECT_EQ(plan.physical_experts, 8);
+  const RankPlan& rank = plan.ranks.at(5);
+  EXPECT_EQ(rank.ep_rank, 2);
+  EXPECT_EQ(rank.moe_tp_rank, 1);
+  const std::string m = "model.layers.1.mlp.";
+  const PlanParam& w13 = param(plan, 5, m + "experts.w13_weight");
+  EXPECT_EQ(w13.shape, (Shape{2, 2 * 32, kHidden}));
+  const uint64_t half = 32 * kHidden * kBf16;
+  EXPECT_EQ(pieces(plan, w13),
+            (std::vector<Piece>{{m + "experts.4.gate_proj.weight", 32, 64, 0, kHidden, 0},
+                                {m + "experts.4.up_proj.weight", 32, 64, 0, kHidden, half},
+                                {m + "experts.5.gate_proj.weight", 32, 64, 0, kHidden, 2 * half},
+                                {m + "experts.5.up_proj.weight", 32, 64, 0, kHidden, 3 * half}}));
+  const PlanParam& w2 = param(plan, 5, m + "experts.w2_weight");
+  EXPECT_EQ(w2.shape, (Shape{2, kHidden, 32}));
+  EXPECT_EQ(pieces(plan, w2),
+            (std::vector<Piece>{
+                {m + "experts.4.down_proj.weight", 0, kHidden, 32, 64, 0},
+                {m + "experts.5.down_proj.weight", 0, kHidden, 32, 64, kHidden * 32 * kBf16}}));
+  // The router is whole on every rank; layer 0 (mlp_only_layers) keeps a dense MLP split over all 8
+  // ranks.
+  EXPECT_EQ(param(plan, 5, m + "gate.weight").shape, (Shape{8, kHidden}));
+  EXPECT_EQ(param(plan, 5, "model.layers.0.mlp.gate_up_proj.weight").shape,
+            (Shape{2 * 384 / 8, kHidden}));
+  EXPECT_EQ(find_param(plan, 5, "model.layers.0.mlp.experts.w13_weight"), nullptr);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(plan.ranks.at(r).ep_rank, r / 2) << r;
+    EXPECT_EQ(plan.ranks.at(r).moe_tp_rank, r % 2) << r;
+  }
+}
+
+TEST(PlanCases, MixtralExpertsKeepTheirModuleAndNames) {
+  const Plan plan = plan_for(testing::tiny_model("mixtral"), {.tp = 2, .ep = 2});
+  const std::string m = "model.layers.0.block_sparse_moe.";
+  const PlanParam& w13 = param(plan, 1, m + "experts.w13_weight");
+  EXPECT_EQ(w13.shape, (Shape{4, 2 * 256, kHidden}));  // moe tp 1: whole experts 4..7
+  EXPECT_EQ(pieces(plan, w13).front(), (Piece{m + "experts.4.w1.weight", 0, 256, 0, kHidden, 0}));
+  EXPECT_EQ(pieces(plan, w13).at(1),
+            (Piece{m + "experts.4.w3.weight", 0, 256, 0, kHidden, 256 * kHidden * kBf16}));
+  EXPECT_EQ(pieces(plan, param(plan, 1, m + "experts.w2_weight")).front(),
+            (Piece{m + "experts.4.w2.weight", 0, kHidden, 0, 256, 0}));
+}
+
+TEST(PlanCases, RedundantExpertsDefaultPlacement) {
+  // E = 8, R = 4, ep 4: P = 12, El = 3, map p -> p % 8. Rank 2 holds physical 6, 7, 8 = logical 6,
+  // 7, 0; rank 3 holds physical 9, 10, 11 = logical 1, 2, 3 again.
+  const Plan plan =
+      plan_for(testing::tiny_model("qwen3_moe"), {.tp = 4, .ep = 4, .redundant_experts = 4});
+  EXPECT_EQ(plan.physical_experts, 12);
+  const std::vector<int> row = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3};
+  EXPECT_EQ(plan.physical_to_logical,
+            (std::vector<std::vector<int>>(3, row)));  // MoE layers 1, 2, 3
+  const std::string w13 = "model.layers.2.mlp.experts.w13_weight";
+  EXPECT_EQ(param(plan, 0, w13).shape, (Shape{3, 2 * 64, kHidden}));
+  EXPECT_EQ(slot_experts(plan, param(plan, 0, w13)), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(slot_experts(plan, param(plan, 1, w13)), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(slot_experts(plan, param(plan, 2, w13)), (std::vector<int>{6, 7, 0}));
+  EXPECT_EQ(slot_experts(plan, param(plan, 3, w13)), (std::vector<int>{1, 2, 3}));
+}
+
+TEST(PlanCases, RedundantExpertsWholeRankOfReplicas) {
+  // R = 8: P = 16, El = 4, so rank 2 holds physical 8..11, logical 0..3 once more, with ep 1 inside
+  // tp 2.
+  const Plan plan =
+      plan_for(testing::tiny_model("qwen3_moe"), {.tp = 4, .ep = 4, .redundant_experts = 8});
+  EXPECT_EQ(slot_experts(plan, param(plan, 2, "model.layers.1.mlp.experts.w13_weight")),
+            (std::vector<int>{0, 1, 2, 3}));
+  const Plan ep1 =
+      plan_for(testing::tiny_model("qwen3_moe"), {.tp = 2, .ep = 1, .redundant_experts = 2});
+  EXPECT_EQ(slot_experts(ep1, param(ep1, 1, "model.layers.1.mlp.experts.w13_weight")),
+            (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 0, 1}));
+}
+
+TEST(PlanCases, CustomExpertMapPlacesSlots) {
+  // Reversed map, different on the last layer, with 4 replicas; tp 8 x ep 4 gives El = 3, moe tp 2.
+  std::vector<std::vector<int>> map(3, {7, 6, 5, 4, 3, 2, 1, 0, 7, 7, 0, 0});
+  map[2] = {0, 1, 2, 3, 4, 5, 6, 7, 5, 5, 5, 5};
+  const Plan plan = plan_for(testing::tiny_model("qwen3_moe"),
+                             {.tp = 8, .ep = 4, .redundant_experts = 4, .expert_map = map});
+  EXPECT_EQ(plan.physical_to_logical, map);
+  EXPECT_EQ(slot_experts(plan, param(plan, 5, "model.layers.1.mlp.experts.w13_weight")),
+            (std::vector<int>{1, 0, 7}));  // rank 5 = ep rank 2: physical 6, 7, 8
+  EXPECT_EQ(slot_experts(plan, param(plan, 7, "model.layers.3.mlp.experts.w13_weight")),
+            (std::vector<int>{5, 5, 5}));  // ep rank 3: physical 9, 10, 11
+  const PlanParam& w13 = param(plan, 7, "model.layers.1.mlp.experts.w13_weight");
+  EXPECT_EQ(pieces(plan, w13).front(),
+            (Piece{"model.layers.1.mlp.experts.7.gate_proj.weight", 32, 64, 0, kHidden, 0}));
+}
+
+// ---- float32, MLA, shared experts, biases ----
+
+TEST(PlanCases, Float32Tensors) {
+  const Plan qwen3 = plan_for(testing::tiny_model("qwen3"), {.tp = 2, .dtype = DType::kF16});
+  const PlanParam& q_norm = param(qwen3, 1, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(q_norm.dtype, DType::kF32);
+  EXPECT_EQ(q_norm.shape, (Shape{32}));
+  EXPECT_EQ(param(qwen3, 1, "model.layers.0.self_attn.k_norm.weight").dtype, DType::kF32);
+  EXPECT_EQ(param(qwen3, 1, "model.layers.0.input_layernorm.weight").dtype, DType::kF16);
+
+  const Plan ernie = plan_for(testing::tiny_model("ernie4_5_moe"), {.tp = 2});
+  const PlanParam& bias = param(ernie, 0, "model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(bias.dtype, DType::kF32);
+  EXPECT_EQ(bias.shape, (Shape{8}));  // squeezed from [1, 8]
+  EXPECT_EQ(pieces(ernie, bias).front().source,
+            "model.layers.1.mlp.moe_statics.e_score_correction_bias");
+  // ERNIE's router is float32 on disk but exported in the model dtype like every router.
+  EXPECT_EQ(param(ernie, 0, "model.layers.1.mlp.gate.weight").dtype, DType::kBF16);
+  for (const std::string& skipped : ernie.skipped)
+    EXPECT_NE(skipped.find("mtp"), std::string::npos) << skipped;
+
+  const Plan v3 = plan_for(testing::tiny_model("deepseek_v3"), {.tp = 2, .dtype = DType::kBF16});
+  EXPECT_EQ(param(v3, 1, "model.layers.1.mlp.gate.e_score_correction_bias").dtype, DType::kF32);
+}
+
+TEST(PlanCases, ErnieWithoutMoeStatics) {
+  // moe_statics is optional: without it the router has no score correction bias, and nothing fails.
+  TempDir dir;
+  make_tiny({.arch = "ernie4_5_moe", .out = dir.file("m"), .seed = testing::test_seed()});
+  testing::drop_tensors(dir.file("m"), "moe_statics");
+  const Plan plan = plan_for(dir.file("m"), {.tp = 2, .ep = 2});
+  for (const RankPlan& rank : plan.ranks) {
+    for (const PlanParam& p : rank.params) {
+      EXPECT_EQ(p.name.find("e_score_correction_bias"), std::string::npos) << p.name;
+    }
+  }
+  EXPECT_NE(find_param(plan, 1, "model.layers.1.mlp.experts.w13_weight"), nullptr);
+}
+
+TEST(PlanCases, DeepseekLatentAttention) {
+  // V3: q_a (96 rows) and kv_a (64 + 8 rows) fused and replicated; q_b and kv_b split over tp 4.
+  const Plan v3 = plan_for(testing::tiny_model("deepseek_v3"), {.tp = 4});
+  const std::string a = "model.layers.0.self_attn.";
+  const PlanParam& fused = param(v3, 3, a + "fused_qkv_a_proj.weight");
+  EXPECT_EQ(fused.shape, (Shape{96 + 72, kHidden}));
+  EXPECT_EQ(pieces(v3, fused), (std::vector<Piece>{{a + "q_a_proj.weight", 0, 96, 0, kHidden, 0},
+                                                   {a + "kv_a_proj_with_mqa.weight", 0, 72, 0,
+                                                    kHidden, 96 * kHidden * kBf16}}));
+  EXPECT_EQ(param(v3, 3, a + "q_b_proj.weight").shape, (Shape{8 * 24 / 4, 96}));
+  EXPECT_EQ(param(v3, 3, a + "kv_b_proj.weight").shape, (Shape{8 * 32 / 4, 64}));
+  EXPECT_EQ(param(v3, 3, a + "o_proj.weight").shape, (Shape{kHidden, 8 * 16 / 4}));
+  // The multi-token-prediction layer (index 3 = num_hidden_layers) is skipped whole.
+  for (const PlanParam& p : v3.ranks.at(0).params)
+    EXPECT_EQ(p.name.find("layers.3."), std::string::npos) << p.name;
+  EXPECT_NE(std::find(v3.skipped.begin(), v3.skipped.end(), "model.layers.3.eh_proj.weight"),
+            v3.skipped.end());
+
+  // V2-Lite style (no q_lora_rank): q_proj split, kv_a_proj_with_mqa replicated.
+  const Plan v2 = plan_for(testing::tiny_model("deepseek_v2"), {.tp = 4});
+  EXPECT_EQ(param(v2, 2, a + "q_proj.weight").shape, (Shape{8 * 24 / 4, kHidden}));
+  EXPECT_EQ(pieces(v2, param(v2, 2, a + "q_proj.weight")).front(),
+            (Piece{a + "q_proj.weight", 96, 144, 0, kHidden, 0}));
+  EXPECT_EQ(param(v2, 2, a + "kv_a_proj_with_mqa.weight").shape, (Shape{72, kHidden}));
+  EXPECT_EQ(find_param(v2, 2, a + "fused_qkv_a_proj.weight"), nullptr);
+}
+
+TEST(PlanCases, SharedExpertsSplitOrWhole) {
+  const std::string name = "model.layers.0.mlp.shared_expert.gate_up_proj.weight";
+  const Plan split = plan_for(testing::tiny_model("qwen2_moe"), {.tp = 4});
+  EXPECT_EQ(param(split, 1, name).shape, (Shape{2 * 128 / 4, kHidden}));
+  const Plan whole =
+      plan_for(testing::tiny_model("qwen2_moe"), {.tp = 4, .split_shared_experts = false});
+  EXPECT_EQ(param(whole, 1, name).shape, (Shape{2 * 128, kHidden}));
+  EXPECT_EQ(pieces(whole, param(whole, 1, name)),
+            (std::vector<Piece>{
+                {"model.layers.0.mlp.shared_expert.gate_proj.weight", 0, 128, 0, kHidden, 0},
+                {"model.layers.0.mlp.shared_expert.up_proj.weight", 0, 128, 0, kHidden,
+                 128 * kHidden * kBf16}}));
+  EXPECT_EQ(param(whole, 1, "model.layers.0.mlp.shared_expert.down_proj.weight").shape,
+            (Shape{kHidden, 128}));
+  EXPECT_EQ(param(whole, 1, "model.layers.0.mlp.shared_expert_gate.weight").shape,
+            (Shape{1, kHidden}));
+}
+
+TEST(PlanCases, RowBiasFullOrDivided) {
+  TempDir dir;
+  const json config = testing::biased_llama_config();
+  testing::write_handmade(dir.file("m"), config, testing::handmade_tensors(config),
+                          testing::test_seed());
+  const Plan full = plan_for(dir.file("m"), {.tp = 3});
+  const Plan divided = plan_for(dir.file("m"), {.tp = 3, .row_bias = RowBias::kDivided});
+  for (const std::string name :
+       {"model.layers.1.self_attn.o_proj.bias", "model.layers.1.mlp.down_proj.bias"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(pieces(full, param(full, 2, name)), (std::vector<Piece>{{name, 0, 48, 0, 1, 0, 1}}));
+    EXPECT_EQ(pieces(divided, param(divided, 2, name)),
+              (std::vector<Piece>{{name, 0, 48, 0, 1, 0, 3}}));
+  }
+  // Column-parallel biases are split like their weights, never divided.
+  EXPECT_EQ(pieces(divided, param(divided, 2, "model.layers.1.mlp.gate_up_proj.bias")),
+            (std::vector<Piece>{{"model.layers.1.mlp.gate_proj.bias", 64, 96, 0, 1, 0},
+                                {"model.layers.1.mlp.up_proj.bias", 64, 96, 0, 1, 32 * kBf16}}));
+  EXPECT_EQ(std::count(full.skipped.begin(), full.skipped.end(),
+                       "model.layers.0.self_attn.rotary_emb.inv_freq"),
+            1);
+}
+
+TEST(PlanCases, ParametersAreAlignedAndDisjoint) {
+  const Plan plan =
+      plan_for(testing::tiny_model("deepseek_v3"), {.tp = 4, .ep = 2, .redundant_experts = 2});
+  for (const RankPlan& rank : plan.ranks) {
+    uint64_t end = 0;
+    for (const PlanParam& p : rank.params) {
+      EXPECT_EQ(p.offset % kParamAlignment, 0u) << p.name;
+      EXPECT_GE(p.offset, end) << p.name;
+      EXPECT_EQ(p.nbytes, shape_nbytes(p.shape, p.dtype)) << p.name;
+      end = p.offset + p.nbytes;
+    }
+    EXPECT_LE(end, rank.bytes);
+  }
+}
+
+// ---- the same cases in the bytes of an export ----
+
+// The rank tensors of one export, read back.
+testing::ExportContents export_of(const std::string& model, const TempDir& dir,
+                                  std::vector<std::string> layout) {
+  std::vector<std::string> args = {"export", model, "--out", dir.file("out")};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const testing::CommandResult result = testing::shardload_cli(args);
+  if (result.exit_code != 0) throw std::runtime_error("shardload export failed: " + result.err);
+  testing::Problems problems;
+  testing::ExportContents contents = testing::read_export(dir.file("out"), problems);
+  EXPECT_TRUE(problems.empty()) << problems.text();
+  return contents;
+}
+
+// Rows [begin, end) of a checkpoint tensor, as bytes.
+std::vector<std::byte> checkpoint_rows(const Checkpoint& ckpt, const std::string& name,
+                                       uint64_t begin, uint64_t end) {
+  const Checkpoint::Entry& entry = ckpt.at(name);
+  const uint64_t row_bytes = entry.info->nbytes() / entry.info->shape.at(0);
+  std::vector<std::byte> out((end - begin) * row_bytes);
+  ckpt.files()[entry.file].read(*entry.info, begin * row_bytes, out);
+  return out;
+}
+
+std::vector<std::byte> rank_rows(const testing::HostTensor& t, uint64_t begin, uint64_t end) {
+  return {t.row(begin), t.row(begin) + (end - begin) * t.row_bytes()};
+}
+
+TEST(PlanCasesExport, VocabPaddingRowsAreZero) {
+  TempDir dir;
+  const std::string model = testing::tiny_model("llama");
+  const testing::ExportContents ex = export_of(model, dir, {"--tp", "4"});
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const testing::HostTensor& embed = ex.ranks.at(3).at("model.embed_tokens.weight");
+  ASSERT_EQ(embed.shape, (Shape{256, kHidden}));
+  EXPECT_EQ(rank_rows(embed, 0, 232),
+            checkpoint_rows(ckpt, "model.embed_tokens.weight", 768, 1000));
+  const std::vector<std::byte> padding = rank_rows(embed, 232, 256);
+  EXPECT_TRUE(
+      std::all_of(padding.begin(), padding.end(), [](std::byte b) { return b == std::byte{0}; }));
+}
+
+TEST(PlanCasesExport, KvHeadCopies) {
+  TempDir dir;
+  const std::string model = testing::tiny_model("llama");
+  const testing::ExportContents ex = export_of(model, dir, {"--tp", "8"});
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const std::string a = "model.layers.2.self_attn.";
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const testing::HostTensor& qkv = ex.ranks.at(r).at(a + "qkv_proj.weight");
+    ASSERT_EQ(qkv.shape, (Shape{48, kHidden}));
+    const uint64_t head = r / 4;
+    EXPECT_EQ(rank_rows(qkv, 0, 16),
+              checkpoint_rows(ckpt, a + "q_proj.weight", 16 * r, 16 * r + 16));
+    EXPECT_EQ(rank_rows(qkv, 16, 32),
+              checkpoint_rows(ckpt, a + "k_proj.weight", 16 * head, 16 * head + 16));
+    EXPECT_EQ(rank_rows(qkv, 32, 48),
+              checkpoint_rows(ckpt, a + "v_proj.weight", 16 * head, 16 * head + 16));
+  }
+}
+
+TEST(PlanCasesExport, ExpertSlotsTp8Ep4) {
+  TempDir dir;
+  const std::string model = testing::tiny_model("qwen3_moe");
+  const testing::ExportContents ex = export_of(model, dir, {"--tp", "8", "--ep", "4"});
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const std::string m = "model.layers.3.mlp.";
+  const testing::HostTensor& w13 = ex.ranks.at(5).at(m + "experts.w13_weight");
+  ASSERT_EQ(w13.shape, (Shape{2, 64, kHidden}));
+  // Slot 1 is expert 5: gate rows 32..63, then up rows 32..63.
+  const std::vector<std::byte> slot1(w13.row(1), w13.row(1) + w13.row_bytes());
+  std::vector<std::byte> expected = checkpoint_rows(ckpt, m + "experts.5.gate_proj.weight", 32, 64);
+  const std::vector<std::byte> up = checkpoint_rows(ckpt, m + "experts.5.up_proj.weight", 32, 64);
+  expected.insert(expected.end(), up.begin(), up.end());
+  EXPECT_EQ(slot1, expected);
+  EXPECT_EQ(ex.manifest.at("physical_to_logical_map"),
+            json(std::vector<std::vector<int>>(3, {0, 1, 2, 3, 4, 5, 6, 7})));
+}
+
+}  // namespace
+}  // namespace shardload

@@ -1,0 +1,587 @@
+#pragma once
+
+// ../shared/spec/layout.md run backwards, written apart from the planner: from the rank tensors of
+// an export (and its manifest and copied config.json) rebuild every checkpoint tensor, in the
+// export's dtype. Whatever the spec says is equal across ranks (replicated tensors, kv-head
+// replicas, expert replicas) is checked to be equal on the way; padding is checked to be zero.
+// compare_with_checkpoint() (compare.h) then holds the rebuilt tensors to the original checkpoint,
+// value by value after the same cast.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "export_reader.h"
+#include "shardload/checkpoint.h"
+
+namespace shardload::testing {
+
+// A checkpoint tensor rebuilt from the ranks: its values as the export stores them. `divisor` != 1
+// for a row-parallel bias exported with --row-bias divided (each rank holds value / divisor).
+struct Rebuilt {
+  HostTensor tensor;
+  uint32_t divisor = 1;
+  std::string from;  // the rank tensor it came from, for messages
+};
+using RebuiltCheckpoint = std::map<std::string, Rebuilt>;
+
+// What the inverse rules need from config.json, with layout.md's defaults, read here rather than
+// through ModelConfig so that a misreading in the engine cannot hide itself.
+struct ConfigView {
+  std::string architecture;
+  uint64_t hidden = 0;
+  uint64_t vocab = 0;
+  uint64_t heads = 0;
+  uint64_t kv_heads = 0;
+  uint64_t head_dim = 0;
+  uint64_t q_lora_rank = 0;
+  uint64_t experts = 0;
+  int layers = 0;
+  bool tie_embeddings = false;
+
+  static ConfigView from_json(const nlohmann::json& c) {
+    auto number = [&](const char* key, uint64_t fallback) {
+      const auto it = c.find(key);
+      return it == c.end() || it->is_null() ? fallback : it->get<uint64_t>();
+    };
+    ConfigView v;
+    v.architecture = c.at("architectures").at(0).get<std::string>();
+    v.hidden = number("hidden_size", 0);
+    v.vocab = number("vocab_size", 0);
+    v.heads = number("num_attention_heads", 1);
+    v.kv_heads = number("num_key_value_heads", v.heads);
+    v.head_dim = number("head_dim", v.hidden / v.heads);
+    v.q_lora_rank = number("q_lora_rank", 0);
+    for (const char* key :
+         {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}) {
+      v.experts = std::max(v.experts, number(key, 0));
+    }
+    v.layers = static_cast<int>(number("num_hidden_layers", 0));
+    v.tie_embeddings = c.value("tie_word_embeddings", false);
+    return v;
+  }
+  bool is_ernie_moe() const { return architecture == "Ernie4_5_MoeForCausalLM"; }
+};
+
+// Rank tensors that layout.md keeps in float32 whatever --dtype says.
+inline bool kept_float32(std::string_view name) {
+  return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight") ||
+         name.ends_with("e_score_correction_bias");
+}
+
+// The decoder layer of "model.layers.N....", or -1.
+inline int layer_of(std::string_view name) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!name.starts_with(kPrefix)) return -1;
+  name.remove_prefix(kPrefix.size());
+  int layer = -1;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
+  if (ec != std::errc() || end == name.data() + name.size() || *end != '.') return -1;
+  return layer;
+}
+
+// Checkpoint tensors that layout.md lets an export leave out, each by its stated rule.
+inline bool skipped_by_rule(std::string_view name, const ConfigView& config) {
+  if (name.ends_with("rotary_emb.inv_freq") || name.ends_with("rotary_emb.cos_cached") ||
+      name.ends_with("rotary_emb.sin_cached")) {
+    return true;
+  }
+  if (name == "lm_head.weight" && config.tie_embeddings) return true;
+  if (layer_of(name) >= config.layers) return true;  // multi-token-prediction layers
+  if (config.is_ernie_moe() && name.find("mtp") != std::string_view::npos) return true;
+  return false;
+}
+
+namespace internal {
+
+inline HostTensor slice_rows(const HostTensor& t, uint64_t begin, uint64_t end) {
+  HostTensor out{t.dtype, t.shape, {}};
+  out.shape[0] = end - begin;
+  out.bytes.assign(t.row(begin), t.row(begin) + (end - begin) * t.row_bytes());
+  return out;
+}
+
+inline HostTensor concat_rows(const std::vector<const HostTensor*>& parts) {
+  HostTensor out{parts.at(0)->dtype, parts.at(0)->shape, {}};
+  out.shape[0] = 0;
+  size_t bytes = 0;
+  for (const HostTensor* part : parts) bytes += part->bytes.size();
+  out.bytes.reserve(bytes);
+  for (const HostTensor* part : parts) {
+    out.shape[0] += part->rows();
+    out.bytes.insert(out.bytes.end(), part->bytes.begin(), part->bytes.end());
+  }
+  return out;
+}
+
+inline HostTensor concat_rows(const std::vector<HostTensor>& parts) {
+  std::vector<const HostTensor*> pointers;
+  for (const HostTensor& part : parts) pointers.push_back(&part);
+  return concat_rows(pointers);
+}
+
+// [out, in_r] blocks side by side -> [out, sum in_r].
+inline HostTensor concat_columns(const std::vector<const HostTensor*>& parts) {
+  HostTensor out{parts.at(0)->dtype, parts.at(0)->shape, {}};
+  out.shape[1] = 0;
+  size_t bytes = 0;
+  for (const HostTensor* part : parts) {
+    out.shape[1] += part->shape.at(1);
+    bytes += part->bytes.size();
+  }
+  out.bytes.reserve(bytes);
+  for (uint64_t row = 0; row < out.rows(); ++row) {
+    for (const HostTensor* part : parts) {
+      out.bytes.insert(out.bytes.end(), part->row(row), part->row(row) + part->row_bytes());
+    }
+  }
+  return out;
+}
+
+}  // namespace internal
+
+// The inverse of layout.md over one export. Construct, then run().
+class Reassembler {
+ public:
+  Reassembler(const ExportContents& contents, Problems& problems)
+      : ex_(contents), problems_(problems), config_(ConfigView::from_json(contents.config)) {
+    const nlohmann::json& m = contents.manifest;
+    tp_ = m.at("tp_size").get<uint64_t>();
+    ep_ = m.at("ep_size").get<uint64_t>();
+    moe_tp_ = tp_ / ep_;
+    divided_ = m.at("row_bias").get<std::string>() == "divided";
+    split_shared_ = !m.at("no_split_shared_experts").get<bool>();
+    map_ = m.at("physical_to_logical_map").get<std::vector<std::vector<int>>>();
+    dtype_ = parse_dtype(m.at("dtype").get<std::string>());
+    if (!dtype_)
+      problems_.add("manifest dtype {} is not a safetensors dtype", m.at("dtype").dump());
+  }
+
+  RebuiltCheckpoint run() {
+    if (ex_.ranks.empty() || ex_.ranks.size() != tp_) return {};
+    const auto& first = ex_.ranks[0];
+    check_same_names();
+    // MoE layers in layer order: row k of physical_to_logical_map is the k-th of them.
+    std::set<int> moe_layers;
+    for (const auto& [name, tensor] : first) {
+      if (name.ends_with("experts.w13_weight")) moe_layers.insert(layer_of(name));
+    }
+    moe_layers_.assign(moe_layers.begin(), moe_layers.end());
+    if (map_.size() != moe_layers_.size()) {
+      problems_.add("physical_to_logical_map has {} rows for {} MoE layers in the ranks",
+                    map_.size(), moe_layers_.size());
+    }
+    for (const auto& [name, tensor] : first) {
+      if (!consistent_across_ranks(name)) continue;
+      rebuild(name);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  const HostTensor& at(uint64_t rank, const std::string& name) const {
+    return ex_.ranks[rank].at(name);
+  }
+  std::vector<const HostTensor*> all_ranks(const std::string& name) const {
+    std::vector<const HostTensor*> out;
+    for (uint64_t r = 0; r < tp_; ++r) out.push_back(&at(r, name));
+    return out;
+  }
+
+  void emit(const std::string& checkpoint_name, HostTensor tensor, const std::string& from,
+            uint32_t divisor = 1) {
+    if (out_.contains(checkpoint_name)) {
+      problems_.add("{} is rebuilt twice (second time from {})", checkpoint_name, from);
+      return;
+    }
+    out_.emplace(checkpoint_name, Rebuilt{std::move(tensor), divisor, from});
+  }
+
+  void check_same_names() {
+    for (uint64_t r = 1; r < tp_; ++r) {
+      for (const auto& [name, tensor] : ex_.ranks[r]) {
+        if (!ex_.ranks[0].contains(name)) problems_.add("rank {} has {}, rank 0 has not", r, name);
+      }
+      for (const auto& [name, tensor] : ex_.ranks[0]) {
+        if (!ex_.ranks[r].contains(name)) problems_.add("rank 0 has {}, rank {} has not", name, r);
+      }
+    }
+  }
+
+  // Every rank has the tensor, with one dtype and shape (all splits are equal blocks), and the
+  // dtype is the export dtype, or float32 for the tensors layout.md keeps in float32.
+  bool consistent_across_ranks(const std::string& name) {
+    const HostTensor& t0 = at(0, name);
+    for (uint64_t r = 1; r < tp_; ++r) {
+      const auto it = ex_.ranks[r].find(name);
+      if (it == ex_.ranks[r].end()) return false;
+      if (it->second.dtype != t0.dtype || it->second.shape != t0.shape) {
+        problems_.add("{}: rank {} has {} {}, rank 0 has {} {}", name, r,
+                      dtype_name(it->second.dtype), shape_string(it->second.shape),
+                      dtype_name(t0.dtype), shape_string(t0.shape));
+        return false;
+      }
+    }
+    const DType expected = kept_float32(name) ? DType::kF32 : dtype_.value_or(t0.dtype);
+    if (t0.dtype != expected) {
+      problems_.add("{}: dtype {}, expected {}", name, dtype_name(t0.dtype), dtype_name(expected));
+    }
+    if (t0.shape.empty() || t0.shape.size() > 3) {
+      problems_.add("{}: unexpected rank-tensor shape {}", name, shape_string(t0.shape));
+      return false;
+    }
+    return true;
+  }
+
+  // Replicated: equal bytes on every rank; the copy of rank 0.
+  bool replicated(const std::string& name, HostTensor& out) {
+    bool equal = true;
+    for (uint64_t r = 1; r < tp_; ++r) {
+      if (at(r, name).bytes != at(0, name).bytes) {
+        problems_.add("{}: replicated tensor differs between rank 0 and rank {}", name, r);
+        equal = false;
+      }
+    }
+    out = at(0, name);
+    return equal;
+  }
+
+  void rebuild(const std::string& name) {
+    const std::string_view n = name;
+    if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return vocab(name);
+    if (n.ends_with("self_attn.qkv_proj.weight")) return qkv(name, ".weight");
+    if (n.ends_with("self_attn.qkv_proj.bias")) return qkv(name, ".bias");
+    if (n.ends_with("experts.w13_weight")) return w13(name);
+    if (n.ends_with("experts.w2_weight")) return w2(name);
+    if (n.ends_with("shared_expert.gate_up_proj.weight") ||
+        n.ends_with("shared_experts.gate_up_proj.weight")) {
+      return gate_up(name, split_shared_);
+    }
+    if (n.ends_with("mlp.gate_up_proj.weight") || n.ends_with("mlp.gate_up_proj.bias")) {
+      return gate_up(name, true);
+    }
+    if (n.ends_with("shared_expert.down_proj.weight") ||
+        n.ends_with("shared_experts.down_proj.weight")) {
+      return row_parallel(name, split_shared_);
+    }
+    if (n.ends_with("self_attn.o_proj.weight") || n.ends_with("mlp.down_proj.weight")) {
+      return row_parallel(name, true);
+    }
+    if (n.ends_with("self_attn.o_proj.bias") || n.ends_with("mlp.down_proj.bias"))
+      return row_bias(name);
+    if (n.ends_with("self_attn.q_b_proj.weight") || n.ends_with("self_attn.kv_b_proj.weight") ||
+        n.ends_with("self_attn.q_proj.weight")) {
+      return column(name);
+    }
+    if (n.ends_with("self_attn.fused_qkv_a_proj.weight")) return fused_qkv_a(name);
+    if (n.ends_with("gate.e_score_correction_bias")) return score_bias(name);
+    for (std::string_view suffix :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+          "self_attn.k_norm.weight", "self_attn.q_a_layernorm.weight",
+          "self_attn.kv_a_layernorm.weight", "self_attn.kv_a_proj_with_mqa.weight",
+          "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight"}) {
+      if (n.ends_with(suffix)) {
+        HostTensor whole;
+        replicated(name, whole);
+        return emit(name, std::move(whole), name);
+      }
+    }
+    if (n == "model.norm.weight") {
+      HostTensor whole;
+      replicated(name, whole);
+      return emit(name, std::move(whole), name);
+    }
+    problems_.add("{}: no rule of layout.md produces this rank tensor", name);
+  }
+
+  // Vocab-parallel: rank r holds rows [r*Vp/T, (r+1)*Vp/T) of the table padded to a multiple of 64.
+  void vocab(const std::string& name) {
+    const uint64_t padded = (config_.vocab + 63) / 64 * 64;
+    const Shape expected = {padded / tp_, config_.hidden};
+    if (at(0, name).shape != expected) {
+      return problems_.add("{}: rank shape {}, expected {} (vocab {} padded to {}, tp {})", name,
+                           shape_string(at(0, name).shape), shape_string(expected), config_.vocab,
+                           padded, tp_);
+    }
+    const HostTensor table = internal::concat_rows(all_ranks(name));
+    for (uint64_t row = config_.vocab; row < padded; ++row) {
+      const std::byte* p = table.row(row);
+      if (std::any_of(p, p + table.row_bytes(), [](std::byte b) { return b != std::byte{0}; })) {
+        problems_.add("{}: padding row {} (rank {}, local row {}) is not zero", name, row,
+                      row / (padded / tp_), row % (padded / tp_));
+      }
+    }
+    emit(name, internal::slice_rows(table, 0, config_.vocab), name);
+  }
+
+  // q block, then k, then v; with T >= Hkv every rank holds one kv head, replicated T/Hkv times.
+  void qkv(const std::string& name, const std::string& suffix) {
+    const std::string prefix =
+        name.substr(0, name.size() - std::string("qkv_proj").size() - suffix.size());
+    const uint64_t d = config_.head_dim;
+    const uint64_t nq = config_.heads / tp_;
+    const bool replicate = tp_ >= config_.kv_heads;
+    const uint64_t nkv = replicate ? 1 : config_.kv_heads / tp_;
+    const uint64_t rows = (nq + 2 * nkv) * d;
+    if (at(0, name).rows() != rows) {
+      return problems_.add("{}: {} rows, expected (nq {} + 2 * nkv {}) * head_dim {} = {}", name,
+                           at(0, name).rows(), nq, nkv, d, rows);
+    }
+    std::vector<HostTensor> q, k, v;
+    for (uint64_t r = 0; r < tp_; ++r) {
+      const HostTensor& t = at(r, name);
+      q.push_back(internal::slice_rows(t, 0, nq * d));
+      k.push_back(internal::slice_rows(t, nq * d, (nq + nkv) * d));
+      v.push_back(internal::slice_rows(t, (nq + nkv) * d, rows));
+    }
+    if (replicate) {
+      // Ranks h*rep .. h*rep+rep-1 hold kv head h; keep one copy of each head, the others must
+      // match it.
+      const uint64_t rep = tp_ / config_.kv_heads;
+      std::vector<HostTensor> k_heads, v_heads;
+      for (uint64_t h = 0; h < config_.kv_heads; ++h) {
+        for (uint64_t r = h * rep + 1; r < (h + 1) * rep; ++r) {
+          if (k[r].bytes != k[h * rep].bytes || v[r].bytes != v[h * rep].bytes) {
+            problems_.add("{}: kv head {} on rank {} differs from its copy on rank {}", name, h, r,
+                          h * rep);
+          }
+        }
+        k_heads.push_back(k[h * rep]);
+        v_heads.push_back(v[h * rep]);
+      }
+      k = std::move(k_heads);
+      v = std::move(v_heads);
+    }
+    emit(prefix + "q_proj" + suffix, internal::concat_rows(q), name);
+    emit(prefix + "k_proj" + suffix, internal::concat_rows(k), name);
+    emit(prefix + "v_proj" + suffix, internal::concat_rows(v), name);
+  }
+
+  // Rows [0, n) of each rank are gate rows, rows [n, 2n) up rows of the same range.
+  void gate_up(const std::string& name, bool split) {
+    const std::string_view n = name;
+    const std::string suffix = n.ends_with(".bias") ? ".bias" : ".weight";
+    const std::string prefix =
+        name.substr(0, name.size() - std::string("gate_up_proj").size() - suffix.size());
+    const uint64_t rows = at(0, name).rows();
+    if (rows % 2 != 0) return problems_.add("{}: odd row count {}", name, rows);
+    std::vector<HostTensor> gate, up;
+    if (split) {
+      for (uint64_t r = 0; r < tp_; ++r) {
+        gate.push_back(internal::slice_rows(at(r, name), 0, rows / 2));
+        up.push_back(internal::slice_rows(at(r, name), rows / 2, rows));
+      }
+    } else {
+      HostTensor whole;
+      replicated(name, whole);
+      gate.push_back(internal::slice_rows(whole, 0, rows / 2));
+      up.push_back(internal::slice_rows(whole, rows / 2, rows));
+    }
+    emit(prefix + "gate_proj" + suffix, internal::concat_rows(gate), name);
+    emit(prefix + "up_proj" + suffix, internal::concat_rows(up), name);
+  }
+
+  void column(const std::string& name) { emit(name, internal::concat_rows(all_ranks(name)), name); }
+
+  void row_parallel(const std::string& name, bool split) {
+    if (at(0, name).shape.size() != 2) return problems_.add("{}: not a matrix", name);
+    if (!split) {
+      HostTensor whole;
+      replicated(name, whole);
+      return emit(name, std::move(whole), name);
+    }
+    emit(name, internal::concat_columns(all_ranks(name)), name);
+  }
+
+  void row_bias(const std::string& name) {
+    HostTensor whole;
+    replicated(name, whole);
+    emit(name, std::move(whole), name, divided_ ? static_cast<uint32_t>(tp_) : 1);
+  }
+
+  // Replicated; rows q_a then kv_a.
+  void fused_qkv_a(const std::string& name) {
+    const std::string prefix =
+        name.substr(0, name.size() - std::string("fused_qkv_a_proj.weight").size());
+    HostTensor whole;
+    replicated(name, whole);
+    if (whole.rows() <= config_.q_lora_rank) {
+      return problems_.add("{}: {} rows, no room for q_lora_rank {} plus kv_a", name, whole.rows(),
+                           config_.q_lora_rank);
+    }
+    emit(prefix + "q_a_proj.weight", internal::slice_rows(whole, 0, config_.q_lora_rank), name);
+    emit(prefix + "kv_a_proj_with_mqa.weight",
+         internal::slice_rows(whole, config_.q_lora_rank, whole.rows()), name);
+  }
+
+  // Replicated float32 [E]; ERNIE's comes from moe_statics [1, E].
+  void score_bias(const std::string& name) {
+    HostTensor whole;
+    replicated(name, whole);
+    if (whole.shape != Shape{config_.experts}) {
+      return problems_.add("{}: shape {}, expected [{}]", name, shape_string(whole.shape),
+                           config_.experts);
+    }
+    if (!config_.is_ernie_moe()) return emit(name, std::move(whole), name);
+    const std::string prefix =
+        name.substr(0, name.size() - std::string("gate.e_score_correction_bias").size());
+    whole.shape = {1, config_.experts};
+    emit(prefix + "moe_statics.e_score_correction_bias", std::move(whole), name);
+  }
+
+  // The MoE geometry of one expert tensor: its map row, El, and the checkpoint's expert names.
+  struct ExpertLayer {
+    const std::vector<int>* map = nullptr;
+    uint64_t local = 0;  // El
+    std::string module;  // "model.layers.N.mlp." or "...block_sparse_moe."
+    std::string gate, up, down;
+  };
+
+  std::optional<ExpertLayer> expert_layer(const std::string& name, std::string_view suffix) {
+    ExpertLayer e;
+    e.module = name.substr(0, name.size() - suffix.size());
+    const bool mixtral = std::string_view(e.module).ends_with("block_sparse_moe.");
+    e.gate = mixtral ? "w1" : "gate_proj";
+    e.up = mixtral ? "w3" : "up_proj";
+    e.down = mixtral ? "w2" : "down_proj";
+    const auto it = std::find(moe_layers_.begin(), moe_layers_.end(), layer_of(name));
+    const size_t row = static_cast<size_t>(it - moe_layers_.begin());
+    if (row >= map_.size()) {
+      problems_.add("{}: no physical_to_logical_map row for it", name);
+      return std::nullopt;
+    }
+    e.map = &map_[row];
+    const uint64_t physical = e.map->size();
+    if (physical == 0 || physical % ep_ != 0) {
+      problems_.add("{}: {} physical experts do not split over ep {}", name, physical, ep_);
+      return std::nullopt;
+    }
+    e.local = physical / ep_;
+    if (at(0, name).shape.size() != 3 || at(0, name).shape[0] != e.local) {
+      problems_.add("{}: shape {}, expected [El = {}, ...]", name, shape_string(at(0, name).shape),
+                    e.local);
+      return std::nullopt;
+    }
+    for (int logical : *e.map) {
+      if (logical < 0 || static_cast<uint64_t>(logical) >= config_.experts) {
+        problems_.add("{}: map names expert {} of {}", name, logical, config_.experts);
+        return std::nullopt;
+      }
+    }
+    return e;
+  }
+
+  // Copies `n` bytes to `dst` for the first replica of an expert, or checks a later replica's bytes
+  // against the first's.
+  void place(bool first, std::byte* dst, const std::byte* src, size_t n, const std::string& what,
+             uint64_t x, uint64_t physical) {
+    if (first) {
+      std::memcpy(dst, src, n);
+    } else if (std::memcmp(dst, src, n) != 0 && reported_.insert({what, physical}).second) {
+      problems_.add(
+          "{}: physical expert {} (a replica of logical expert {}) differs from the first "
+          "copy of it",
+          what, physical, x);
+    }
+  }
+
+  void emit_experts(const ExpertLayer& e, const std::string& from, const std::string& proj,
+                    std::map<uint64_t, HostTensor>& experts) {
+    for (uint64_t x = 0; x < config_.experts; ++x) {
+      if (!experts.contains(x)) {
+        problems_.add("{}: logical expert {} is in no slot", from, x);
+        continue;
+      }
+      emit(e.module + "experts." + std::to_string(x) + "." + proj + ".weight",
+           std::move(experts[x]), from);
+    }
+  }
+
+  // w13 [El, 2*Im/Tm, H]: slot j of EP rank e is physical e*El + j; its rows [0, Im/Tm) are gate
+  // rows [rm*Im/Tm, ...), then up rows of the same range. Every moe-tp rank of the EP rank holds
+  // its block of the same slots, so the first physical replica of an expert writes all of it.
+  void w13(const std::string& name) {
+    const auto e = expert_layer(name, "experts.w13_weight");
+    if (!e) return;
+    const HostTensor& t0 = at(0, name);
+    const uint64_t local_rows = t0.shape[1];
+    if (local_rows % 2 != 0) return problems_.add("{}: odd row count {}", name, local_rows);
+    const uint64_t half = local_rows / 2;
+    const size_t row_bytes = t0.shape[2] * t0.element_bytes();
+    const size_t block = half * row_bytes;
+    std::map<uint64_t, HostTensor> gate, up;
+    for (uint64_t p = 0; p < e->map->size(); ++p) {
+      const uint64_t x = static_cast<uint64_t>((*e->map)[p]);
+      const bool first = !gate.contains(x);
+      if (first) {
+        for (auto* out : {&gate, &up}) {
+          (*out)[x] = HostTensor{
+              t0.dtype, {half * moe_tp_, t0.shape[2]}, std::vector<std::byte>(moe_tp_ * block)};
+        }
+      }
+      for (uint64_t rm = 0; rm < moe_tp_; ++rm) {
+        const std::byte* slot = at((p / e->local) * moe_tp_ + rm, name).row(p % e->local);
+        place(first, gate[x].bytes.data() + rm * block, slot, block, name, x, p);
+        place(first, up[x].bytes.data() + rm * block, slot + block, block, name, x, p);
+      }
+    }
+    emit_experts(*e, name, e->gate, gate);
+    emit_experts(*e, name, e->up, up);
+  }
+
+  // w2 [El, H, Im/Tm]: columns [rm*Im/Tm, ...) of each expert's down projection.
+  void w2(const std::string& name) {
+    const auto e = expert_layer(name, "experts.w2_weight");
+    if (!e) return;
+    const HostTensor& t0 = at(0, name);
+    const uint64_t rows = t0.shape[1];
+    const size_t block = t0.shape[2] * t0.element_bytes();  // one row of one moe-tp rank
+    std::map<uint64_t, HostTensor> down;
+    for (uint64_t p = 0; p < e->map->size(); ++p) {
+      const uint64_t x = static_cast<uint64_t>((*e->map)[p]);
+      const bool first = !down.contains(x);
+      if (first) {
+        down[x] = HostTensor{t0.dtype,
+                             {rows, t0.shape[2] * moe_tp_},
+                             std::vector<std::byte>(rows * moe_tp_ * block)};
+      }
+      for (uint64_t rm = 0; rm < moe_tp_; ++rm) {
+        const std::byte* slot = at((p / e->local) * moe_tp_ + rm, name).row(p % e->local);
+        for (uint64_t h = 0; h < rows; ++h) {
+          place(first, down[x].bytes.data() + (h * moe_tp_ + rm) * block, slot + h * block, block,
+                name, x, p);
+        }
+      }
+    }
+    emit_experts(*e, name, e->down, down);
+  }
+
+  const ExportContents& ex_;
+  Problems& problems_;
+  ConfigView config_;
+  uint64_t tp_ = 1;
+  uint64_t ep_ = 1;
+  uint64_t moe_tp_ = 1;
+  bool divided_ = false;
+  bool split_shared_ = true;
+  std::optional<DType> dtype_;
+  std::vector<std::vector<int>> map_;
+  std::vector<int> moe_layers_;
+  std::set<std::pair<std::string, uint64_t>> reported_;  // (tensor, physical expert) seen differing
+  RebuiltCheckpoint out_;
+};
+
+inline RebuiltCheckpoint reassemble(const ExportContents& contents, Problems& problems) {
+  return Reassembler(contents, problems).run();
+}
+
+}  // namespace shardload::testing
