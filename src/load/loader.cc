@@ -4,11 +4,8 @@
 // scattered to every rank that needs those rows, converting on the way (one pass, no second copy).
 #include "shardload/loader.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -16,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "format/posix_io.h"
 #include "load/thread_pool.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
@@ -28,22 +26,6 @@ constexpr uint64_t kGatherChunk = uint64_t{4} << 20;   // bounce size: stays in 
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void pread_full(const SafetensorsFile& file, const std::string& tensor, std::byte* dst, uint64_t bytes,
-                uint64_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pread(file.fd(), dst, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      throw Error(ErrorKind::kIo, n == 0 ? "unexpected end of file" : std::strerror(errno),
-                  {.file = file.path(), .tensor = tensor,
-                   .expected = fmt::format("{} more bytes at offset {}", bytes, offset)});
-    }
-    dst += n;
-    bytes -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
 }
 
 // A destination of a gathered row range: columns [col_begin, col_end) of each source row land densely at
@@ -161,11 +143,13 @@ class Executor {
     const PlanSource& src = plan_.sources[unit.source];
     const SafetensorsFile& file = ckpt_.files()[src.file];
     if (unit.direct_dst != nullptr) {
-      pread_full(file, src.name, unit.direct_dst, unit.bytes, unit.file_offset);
+      format::pread_exact(file.fd(), {unit.direct_dst, unit.bytes}, unit.file_offset,
+                          {.file = file.path(), .tensor = src.name});
       return;
     }
     if (bounce.size() < unit.bytes) bounce.resize(unit.bytes);
-    pread_full(file, src.name, bounce.data(), unit.bytes, unit.file_offset);
+    format::pread_exact(file.fd(), {bounce.data(), unit.bytes}, unit.file_offset,
+                        {.file = file.path(), .tensor = src.name});
     const Gather& gather = gathers_[unit.gather];
     const uint64_t src_esize = dtype_bits(src.dtype) / 8;
     const uint64_t row_bytes = src.cols * src_esize;
