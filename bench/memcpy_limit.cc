@@ -1,9 +1,18 @@
-// The hardware limits a load is measured against, in the same run: a multi-threaded memcpy of N bytes
-//   --dest huge   into a freshly mapped destination advised for transparent huge pages, faults included
+// The hardware limits a load is measured against, in the same run: a multi-threaded memcpy of N
+// bytes
+//   --dest huge   into a freshly mapped destination advised for transparent huge pages, faults
+//   included
 //                 (the limit of a load into new memory);
 //   --dest 4k     the same into 4 KiB pages (MADV_NOHUGEPAGE);
-//   --dest warm   into a destination already faulted in (the limit of an in-place reload).
-// Prints one line: "<GB/s> <seconds> <thp_fault_alloc delta>". Timing covers mmap, madvise and the copy.
+//   --dest warm   into a destination already faulted in (the limit of an in-place reload);
+//   --prime       only touch and free 2 x N bytes, printing nothing. Run just before a measured
+//   process so that
+//                 it finds memory the hypervisor has backed: on a VM that returns freed guest pages
+//                 to the host (virtio-balloon free page reporting), first touch after idle costs
+//                 several times more, and which of two back-to-back processes pays it would
+//                 otherwise decide the result.
+// Prints one line: "<GB/s> <seconds> <thp_fault_alloc delta>". Timing covers mmap, madvise and the
+// copy.
 #include <sys/mman.h>
 
 #include <chrono>
@@ -54,15 +63,31 @@ int main(int argc, char** argv) {
   size_t bytes = size_t{1} << 30;
   int threads = 2;
   std::string dest = "huge";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool prime = false;
+  for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--bytes") bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-    if (flag == "--dest") dest = argv[i + 1];
+    if (flag == "--prime") {
+      prime = true;
+      continue;
+    }
+    if (i + 1 == argc) break;
+    ++i;
+    if (flag == "--bytes") bytes = std::strtoull(argv[i], nullptr, 10);
+    if (flag == "--threads") threads = std::atoi(argv[i]);
+    if (flag == "--dest") dest = argv[i];
+    if (flag != "--bytes" && flag != "--threads" && flag != "--dest")
+      bytes = 0;  // unknown flag: usage
   }
   if (bytes == 0 || threads < 1 || (dest != "huge" && dest != "4k" && dest != "warm")) {
-    std::fprintf(stderr, "usage: memcpy_limit [--bytes N] [--threads T] [--dest huge|4k|warm]\n");
+    std::fprintf(stderr,
+                 "usage: memcpy_limit [--bytes N] [--threads T] [--dest huge|4k|warm] [--prime]\n");
     return 2;
+  }
+  if (prime) {
+    std::byte* touched = map_bytes(2 * bytes, MADV_HUGEPAGE);
+    std::memset(touched, 1, 2 * bytes);
+    munmap(touched, 2 * bytes);
+    return 0;
   }
   std::byte* src = map_bytes(bytes, MADV_HUGEPAGE);
   std::memset(src, 1, bytes);
@@ -73,9 +98,11 @@ int main(int argc, char** argv) {
   }
   const long faults_before = thp_fault_alloc();
   const auto start = std::chrono::steady_clock::now();
-  std::byte* dst = warm != nullptr ? warm : map_bytes(bytes, dest == "huge" ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  std::byte* dst =
+      warm != nullptr ? warm : map_bytes(bytes, dest == "huge" ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   parallel_copy(dst, src, bytes, threads);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const long faults = thp_fault_alloc() - faults_before;
   std::printf("%.3f %.4f %ld\n", static_cast<double>(bytes) / seconds / 1e9, seconds, faults);
   return 0;

@@ -1,11 +1,12 @@
 #include "format/posix_io.h"
 
+#include <fmt/format.h>
+#include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace shardload::format {
 
@@ -32,6 +33,42 @@ void pread_exact(int fd, std::span<std::byte> dst, uint64_t offset, const ErrorD
       throw Error(ErrorKind::kIo, "unexpected end of file (was it truncated?)", std::move(details));
     }
     done += static_cast<size_t>(got);
+  }
+}
+
+void preadv_exact(int fd, std::span<struct iovec> segments, uint64_t offset,
+                  const ErrorDetails& where) {
+  uint64_t total = 0;
+  for (const iovec& s : segments) total += s.iov_len;
+  uint64_t done = 0;
+  size_t first = 0;
+  while (first < segments.size()) {
+    if (segments[first].iov_len == 0) {
+      ++first;
+      continue;
+    }
+    const int count = static_cast<int>(std::min<size_t>(segments.size() - first, IOV_MAX));
+    const ssize_t got = ::preadv(fd, &segments[first], count, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw io_error(
+          fmt::format("read of {} bytes at offset {} failed", total - done, offset + done), errno,
+          where);
+    }
+    if (got == 0) {
+      ErrorDetails details = where;
+      details.expected = fmt::format("{} bytes at offset {}", total, offset);
+      details.found = fmt::format("{} bytes", done);
+      throw Error(ErrorKind::kIo, "unexpected end of file (was it truncated?)", std::move(details));
+    }
+    done += static_cast<uint64_t>(got);
+    for (size_t left = static_cast<size_t>(got); left > 0;) {  // consume what arrived
+      const size_t take = std::min(left, segments[first].iov_len);
+      segments[first].iov_base = static_cast<std::byte*>(segments[first].iov_base) + take;
+      segments[first].iov_len -= take;
+      left -= take;
+      if (segments[first].iov_len == 0) ++first;
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,6 +14,12 @@ namespace shardload::format {
 // Reads exactly dst.size() bytes at `offset`, resuming after EINTR and short reads. Throws
 // Error(kIo) with `where` (file, tensor) on failure or when the file ends first.
 void pread_exact(int fd, std::span<std::byte> dst, uint64_t offset, const ErrorDetails& where);
+
+// Reads consecutive file bytes starting at `offset` into the buffers `segments` (scatter), resuming
+// after EINTR and short reads; any number of segments (split into IOV_MAX calls). The segments are
+// advanced in place as they fill. Throws Error(kIo) like pread_exact.
+void preadv_exact(int fd, std::span<struct iovec> segments, uint64_t offset,
+                  const ErrorDetails& where);
 
 // Writes all of src at the file position, resuming after EINTR and short writes. Throws Error(kIo).
 void write_exact(int fd, std::span<const std::byte> src, const ErrorDetails& where);

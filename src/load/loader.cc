@@ -1,8 +1,11 @@
-// Executes a plan. Pieces that are a contiguous source run in the destination dtype are read straight into
-// the rank buffer with pread (one kernel copy, no bounce); the others (column blocks of row-parallel
-// tensors, casts, divided biases) are read once per source row range into a per-thread bounce buffer and
-// scattered to every rank that needs those rows, converting on the way (one pass, no second copy).
+// Executes a plan. Pieces that are a contiguous source run in the destination dtype are read
+// straight into the rank buffer with pread (one kernel copy, no bounce); the others (column blocks
+// of row-parallel tensors, casts, divided biases) are read once per source row range into a
+// per-thread bounce buffer and scattered to every rank that needs those rows, converting on the way
+// (one pass, no second copy).
 #include "shardload/loader.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +13,6 @@
 #include <cstring>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "format/posix_io.h"
 #include "load/thread_pool.h"
@@ -21,15 +22,15 @@
 namespace shardload {
 namespace {
 
-constexpr uint64_t kDirectChunk = uint64_t{16} << 20;  // work-item size of direct reads
+constexpr uint64_t kDirectChunk = uint64_t{16} << 20;  // work-item size of direct and scatter reads
 constexpr uint64_t kGatherChunk = uint64_t{4} << 20;   // bounce size: stays in the L2/L3 caches
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A destination of a gathered row range: columns [col_begin, col_end) of each source row land densely at
-// dst (row i of the group at dst + i * width).
+// A destination of a gathered row range: columns [col_begin, col_end) of each source row land
+// densely at dst (row i of the group at dst + i * width).
 struct Consumer {
   std::byte* dst;
   uint64_t col_begin;
@@ -43,21 +44,29 @@ struct Gather {
   uint64_t row_begin;
   uint64_t row_end;
   std::vector<Consumer> consumers;
+  // Scatter plan, when every consumer takes the source dtype unchanged and the distinct column
+  // blocks tile the row: each row is read by one preadv straight into the consumers of `tiles` (in
+  // column order), and a consumer repeating a tile's columns (a replica) copies them from that
+  // tile's consumer.
+  bool scatter = false;
+  std::vector<uint32_t> tiles;
+  std::vector<std::pair<uint32_t, uint32_t>> replicas;  // (consumer, tile consumer)
 };
 
 struct Unit {
   uint32_t source;
-  uint64_t file_offset;  // first source byte
-  uint64_t bytes;        // source bytes
+  uint64_t file_offset;             // first source byte
+  uint64_t bytes;                   // source bytes
   std::byte* direct_dst = nullptr;  // direct: read here
   uint32_t gather = 0;              // otherwise: rows [row_begin, row_end) of gathers[gather]
   uint64_t row_begin = 0;
   uint64_t row_end = 0;
 };
 
-// Converts n values, dividing by `divisor` in float32 first when it is not 1 (row bias, --row-bias divided).
-void convert_values(DType src_dtype, const std::byte* src, DType dst_dtype, std::byte* dst, uint64_t n,
-                    uint32_t divisor, std::vector<float>& scratch) {
+// Converts n values, dividing by `divisor` in float32 first when it is not 1 (row bias, --row-bias
+// divided).
+void convert_values(DType src_dtype, const std::byte* src, DType dst_dtype, std::byte* dst,
+                    uint64_t n, uint32_t divisor, std::vector<float>& scratch) {
   if (divisor == 1) {
     if (src_dtype == dst_dtype) {
       std::memcpy(dst, src, n * dtype_bits(src_dtype) / 8);
@@ -86,10 +95,13 @@ class Executor {
   // Splits the work into cache-sized units, in file order so that reads stay sequential.
   void finish() {
     for (uint32_t g = 0; g < gathers_.size(); ++g) {
+      plan_scatter(gathers_[g]);
       const Gather& gather = gathers_[g];
       const PlanSource& src = plan_.sources[gather.source];
       const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
-      const uint64_t rows_per_unit = std::max<uint64_t>(1, kGatherChunk / std::max<uint64_t>(row_bytes, 1));
+      const uint64_t unit_bytes = gather.scatter ? kDirectChunk : kGatherChunk;
+      const uint64_t rows_per_unit =
+          std::max<uint64_t>(1, unit_bytes / std::max<uint64_t>(row_bytes, 1));
       for (uint64_t row = gather.row_begin; row < gather.row_end; row += rows_per_unit) {
         const uint64_t end = std::min(gather.row_end, row + rows_per_unit);
         units_.push_back({gather.source, src.file_offset + row * row_bytes, (end - row) * row_bytes,
@@ -134,12 +146,18 @@ class Executor {
     }
     const auto key = std::make_tuple(piece.source, piece.row_begin, piece.row_end);
     auto [it, inserted] = gather_ids_.emplace(key, static_cast<uint32_t>(gathers_.size()));
-    if (inserted) gathers_.push_back({piece.source, piece.row_begin, piece.row_end, {}});
-    gathers_[it->second].consumers.push_back(
-        {param_base + piece.dst_offset, piece.col_begin, piece.col_end, param.dtype, piece.divisor});
+    if (inserted) {
+      Gather& gather = gathers_.emplace_back();
+      gather.source = piece.source;
+      gather.row_begin = piece.row_begin;
+      gather.row_end = piece.row_end;
+    }
+    gathers_[it->second].consumers.push_back({param_base + piece.dst_offset, piece.col_begin,
+                                              piece.col_end, param.dtype, piece.divisor});
   }
 
-  void run_unit(const Unit& unit, std::vector<std::byte>& bounce, std::vector<float>& scratch) const {
+  void run_unit(const Unit& unit, std::vector<std::byte>& bounce,
+                std::vector<float>& scratch) const {
     const PlanSource& src = plan_.sources[unit.source];
     const SafetensorsFile& file = ckpt_.files()[src.file];
     if (unit.direct_dst != nullptr) {
@@ -147,10 +165,14 @@ class Executor {
                           {.file = file.path(), .tensor = src.name});
       return;
     }
+    const Gather& gather = gathers_[unit.gather];
+    if (gather.scatter) {
+      scatter_unit(unit, gather, file);
+      return;
+    }
     if (bounce.size() < unit.bytes) bounce.resize(unit.bytes);
     format::pread_exact(file.fd(), {bounce.data(), unit.bytes}, unit.file_offset,
                         {.file = file.path(), .tensor = src.name});
-    const Gather& gather = gathers_[unit.gather];
     const uint64_t src_esize = dtype_bits(src.dtype) / 8;
     const uint64_t row_bytes = src.cols * src_esize;
     for (const Consumer& c : gather.consumers) {
@@ -166,6 +188,58 @@ class Executor {
         convert_values(src.dtype, bounce.data() + r * row_bytes + c.col_begin * src_esize, c.dtype,
                        dst + r * dst_row_bytes, width, c.divisor, scratch);
       }
+    }
+  }
+
+  void plan_scatter(Gather& gather) const {
+    const PlanSource& src = plan_.sources[gather.source];
+    std::vector<uint32_t> order(gather.consumers.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      const Consumer& x = gather.consumers[a];
+      const Consumer& y = gather.consumers[b];
+      return std::tie(x.col_begin, x.col_end) < std::tie(y.col_begin, y.col_end);
+    });
+    uint64_t covered = 0;
+    for (uint32_t i : order) {
+      const Consumer& c = gather.consumers[i];
+      if (c.dtype != src.dtype || c.divisor != 1) return;
+      if (!gather.tiles.empty()) {
+        const Consumer& last = gather.consumers[gather.tiles.back()];
+        if (c.col_begin == last.col_begin && c.col_end == last.col_end) {
+          gather.replicas.emplace_back(i, gather.tiles.back());
+          continue;
+        }
+      }
+      if (c.col_begin != covered) return;  // a gap or an overlap: bounce
+      gather.tiles.push_back(i);
+      covered = c.col_end;
+    }
+    gather.scatter = covered == src.cols;
+  }
+
+  // One kernel copy per byte: rows land in their consumers through preadv, no bounce buffer.
+  void scatter_unit(const Unit& unit, const Gather& gather, const SafetensorsFile& file) const {
+    const PlanSource& src = plan_.sources[gather.source];
+    const uint64_t esize = dtype_bits(src.dtype) / 8;
+    const uint64_t rows = unit.row_end - unit.row_begin;
+    const uint64_t first = unit.row_begin - gather.row_begin;
+    std::vector<iovec> segments;
+    segments.reserve(rows * gather.tiles.size());
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint32_t t : gather.tiles) {
+        const Consumer& c = gather.consumers[t];
+        const uint64_t row_bytes = (c.col_end - c.col_begin) * esize;
+        segments.push_back({c.dst + (first + r) * row_bytes, row_bytes});
+      }
+    }
+    format::preadv_exact(file.fd(), segments, unit.file_offset,
+                         {.file = file.path(), .tensor = src.name});
+    for (const auto& [replica, tile] : gather.replicas) {
+      const Consumer& c = gather.consumers[replica];
+      const uint64_t row_bytes = (c.col_end - c.col_begin) * esize;
+      std::memcpy(c.dst + first * row_bytes, gather.consumers[tile].dst + first * row_bytes,
+                  rows * row_bytes);
     }
   }
 
