@@ -15,6 +15,9 @@ namespace shardload {
 struct RankWeights {
   int rank = 0;
   AlignedBuffer buffer;
+  // Per module of the plan: 1 once its post-processing has run on the bytes now in the buffer. A module is
+  // post-processed only when it is 0, so loading some modules again never processes the others twice.
+  std::vector<uint8_t> processed;
 };
 
 struct LoadOptions {
@@ -29,12 +32,30 @@ struct LoadStats {
   uint64_t bytes_written = 0;  // rank bytes written (including zero padding)
   double seconds_allocate = 0;
   double seconds_copy = 0;
+  double seconds_postprocess = 0;
 };
 
 // Executes a plan: allocates each requested rank and fills every parameter, casting dtypes in the same pass
 // as the copy, with a pool of threads. Throws Error (I/O, short reads) naming the file and tensor.
 std::vector<RankWeights> load_ranks(const Checkpoint& checkpoint, const Plan& plan,
                                     const LoadOptions& options = {}, LoadStats* stats = nullptr);
+
+// Loads the modules for which `modules[m]` is true (all when empty) into ranks already loaded with this plan,
+// in place: no buffer moves or changes size. Each module loaded is post-processed once, after all its tensors
+// arrived; every other module keeps its bytes. Throws Error(kInvalidArgument) when a buffer does not fit the
+// plan.
+void load_into(const Checkpoint& checkpoint, const Plan& plan, std::vector<RankWeights>& ranks,
+               const std::vector<bool>& modules, const LoadOptions& options = {}, LoadStats* stats = nullptr);
+
+enum class PostprocessMode {
+  kOnce,        // skip modules already processed (what every load does)
+  kForceAgain,  // run even on processed modules: only for tests that show what a second pass would break
+};
+
+// Post-processes the listed modules of a loaded rank in place (FP8 requantization and scale merging, dynamic
+// FP8 quantization; ../shared/spec/layout.md) and marks them processed.
+void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vector<uint32_t>& modules,
+                         PostprocessMode mode = PostprocessMode::kOnce);
 
 // A view of one parameter of a loaded rank.
 TensorView param_view(const RankWeights& weights, const PlanParam& param);

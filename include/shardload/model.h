@@ -25,6 +25,17 @@ enum class Family {
 
 std::string_view family_name(Family family);
 
+// How the checkpoint's (or, for kFp8Dynamic, the loaded) linear weights are quantized (layout.md "FP8").
+enum class Quantization {
+  kNone,
+  kFp8,         // static per-tensor: F8_E4M3 weights, weight_scale (and input_scale when static)
+  kFp8Block,    // weight_block_size blocks: F8_E4M3 weights, weight_scale_inv per block
+  kFp8Dynamic,  // --quantization fp8 on a bf16/fp16/fp32 checkpoint: quantized per rank tensor at load
+};
+
+// "none", "fp8", "fp8-block", "fp8-dynamic" (the manifest's spelling).
+std::string_view quantization_name(Quantization quantization);
+
 // What the sharding tables need from config.json, with the defaults of ../shared/spec/layout.md applied.
 // Zero means "the model has no such thing".
 struct ModelConfig {
@@ -56,6 +67,12 @@ struct ModelConfig {
   uint64_t qk_rope_head_dim = 0;
   uint64_t v_head_dim = 0;
   uint64_t n_group = 0;
+
+  // FP8 (quantization_config).
+  Quantization quantization = Quantization::kNone;
+  bool static_activations = false;  // activation_scheme "static": input_scale tensors
+  uint64_t block_rows = 0;          // weight_block_size, block FP8 only
+  uint64_t block_cols = 0;
 
   bool is_moe() const { return experts > 0; }
   int moe_layer_count() const;

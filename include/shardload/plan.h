@@ -29,6 +29,7 @@ struct ParallelConfig {
   RowBias row_bias = RowBias::kFull;
   bool split_shared_experts = true;  // false: --no-split-shared-experts (replicated whole)
   std::optional<DType> dtype;        // unset: --dtype auto (config torch_dtype)
+  bool quantize_fp8 = false;         // --quantization fp8: dynamic FP8 for a bf16/fp16/fp32 checkpoint
 };
 
 // Reads {"physical_to_logical_map": [[...], ...]}. Throws Error(kInvalidArgument) naming the file.
@@ -65,6 +66,29 @@ struct PlanPiece {
   uint64_t cols() const { return col_end - col_begin; }
 };
 
+// What a parameter holds within its module (the rule instance it belongs to, e.g. one layer's qkv_proj).
+enum class ParamRole {
+  kData,              // the weight, bias, norm, ...: exported
+  kWeightScale,       // FP8 weight_scale / weight_scale_inv: exported
+  kInputScale,        // FP8 static input_scale: exported
+  kWeightScaleParts,  // the checkpoint's per-part weight scales, [slots, parts] F32: internal
+  kInputScaleParts,   // the checkpoint's per-part input scales, [slots, parts] F32: internal
+  kDynamicSource,     // the unquantized weight in float32 (dynamic FP8): internal
+};
+
+// Post-processing of a module, run once after all its tensors arrived, in place (src/load/postprocess.cc).
+enum class PostProcess {
+  kNone,
+  kFp8Requantize,  // static FP8: parts to the largest scale, merged weight and input scales
+  kFp8Quantize,    // dynamic FP8: quantize the float32 source per slot
+};
+
+struct PlanModule {
+  std::string name;  // the rank tensor name of its main parameter
+  PostProcess post = PostProcess::kNone;
+  std::vector<uint64_t> part_rows;  // rows of each fused part within one slot of the weight
+};
+
 // A rank tensor: its name, dtype and shape as ../shared/spec/layout.md gives them, its place in the rank's
 // allocation, and the pieces that fill it. Bytes no piece covers (vocab padding) are zero.
 struct PlanParam {
@@ -75,6 +99,11 @@ struct PlanParam {
   uint64_t nbytes = 0;
   std::vector<PlanPiece> pieces;
   bool has_padding = false;  // some bytes are zero fill
+  uint32_t module = 0;  // index into Plan::modules
+  ParamRole role = ParamRole::kData;
+  bool exported() const {
+    return role == ParamRole::kData || role == ParamRole::kWeightScale || role == ParamRole::kInputScale;
+  }
 };
 
 struct RankPlan {
@@ -97,6 +126,8 @@ struct Plan {
   std::vector<std::vector<int>> physical_to_logical;  // one row per MoE layer, in layer order
   std::vector<PlanSource> sources;
   std::vector<std::string> skipped;  // checkpoint tensors skipped by a stated rule
+  Quantization quantization = Quantization::kNone;  // of the loaded weights
+  std::vector<PlanModule> modules;                   // the same on every rank
   std::vector<RankPlan> ranks;
 
   nlohmann::json to_json(bool with_pieces = true) const;

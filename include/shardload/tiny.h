@@ -16,6 +16,14 @@ struct TinyOptions {
   int experts = -1;        // -1: the family's default (ignored by dense families)
   uint64_t size_bytes = 0; // 0: tiny; otherwise grow hidden/intermediate sizes to reach about this many bytes
   bool overwrite = false;  // a non-empty out is refused unless set; then its shards, index and config go first
+  // Weight format: "none" (bf16), "fp8" (F8_E4M3 projections with a float32 weight_scale each,
+  // AutoFP8 / vLLM) or "fp8-block" (F8_E4M3 projections with float32 weight_scale_inv per 128x128
+  // block, DeepSeek-V3; the family's default sizes then change so that TP splits fall on whole
+  // blocks, and size_bytes is refused).
+  std::string quant = "none";
+  // "fp8" only: "static" (the default when empty: an input_scale per projection) or "dynamic". Any
+  // value with another quant is refused.
+  std::string activation_scheme = {};
 };
 
 struct TinySummary {
@@ -29,8 +37,9 @@ struct TinySummary {
 // The family names --arch accepts, in a fixed order.
 const std::vector<std::string>& tiny_architectures();
 
-// Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch, bad counts or a non-empty out
-// without overwrite; Error(kIo) when a file cannot be written.
+// Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or quant, an activation
+// scheme without fp8, bad counts or a non-empty out without overwrite; Error(kIo) when a file cannot
+// be written.
 TinySummary make_tiny(const TinyOptions& options);
 
 }  // namespace shardload

@@ -79,6 +79,7 @@ void run_load(const LoadCommandOptions& options) {
   if (options.checksum) {
     for (const RankWeights& weights : ranks) {
       for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
+        if (!param.exported()) continue;
         const TensorView view = param_view(weights, param);
         std::cout << checksum_line(weights.rank, param.name, view.dtype, view.shape, view.data);
       }
@@ -86,10 +87,10 @@ void run_load(const LoadCommandOptions& options) {
   }
   std::cout << fmt::format(
       "loaded {} ranks of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
-      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written)\n",
+      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written), postprocess {:.3f} s\n",
       ranks.size(), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, stats.bytes_read,
       stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate, stats.seconds_copy,
-      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy));
+      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy), stats.seconds_postprocess);
 }
 
 }  // namespace

@@ -23,6 +23,13 @@ void add_make_tiny_command(CLI::App& app) {
   cmd->add_option("--size", options->size_bytes,
                   "Grow hidden and intermediate sizes to reach about this many bytes");
   cmd->add_flag("--overwrite", options->overwrite, "Replace the checkpoint files of a non-empty --out");
+  // Checked by make_tiny, so that a bad value gives the same Error(kInvalidArgument) as the API.
+  cmd->add_option("--quant", options->quant,
+                  "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM) or fp8-block "
+                  "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size)")
+      ->capture_default_str();
+  cmd->add_option("--activation-scheme", options->activation_scheme,
+                  "With --quant fp8: static (default; an input_scale per projection) or dynamic");
   cmd->callback([options] {
     const TinySummary summary = make_tiny(*options);
     std::cout << fmt::format("wrote {}: {} tensors, {} bytes in {} files\n", summary.dir,

@@ -16,6 +16,10 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
                "Replicate shared experts whole on every rank");
   cmd.add_option("--dtype", o.dtype, "auto (config torch_dtype), bf16, fp16 or fp32")
       ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp32", "float32"}));
+  cmd.add_option("--quantization", o.quantization,
+                 "none, or fp8: dynamic FP8 per rank tensor for an unquantized checkpoint (an FP8 checkpoint "
+                 "stays as it is)")
+      ->check(CLI::IsMember({"none", "fp8"}));
 }
 
 ParallelConfig ParallelOptions::to_config() const {
@@ -29,6 +33,7 @@ ParallelConfig ParallelOptions::to_config() const {
   if (dtype == "bf16" || dtype == "bfloat16") config.dtype = DType::kBF16;
   if (dtype == "fp16" || dtype == "float16" || dtype == "half") config.dtype = DType::kF16;
   if (dtype == "fp32" || dtype == "float32") config.dtype = DType::kF32;
+  config.quantize_fp8 = quantization == "fp8";
   return config;
 }
 

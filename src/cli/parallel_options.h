@@ -19,6 +19,7 @@ struct ParallelOptions {
   std::string row_bias = "full";
   bool no_split_shared_experts = false;
   std::string dtype = "auto";
+  std::string quantization = "none";
 
   // Throws shardload::Error(kInvalidArgument) for a bad value (reads --expert-map).
   ParallelConfig to_config() const;

@@ -87,6 +87,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       part_bytes = 0;
     };
     for (const PlanParam& param : rank.params) {
+      if (!param.exported()) continue;  // post-processing inputs, not part of the layout
       // A part is closed when the next tensor would take it past the limit, unless it is still empty.
       if (!part.empty() && part_bytes + param.nbytes > options.max_file_size) flush();
       part.push_back({param.name, param.dtype, param.shape,
@@ -105,7 +106,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       {"ep_size", plan.parallel.ep},
       {"moe_tp_size", plan.moe_tp},
       {"dtype", dtype_name(plan.dtype)},
-      {"quantization", "none"},
+      {"quantization", quantization_name(plan.quantization)},
       {"postprocessed", true},
       {"row_bias", row_bias_name(plan.parallel.row_bias)},
       {"no_split_shared_experts", !plan.parallel.split_shared_experts},

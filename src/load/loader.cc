@@ -86,8 +86,10 @@ class Executor {
  public:
   Executor(const Checkpoint& ckpt, const Plan& plan) : ckpt_(ckpt), plan_(plan) {}
 
-  void add_rank(const RankPlan& rank, std::byte* base) {
+  // Every piece of the rank, or of the modules `modules` marks (all when empty).
+  void add_rank(const RankPlan& rank, std::byte* base, const std::vector<bool>& modules = {}) {
     for (const PlanParam& param : rank.params) {
+      if (!modules.empty() && !modules[param.module]) continue;
       for (const PlanPiece& piece : param.pieces) add_piece(param, piece, base + param.offset);
     }
   }
@@ -251,6 +253,57 @@ class Executor {
   uint64_t total_ = 0;
 };
 
+// Post-processes the listed modules of every rank, in parallel over (rank, module).
+void postprocess_ranks(const Plan& plan, std::vector<RankWeights>& ranks, const std::vector<bool>& modules,
+                       int threads) {
+  std::vector<uint32_t> list;
+  for (uint32_t m = 0; m < plan.modules.size(); ++m) {
+    if ((modules.empty() || modules[m]) && plan.modules[m].post != PostProcess::kNone) list.push_back(m);
+  }
+  for (RankWeights& weights : ranks) {
+    weights.processed.resize(plan.modules.size(), 0);
+    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
+      if (modules.empty() || modules[m]) weights.processed[m] = 0;  // new bytes: not processed yet
+    }
+  }
+  parallel_for(ranks.size() * list.size(), threads, [&](size_t i, int) {
+    postprocess_modules(plan, ranks[i / list.size()], {list[i % list.size()]});
+  });
+  for (RankWeights& weights : ranks) {
+    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
+      if (modules.empty() || modules[m]) weights.processed[m] = 1;  // nothing to do counts as done
+    }
+  }
+}
+
+void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
+                const std::vector<bool>& modules, const LoadOptions& options, LoadStats* stats) {
+  auto start = std::chrono::steady_clock::now();
+  Executor executor(ckpt, plan);
+  for (RankWeights& weights : ranks) {
+    executor.add_rank(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), modules);
+  }
+  executor.finish();
+  executor.run(options.threads, options.progress);
+  const double copy = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  postprocess_ranks(plan, ranks, modules, options.threads);
+  if (stats != nullptr) {
+    stats->seconds_copy = copy;
+    stats->seconds_postprocess = seconds_since(start);
+    stats->bytes_read = executor.total_bytes();
+    stats->bytes_written = 0;
+    for (const RankWeights& weights : ranks) stats->bytes_written += weights.buffer.size();
+  }
+}
+
+void check_rank(const Plan& plan, int r) {
+  if (r < 0 || r >= static_cast<int>(plan.ranks.size())) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("rank {} is outside the layout of {} ranks", r, plan.ranks.size()));
+  }
+}
+
 }  // namespace
 
 std::vector<RankWeights> load_ranks(const Checkpoint& ckpt, const Plan& plan,
@@ -259,34 +312,35 @@ std::vector<RankWeights> load_ranks(const Checkpoint& ckpt, const Plan& plan,
   if (ranks.empty()) {
     for (const RankPlan& rank : plan.ranks) ranks.push_back(rank.rank);
   }
-  for (int r : ranks) {
-    if (r < 0 || r >= static_cast<int>(plan.ranks.size())) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("rank {} is outside the layout of {} ranks", r, plan.ranks.size()));
-    }
-  }
-  auto start = std::chrono::steady_clock::now();
+  for (int r : ranks) check_rank(plan, r);
+  const auto start = std::chrono::steady_clock::now();
   std::vector<RankWeights> out;
   for (int r : ranks) {
-    out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes)});
+    out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
   }
   const double allocate = seconds_since(start);
-
-  start = std::chrono::steady_clock::now();
-  Executor executor(ckpt, plan);
-  for (RankWeights& weights : out) {
-    executor.add_rank(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data());
-  }
-  executor.finish();
-  executor.run(options.threads, options.progress);
-  if (stats != nullptr) {
-    stats->seconds_allocate = allocate;
-    stats->seconds_copy = seconds_since(start);
-    stats->bytes_read = executor.total_bytes();
-    stats->bytes_written = 0;
-    for (const RankWeights& weights : out) stats->bytes_written += weights.buffer.size();
-  }
+  fill_ranks(ckpt, plan, out, {}, options, stats);
+  if (stats != nullptr) stats->seconds_allocate = allocate;
   return out;
+}
+
+void load_into(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
+               const std::vector<bool>& modules, const LoadOptions& options, LoadStats* stats) {
+  if (!modules.empty() && modules.size() != plan.modules.size()) {
+    throw Error(ErrorKind::kInvalidArgument, "the module filter does not fit the plan",
+                {.expected = fmt::format("{} modules", plan.modules.size()),
+                 .found = fmt::format("{}", modules.size())});
+  }
+  for (const RankWeights& weights : ranks) {
+    check_rank(plan, weights.rank);
+    const uint64_t bytes = plan.ranks[static_cast<size_t>(weights.rank)].bytes;
+    if (weights.buffer.size() != bytes) {
+      throw Error(ErrorKind::kInvalidArgument, "the rank buffer does not fit the plan",
+                  {.field = fmt::format("rank {}", weights.rank), .expected = fmt::format("{} bytes", bytes),
+                   .found = fmt::format("{} bytes", weights.buffer.size())});
+    }
+  }
+  fill_ranks(ckpt, plan, ranks, modules, options, stats);
 }
 
 TensorView param_view(const RankWeights& weights, const PlanParam& param) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "model/quantization_config.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 
@@ -203,6 +204,7 @@ ModelConfig ModelConfig::from_json(const json& c) {
     m.v_head_dim = get_positive(c, "v_head_dim");
   }
   read_moe(c, m);
+  read_quantization(c, m);
   return m;
 }
 

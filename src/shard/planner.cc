@@ -53,7 +53,18 @@ struct Instance {
   std::string target;
   // sources[x][k]: part k for logical expert x (one row for non-expert parameters).
   std::vector<std::vector<std::string>> sources;
+  // FP8 checkpoints: the scale tensors of each source, like `sources` (empty when not quantized).
+  std::vector<std::vector<std::string>> weight_scales;
+  std::vector<std::vector<std::string>> input_scales;
+  bool quantized = false;  // an FP8 linear layer (checkpoint or dynamic)
 };
+
+// "X.weight" -> "X.<suffix>", "X.w13_weight" -> "X.w13_<suffix>".
+std::string with_suffix(const std::string& weight_name, std::string_view suffix) {
+  return weight_name.substr(0, weight_name.size() - std::string_view("weight").size()) + std::string(suffix);
+}
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 struct Block {
   uint64_t row_begin, row_end, col_begin, col_end;
@@ -69,9 +80,9 @@ class Planner {
                   {.file = ckpt.path()});
     }
     plan_.model = ModelConfig::from_json(ckpt.config());
-    if (ckpt.config().contains("quantization_config")) {
-      throw Error(ErrorKind::kConfig, "quantized checkpoints are not supported yet",
-                  {.file = "config.json", .field = "quantization_config"});
+    plan_.quantization = plan_.model.quantization;
+    if (plan_.quantization == Quantization::kNone && parallel.quantize_fp8) {
+      plan_.quantization = Quantization::kFp8Dynamic;
     }
     plan_.parallel = parallel;
     validate_layout(plan_.model, parallel);
@@ -83,6 +94,7 @@ class Planner {
   Plan run() {
     instantiate();
     check_consumed();
+    plan_modules();
     for (int r = 0; r < plan_.parallel.tp; ++r) plan_.ranks.push_back(plan_rank(r));
     return std::move(plan_);
   }
@@ -107,12 +119,25 @@ class Planner {
   }
 
   void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix) {
-    Instance inst{&rule, layer, moe_layer, prefix + rule.target, {}};
+    Instance inst{&rule, layer, moe_layer, prefix + rule.target, {}, {}, {}, false};
+    inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target);
+    const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
+    const std::string_view scale_suffix =
+        plan_.quantization == Quantization::kFp8Block ? "weight_scale_inv" : "weight_scale";
     const size_t experts = rule.group == Group::kExpert ? model().experts : 1;
     for (size_t x = 0; x < experts; ++x) {
       std::vector<std::string>& names = inst.sources.emplace_back();
       for (const Part& part : rule.parts) {
         names.push_back(prefix + replace_all(part.source, "{E}", std::to_string(x)));
+      }
+      if (!checkpoint_scales) continue;
+      std::vector<std::string>& scales = inst.weight_scales.emplace_back();
+      std::vector<std::string>& inputs = inst.input_scales.emplace_back();
+      for (const std::string& name : names) {
+        scales.push_back(with_suffix(name, scale_suffix));
+        if (model().static_activations && plan_.quantization == Quantization::kFp8) {
+          inputs.push_back(with_suffix(name, "input_scale"));
+        }
       }
     }
     if (rule.optional) {
@@ -148,9 +173,21 @@ class Planner {
   void check_consumed() {
     std::unordered_map<std::string, Shape> expected;
     for (const Instance& inst : instances_) {
-      for (const auto& names : inst.sources) {
+      for (size_t x = 0; x < inst.sources.size(); ++x) {
+        const auto& names = inst.sources[x];
         for (size_t k = 0; k < names.size(); ++k) {
-          expected.emplace(names[k], inst.rule->parts[k].shape(model()));
+          const Shape shape = inst.rule->parts[k].shape(model());
+          expected.emplace(names[k], shape);
+          if (inst.weight_scales.empty()) continue;
+          if (plan_.quantization == Quantization::kFp8Block) {
+            const uint64_t rows = shape.empty() ? 1 : shape[0];
+            const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
+            expected.emplace(inst.weight_scales[x][k],
+                             Shape{ceil_div(rows, model().block_rows), ceil_div(cols, model().block_cols)});
+          } else {
+            expected.emplace(inst.weight_scales[x][k], Shape{});  // a scalar ([1] accepted too)
+          }
+          if (!inst.input_scales[x].empty()) expected.emplace(inst.input_scales[x][k], Shape{});
         }
       }
     }
@@ -168,8 +205,15 @@ class Planner {
     }
     // In table order, so that the first missing tensor reported is the first a reader would look for.
     for (const Instance& inst : instances_) {
-      for (const auto& names : inst.sources) {
-        for (const std::string& name : names) source_index(name, expected.at(name));
+      for (const auto* table : {&inst.sources, &inst.weight_scales, &inst.input_scales}) {
+        for (const auto& names : *table) {
+          for (const std::string& name : names) source_index(name, expected.at(name));
+        }
+      }
+      if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
+        for (const auto& names : inst.sources) {
+          for (const std::string& name : names) require_fp8(name);
+        }
       }
     }
   }
@@ -189,7 +233,8 @@ class Planner {
     }
     const TensorInfo& info = *entry->info;
     const SafetensorsFile& file = ckpt_.files()[entry->file];
-    if (info.shape != expected_shape) {
+    const bool scalar_as_one = expected_shape.empty() && info.shape == Shape{1};
+    if (info.shape != expected_shape && !scalar_as_one) {
       throw Error(ErrorKind::kShapeMismatch, "shape disagrees with config.json",
                   {.file = file.path(), .tensor = name, .field = "shape",
                    .expected = shape_text(expected_shape), .found = shape_text(info.shape)});
@@ -206,6 +251,15 @@ class Planner {
     source.cols = info.shape.size() <= 1 ? 1 : shape_numel(Shape(info.shape.begin() + 1, info.shape.end()));
     plan_.sources.push_back(std::move(source));
     return it->second;
+  }
+
+  void require_fp8(const std::string& name) const {
+    const PlanSource& src = source(name);
+    if (src.dtype != DType::kF8E4M3) {
+      throw Error(ErrorKind::kUnsupportedDtype, "an FP8 checkpoint's linear weights must be F8_E4M3",
+                  {.file = ckpt_.files()[src.file].path(), .tensor = name, .field = "dtype",
+                   .expected = "F8_E4M3", .found = std::string(dtype_name(src.dtype))});
+    }
   }
 
   const PlanSource& source(const std::string& name) const {
@@ -271,7 +325,10 @@ class Planner {
     return b;
   }
 
-  PlanParam plan_param(const Instance& inst, int rank) const {
+  // The rank tensors of one rule instance: its parameter and, for an FP8 linear layer, its scales (and the
+  // internal tensors post-processing reads), all in module `module`.
+  std::vector<PlanParam> plan_params(const Instance& inst, int rank, uint32_t module,
+                                     std::vector<uint64_t>* part_rows) const {
     const ParamRule& rule = *inst.rule;
     const ParallelConfig& p = plan_.parallel;
     uint64_t group = static_cast<uint64_t>(p.tp);
@@ -283,10 +340,14 @@ class Planner {
       group = 1;
       group_rank = 0;
     }
+    const bool dynamic = inst.quantized && plan_.quantization == Quantization::kFp8Dynamic;
     PlanParam param;
     param.name = inst.target;
-    param.dtype = rule.keep == Keep::kFloat32 ? DType::kF32 : plan_.dtype;
-    const uint64_t esize = dtype_bits(param.dtype) / 8;
+    param.module = module;
+    param.dtype = inst.quantized ? DType::kF8E4M3 : rule.keep == Keep::kFloat32 ? DType::kF32 : plan_.dtype;
+    // Dynamic FP8 reads the checkpoint into a float32 twin that post-processing quantizes.
+    const DType read_dtype = dynamic ? DType::kF32 : param.dtype;
+    const uint64_t esize = dtype_bits(read_dtype) / 8;
 
     // The layout of one slot: parts stacked along the rows.
     std::vector<Block> blocks;
@@ -304,6 +365,7 @@ class Planner {
       cols = block_cols;
       rows += b.out_rows;
       blocks.push_back(b);
+      if (part_rows != nullptr) part_rows->push_back(b.out_rows);
     }
     const uint64_t slot_bytes = rows * cols * esize;
     const bool vector = source(first[0]).shape.size() <= 1;
@@ -321,41 +383,163 @@ class Planner {
       }
     };
 
-    if (rule.group == Group::kExpert) {
+    std::vector<size_t> slot_logical;  // the logical expert (source row of inst.sources) of each slot
+    const bool expert = rule.group == Group::kExpert;
+    if (expert) {
       const uint64_t local = static_cast<uint64_t>(plan_.physical_experts / p.ep);
       const uint64_t ep_rank = static_cast<uint64_t>(rank / plan_.moe_tp);
       const std::vector<int>& map = plan_.physical_to_logical[static_cast<size_t>(inst.moe_layer)];
       for (uint64_t j = 0; j < local; ++j) {
-        const int logical = map[ep_rank * local + j];
-        add_slot(inst.sources[static_cast<size_t>(logical)], j * slot_bytes);
+        slot_logical.push_back(static_cast<size_t>(map[ep_rank * local + j]));
+        add_slot(inst.sources[slot_logical.back()], j * slot_bytes);
       }
       param.shape = {local, rows, cols};
     } else {
+      slot_logical.push_back(0);
       add_slot(first, 0);
       param.shape = vector ? Shape{rows} : Shape{rows, cols};
       if (rule.flatten) param.shape = {rows * cols};
     }
     param.nbytes = shape_nbytes(param.shape, param.dtype);
-    return param;
+    std::vector<PlanParam> out;
+    if (!inst.quantized) {
+      out.push_back(std::move(param));
+      return out;
+    }
+
+    const uint64_t slots = slot_logical.size();
+    const uint64_t parts = blocks.size();
+    auto make = [&](std::string name, ParamRole role, Shape shape) {
+      PlanParam extra;
+      extra.name = std::move(name);
+      extra.module = module;
+      extra.role = role;
+      extra.dtype = DType::kF32;
+      extra.shape = std::move(shape);
+      extra.nbytes = shape_nbytes(extra.shape, extra.dtype);
+      return extra;
+    };
+    // A merged per-tensor scale: [1] for a dense layer, [El] per expert, [El, 2] for w13 (both columns equal,
+    // the shape the engines keep so that the next reload fits).
+    const Shape merged = !expert ? Shape{1} : parts == 2 ? Shape{slots, 2} : Shape{slots};
+    if (plan_.quantization == Quantization::kFp8Block) {
+      out.push_back(std::move(param));
+      out.push_back(block_scale_param(inst, blocks, slot_logical, expert, module));
+      return out;
+    }
+    if (dynamic) {
+      PlanParam twin = make(with_suffix(inst.target, "weight_f32"), ParamRole::kDynamicSource, param.shape);
+      twin.pieces = std::move(param.pieces);
+      param.pieces.clear();
+      out.push_back(std::move(param));
+      out.push_back(make(with_suffix(inst.target, "weight_scale"), ParamRole::kWeightScale, merged));
+      out.push_back(std::move(twin));
+      return out;
+    }
+    // Static per-tensor: each part's scalar scales land in [slots, parts] tables; post-processing merges them.
+    auto scale_table = [&](const std::vector<std::vector<std::string>>& names, std::string name, ParamRole role) {
+      PlanParam table = make(std::move(name), role, Shape{slots, parts});
+      for (uint64_t j = 0; j < slots; ++j) {
+        for (uint64_t k = 0; k < parts; ++k) {
+          table.pieces.push_back({source_ids_.at(names[slot_logical[j]][k]), 0, 1, 0, 1, (j * parts + k) * 4, 1});
+        }
+      }
+      return table;
+    };
+    out.push_back(std::move(param));
+    out.push_back(make(with_suffix(inst.target, "weight_scale"), ParamRole::kWeightScale, merged));
+    out.push_back(scale_table(inst.weight_scales, with_suffix(inst.target, "weight_scale_parts"),
+                              ParamRole::kWeightScaleParts));
+    if (!inst.input_scales.front().empty()) {
+      out.push_back(make(with_suffix(inst.target, "input_scale"), ParamRole::kInputScale,
+                         expert ? Shape{slots} : Shape{1}));
+      out.push_back(scale_table(inst.input_scales, with_suffix(inst.target, "input_scale_parts"),
+                                ParamRole::kInputScaleParts));
+    }
+    return out;
   }
 
-  RankPlan plan_rank(int rank) const {
+  // Block FP8: the scale grid is cut with its weight, block rows for row cuts and block columns for column
+  // cuts, per part; a cut inside a block would mix two ranks' scales, so it is an error.
+  PlanParam block_scale_param(const Instance& inst, const std::vector<Block>& blocks,
+                              const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
+    const uint64_t br = model().block_rows;
+    const uint64_t bc = model().block_cols;
+    const std::vector<std::string>& first = inst.sources.front();
+    auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
+                     const char* dim) {
+      if (begin == 0 && end == full) return;
+      if (begin % block != 0 || (end % block != 0 && end != full)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide FP8 "
+                                "blocks",
+                                begin, end, full, dim, block),
+                    {.tensor = part, .field = inst.target,
+                     .expected = fmt::format("a multiple of {}", block),
+                     .found = fmt::format("{} {} per rank", end - begin, dim)});
+      }
+    };
+    uint64_t grid_rows = 0;
+    uint64_t grid_cols = 0;
+    std::vector<uint64_t> part_row0;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const Block& b = blocks[k];
+      const PlanSource& src = source(first[k]);
+      check(b.row_begin, b.row_end, src.rows, br, first[k], "rows");
+      check(b.col_begin, b.col_end, src.cols, bc, first[k], "columns");
+      part_row0.push_back(grid_rows);
+      grid_rows += ceil_div(b.out_rows, br);
+      grid_cols = ceil_div(b.col_end - b.col_begin, bc);
+    }
+    PlanParam scale;
+    scale.name = with_suffix(inst.target, "weight_scale_inv");
+    scale.module = module;
+    scale.role = ParamRole::kWeightScale;
+    scale.dtype = DType::kF32;
+    const uint64_t slots = slot_logical.size();
+    scale.shape = expert ? Shape{slots, grid_rows, grid_cols} : Shape{grid_rows, grid_cols};
+    scale.nbytes = shape_nbytes(scale.shape, scale.dtype);
+    const uint64_t slot_bytes = grid_rows * grid_cols * 4;
+    for (uint64_t j = 0; j < slots; ++j) {
+      for (size_t k = 0; k < blocks.size(); ++k) {
+        const Block& b = blocks[k];
+        scale.pieces.push_back({source_ids_.at(inst.weight_scales[slot_logical[j]][k]), b.row_begin / br,
+                                ceil_div(b.row_end, br), b.col_begin / bc, ceil_div(b.col_end, bc),
+                                j * slot_bytes + part_row0[k] * grid_cols * 4, 1});
+      }
+    }
+    return scale;
+  }
+
+  RankPlan plan_rank(int rank) {
     RankPlan out;
     out.rank = rank;
     out.ep_rank = rank / plan_.moe_tp;
     out.moe_tp_rank = rank % plan_.moe_tp;
     uint64_t offset = 0;
-    for (const Instance& inst : instances_) {
-      PlanParam param = plan_param(inst, rank);
-      param.offset = offset;
-      offset += (param.nbytes + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
-      for (const PlanPiece& piece : param.pieces) {
-        out.read_bytes += piece.rows() * piece.cols() * dtype_bits(plan_.sources[piece.source].dtype) / 8;
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      std::vector<uint64_t>* part_rows = rank == 0 ? &plan_.modules[i].part_rows : nullptr;
+      for (PlanParam& param : plan_params(instances_[i], rank, static_cast<uint32_t>(i), part_rows)) {
+        param.offset = offset;
+        offset += (param.nbytes + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+        for (const PlanPiece& piece : param.pieces) {
+          out.read_bytes += piece.rows() * piece.cols() * dtype_bits(plan_.sources[piece.source].dtype) / 8;
+        }
+        out.params.push_back(std::move(param));
       }
-      out.params.push_back(std::move(param));
     }
     out.bytes = offset;
     return out;
+  }
+
+  // One module per rule instance; its post-processing follows from the quantization.
+  void plan_modules() {
+    for (const Instance& inst : instances_) {
+      PlanModule module{inst.target, PostProcess::kNone, {}};
+      if (inst.quantized && plan_.quantization == Quantization::kFp8) module.post = PostProcess::kFp8Requantize;
+      if (inst.quantized && plan_.quantization == Quantization::kFp8Dynamic) module.post = PostProcess::kFp8Quantize;
+      plan_.modules.push_back(std::move(module));
+    }
   }
 
   const Checkpoint& ckpt_;

@@ -18,6 +18,7 @@
 #include "tiny/tiny_config.h"
 #include "tiny/tiny_files.h"
 #include "tiny/tiny_model.h"
+#include "tiny/tiny_quant.h"
 #include "tiny/tiny_shards.h"
 #include "tiny/tiny_values.h"
 
@@ -87,14 +88,16 @@ Shard generate_shard(fs::path path, const std::vector<TensorSpec>& tensors,
   for (size_t i : members) bytes += sizes[i];
   Shard shard{.path = std::move(path), .buffer = AlignedBuffer(bytes), .tensors = {}};
   std::vector<tiny::FillJob> jobs;
+  std::vector<tiny::FillJob> fp8_jobs;  // FP8 weights and scales, derived from bf16 values
   uint64_t offset = 0;
   for (size_t i : members) {
     const std::span<std::byte> out = shard.buffer.span().subspan(offset, sizes[i]);
-    jobs.push_back({&tensors[i], out});
+    (tensors[i].quant == tiny::Quant::kNone ? jobs : fp8_jobs).push_back({&tensors[i], out});
     shard.tensors.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape, out});
     offset += sizes[i];
   }
   tiny::fill_values(jobs, seed);
+  tiny::fill_quantized(fp8_jobs, seed);
   return shard;
 }
 
@@ -113,6 +116,30 @@ void write_shards(const fs::path& out, const std::vector<TensorSpec>& tensors,
     });
   }
   if (writing.valid()) writing.get();
+}
+
+// --quant and --activation-scheme, checked together: the scheme belongs to per-tensor FP8 only.
+tiny::Quant parse_quant_options(const TinyOptions& options, bool& static_activations) {
+  const std::optional<tiny::Quant> quant = tiny::parse_quant(options.quant);
+  if (!quant) {
+    throw Error(ErrorKind::kInvalidArgument, "unknown quantization",
+                {.field = "quant",
+                 .expected = fmt::format("one of {}", fmt::join(tiny::quant_names(), ", ")),
+                 .found = options.quant});
+  }
+  const std::string& scheme = options.activation_scheme;
+  if (!scheme.empty() && *quant != tiny::Quant::kFp8) {
+    throw Error(ErrorKind::kInvalidArgument, "an activation scheme needs --quant fp8",
+                {.field = "activation-scheme",
+                 .expected = "--quant fp8",
+                 .found = fmt::format("--quant {}", options.quant)});
+  }
+  if (!scheme.empty() && scheme != "static" && scheme != "dynamic") {
+    throw Error(ErrorKind::kInvalidArgument, "unknown activation scheme",
+                {.field = "activation-scheme", .expected = "static or dynamic", .found = scheme});
+  }
+  static_activations = scheme != "dynamic";
+  return *quant;
 }
 
 }  // namespace
@@ -137,7 +164,10 @@ TinySummary make_tiny(const TinyOptions& options) {
   if (options.out.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "no output directory", {.field = "out"});
   }
-  tiny::TinyModel model = tiny::default_model(*family);
+  bool static_activations = true;
+  const tiny::Quant quant = parse_quant_options(options, static_activations);
+  tiny::TinyModel model = quant == tiny::Quant::kFp8Block ? tiny::block_fp8_model(*family)
+                                                          : tiny::default_model(*family);
   tiny::apply_counts(model, options.layers, options.experts);
   if (options.size_bytes > kMaxSizeBytes) {
     throw Error(ErrorKind::kInvalidArgument, "size too large",
@@ -145,6 +175,15 @@ TinySummary make_tiny(const TinyOptions& options) {
                  .expected = fmt::format("at most {} bytes", kMaxSizeBytes),
                  .found = std::to_string(options.size_bytes)});
   }
+  if (options.size_bytes > 0 && quant == tiny::Quant::kFp8Block) {
+    // Growing the sizes would break the 128-multiples that every TP split of block FP8 needs.
+    throw Error(ErrorKind::kInvalidArgument, "--size cannot be combined with --quant fp8-block",
+                {.field = "size",
+                 .expected = "no --size with fp8-block",
+                 .found = std::to_string(options.size_bytes)});
+  }
+  model.quant = quant;  // before scaling, so that the byte count is that of the FP8 tensors
+  model.static_activations = static_activations;
   if (options.size_bytes > 0) tiny::scale_to_size(model, options.size_bytes);
 
   const std::vector<TensorSpec> tensors = tiny::model_tensors(model);

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "tiny/tiny_quant.h"
+
 namespace shardload::tiny {
 
 namespace {
@@ -116,6 +118,18 @@ void ernie(json& c, const TinyModel& m) {
   c["num_nextn_predict_layers"] = m.mtp_layers;
 }
 
+// The quantization_config of AutoFP8 / vLLM "fp8" checkpoints, or of DeepSeek-V3's block FP8.
+json quantization_config(const TinyModel& m) {
+  if (m.quant == Quant::kFp8Block) {
+    return {{"quant_method", "fp8"},
+            {"activation_scheme", "dynamic"},
+            {"fmt", "e4m3"},
+            {"weight_block_size", json::array({kFp8Block, kFp8Block})}};
+  }
+  return {{"quant_method", "fp8"},
+          {"activation_scheme", m.static_activations ? "static" : "dynamic"}};
+}
+
 }  // namespace
 
 std::string_view architecture_name(Family family) {
@@ -192,6 +206,7 @@ json config_json(const TinyModel& m) {
       ernie(c, m);
       break;
   }
+  if (m.quant != Quant::kNone) c["quantization_config"] = quantization_config(m);
   return c;
 }
 

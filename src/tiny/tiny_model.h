@@ -29,6 +29,10 @@ inline constexpr Family kAllFamilies[] = {
     Family::kDeepseekV2, Family::kDeepseekV3, Family::kErnie45Moe,
 };
 
+// The weight format of the checkpoint (--quant): bf16 throughout, FP8 projections with a float32
+// scale per tensor (AutoFP8 / vLLM "fp8"), or with a float32 scale per 128x128 block (DeepSeek-V3).
+enum class Quant { kNone, kFp8, kFp8Block };
+
 // The --arch spelling, which is also config.json's model_type.
 std::string_view family_name(Family family);
 std::optional<Family> parse_family(std::string_view name);
@@ -65,10 +69,17 @@ struct TinyModel {
   uint64_t topk_group = 1;
 
   int mtp_layers = 0;  // DeepSeek-V3 num_nextn_predict_layers, ERNIE's mtp_* tensors
+
+  Quant quant = Quant::kNone;
+  bool static_activations = true;  // kFp8: input_scale tensors and activation_scheme "static"
 };
 
 // The family's small default: every tp in {1,2,4,8} and ep in {1,2,4} is a legal layout.
 TinyModel default_model(Family family);
+
+// The family's small default for block FP8 (tiny_block_defaults.cc): every TP split of every
+// projection, for tp in {1,2,4} and ep in {1,2,4}, falls on a multiple of 128.
+TinyModel block_fp8_model(Family family);
 
 // --layers / --experts (-1 keeps the default). Throws Error(kInvalidArgument) for other bad values.
 void apply_counts(TinyModel& model, int layers, int experts);
@@ -80,14 +91,19 @@ void scale_to_size(TinyModel& model, uint64_t target_bytes);
 // Whether decoder layer i has routed experts, by the family's own config rule.
 bool is_moe_layer(const TinyModel& model, int layer);
 
-// How a tensor's values are drawn: weights small around 0, norms around 1.
-enum class ValueKind { kWeight, kNorm, kBias };
+// How a tensor's values are drawn: weights small around 0, norms around 1; FP8 weight scales from
+// the values of their weight, input scales from their name (tiny_quant.h).
+enum class ValueKind { kWeight, kNorm, kBias, kWeightScale, kInputScale };
 
 struct TensorSpec {
   std::string name;
   DType dtype = DType::kBF16;
   Shape shape;
   ValueKind kind = ValueKind::kWeight;
+  // Not kNone for an FP8 weight (dtype F8_E4M3) and its scale tensors: the format they are in. The
+  // weight's codes and scales both derive from the bf16 values the weight would otherwise have.
+  Quant quant = Quant::kNone;
+  Shape weight_shape = {};  // kWeightScale: the shape of the weight it scales
 };
 
 // Every checkpoint tensor, in the order Hugging Face writes them (embeddings, layers, norm, head,

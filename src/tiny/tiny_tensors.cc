@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tiny/tiny_model.h"
+#include "tiny/tiny_quant.h"
 
 namespace shardload::tiny {
 
@@ -21,8 +22,15 @@ class Builder {
            DType dtype = DType::kBF16) {
     specs_.push_back({std::move(name), dtype, std::move(shape), kind});
   }
+  // A projection is FP8 with its scales under --quant; routers and heads, also linear, never are.
   void linear(const std::string& module, uint64_t out, uint64_t in) {
-    add(module + ".weight", {out, in});
+    if (m_.quant == Quant::kNone || !is_fp8_weight(module + ".weight")) {
+      add(module + ".weight", {out, in});
+      return;
+    }
+    for (TensorSpec& spec : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {
+      specs_.push_back(std::move(spec));
+    }
   }
   void bias(const std::string& module, uint64_t out) {
     add(module + ".bias", {out}, ValueKind::kBias);

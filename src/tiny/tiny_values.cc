@@ -22,22 +22,6 @@ namespace {
 constexpr uint64_t kChunkElements = uint64_t{1} << 16;
 constexpr unsigned kMaxThreads = 16;
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t hash = 0xCBF29CE484222325ull;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001B3ull;
-  }
-  return hash;
-}
-
 struct Distribution {
   float center;
   float amplitude;
@@ -51,6 +35,9 @@ Distribution distribution(ValueKind kind) {
       return {1.0f, 0.05f};
     case ValueKind::kBias:
       return {0.0f, 0.02f};
+    case ValueKind::kWeightScale:  // fill_values refuses these; tiny_quant.cc computes them
+    case ValueKind::kInputScale:
+      break;
   }
   return {0.0f, 0.0f};
 }
@@ -125,9 +112,30 @@ void fill_chunk(const FillJob& job, uint64_t chunk, uint64_t seed) {
 
 }  // namespace
 
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(std::string_view text) {
+  uint64_t hash = 0xCBF29CE484222325ull;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001B3ull;
+  }
+  return hash;
+}
+
 void fill_values(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {
   std::vector<WorkItem> items;
   for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].spec->quant != Quant::kNone) {
+      // Their values come from the weight's, which a chunk of the FP8 tensor alone cannot know.
+      throw Error(ErrorKind::kInvalidArgument, "FP8 tensors are filled by fill_quantized",
+                  {.tensor = jobs[j].spec->name});
+    }
     const uint64_t numel = shape_numel(jobs[j].spec->shape);
     for (uint64_t c = 0; c * kChunkElements < numel; ++c) items.push_back({j, c});
   }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tiny/tiny_model.h"
@@ -18,7 +19,11 @@ struct FillJob {
 // Fills every job with small, normal-ish values (weights and biases around 0, norms around 1),
 // drawn from a stream keyed by (seed, tensor name, chunk), so that each tensor differs from every
 // other, and the bytes do not depend on the thread count. Uses up to `threads` threads (0: one per
-// core).
+// core). FP8 weights and scales (spec.quant set) are tiny_quant.h's: Error(kInvalidArgument) here.
 void fill_values(std::span<const FillJob> jobs, uint64_t seed, unsigned threads = 0);
+
+// The generator's hashing, shared with the FP8 scales: SplitMix64 (advances state) and FNV-1a.
+uint64_t splitmix64(uint64_t& state);
+uint64_t fnv1a(std::string_view text);
 
 }  // namespace shardload::tiny

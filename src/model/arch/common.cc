@@ -21,6 +21,15 @@ long layer_index(std::string_view name) {
 
 }  // namespace
 
+bool is_linear_weight(std::string_view target) {
+  if (target.ends_with("experts.w13_weight") || target.ends_with("experts.w2_weight")) return true;
+  if (!target.ends_with(".weight")) return false;
+  target.remove_suffix(std::string_view(".weight").size());
+  const size_t dot = target.rfind('.');
+  const std::string_view module = dot == std::string_view::npos ? target : target.substr(dot + 1);
+  return module.find("_proj") != std::string_view::npos;
+}
+
 std::vector<ParamRule> concat(std::initializer_list<std::vector<ParamRule>> blocks) {
   std::vector<ParamRule> out;
   for (const auto& block : blocks) out.insert(out.end(), block.begin(), block.end());

@@ -1,0 +1,66 @@
+// quantization_config of config.json: the FP8 formats of ../shared/spec/layout.md, anything else refused.
+#include <fmt/format.h>
+
+#include "model/quantization_config.h"
+#include "shardload/error.h"
+
+namespace shardload {
+namespace {
+
+using json = nlohmann::json;
+
+Error quant_error(std::string message, std::string field, std::string expected, std::string found) {
+  return Error(ErrorKind::kConfig, std::move(message),
+               {.file = "config.json", .field = "quantization_config." + field,
+                .expected = std::move(expected), .found = std::move(found)});
+}
+
+}  // namespace
+
+std::string_view quantization_name(Quantization quantization) {
+  switch (quantization) {
+    case Quantization::kNone: return "none";
+    case Quantization::kFp8: return "fp8";
+    case Quantization::kFp8Block: return "fp8-block";
+    case Quantization::kFp8Dynamic: return "fp8-dynamic";
+  }
+  return "?";
+}
+
+void read_quantization(const json& config, ModelConfig& m) {
+  const auto it = config.find("quantization_config");
+  if (it == config.end() || it->is_null()) return;
+  const json& q = *it;
+  if (!q.is_object()) throw quant_error("not a JSON object", "", "object", q.type_name());
+  const auto method = q.find("quant_method");
+  const std::string name = method == q.end() ? "(missing)" : method->is_string() ? method->get<std::string>()
+                                                                                  : method->dump();
+  if (name != "fp8") {
+    throw quant_error("unsupported quantization method", "quant_method", "fp8", name);
+  }
+  const auto scheme = q.find("activation_scheme");
+  const std::string activations =
+      scheme == q.end() || scheme->is_null() ? "dynamic" : scheme->is_string() ? scheme->get<std::string>()
+                                                                               : scheme->dump();
+  if (activations != "static" && activations != "dynamic") {
+    throw quant_error("unknown activation scheme", "activation_scheme", "static or dynamic", activations);
+  }
+  m.static_activations = activations == "static";
+  if (const auto fmt_it = q.find("fmt"); fmt_it != q.end() && *fmt_it != "e4m3") {
+    throw quant_error("unsupported FP8 format", "fmt", "e4m3", fmt_it->dump());
+  }
+  const auto block = q.find("weight_block_size");
+  if (block == q.end() || block->is_null()) {
+    m.quantization = Quantization::kFp8;
+    return;
+  }
+  if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_unsigned() ||
+      !(*block)[1].is_number_unsigned() || (*block)[0] == 0 || (*block)[1] == 0) {
+    throw quant_error("not two positive integers", "weight_block_size", "[rows, cols]", block->dump());
+  }
+  m.quantization = Quantization::kFp8Block;
+  m.block_rows = (*block)[0].get<uint64_t>();
+  m.block_cols = (*block)[1].get<uint64_t>();
+}
+
+}  // namespace shardload

@@ -1,0 +1,13 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/model.h"
+
+namespace shardload {
+
+// Fills m.quantization and its parameters from config.json's quantization_config (absent: none). Throws
+// Error(kConfig) naming the field for a method or format shardload does not load.
+void read_quantization(const nlohmann::json& config, ModelConfig& m);
+
+}  // namespace shardload

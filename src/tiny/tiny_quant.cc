@@ -1,0 +1,275 @@
+// FP8 checkpoints: which tensors are FP8, their scale tensors, and their values, derived from the
+// bf16 values the generator would otherwise write, so that tests can dequantize and compare.
+
+#include "tiny/tiny_quant.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "shardload/convert.h"
+#include "shardload/error.h"
+
+namespace shardload::tiny {
+
+namespace {
+
+constexpr float kFp8Max = 448.0f;
+// Keeps the streams of the scale factors and input scales apart from each other and from the
+// tensor values, which hash the same names.
+constexpr uint64_t kFactorSalt = 0x5CA1E5F8A1B2C3D4ull;
+constexpr uint64_t kInputSalt = 0x1A9E7F0C4D3B2A19ull;
+constexpr unsigned kMaxThreads = 16;
+
+// A uniform float in [0, 1) with 22 random bits.
+float uniform(uint64_t seed, std::string_view name, uint64_t salt, uint64_t index) {
+  uint64_t state = seed ^ fnv1a(name) ^ salt;
+  state = splitmix64(state) + index * 0xD1B54A32D192ED03ull;
+  return static_cast<float>(splitmix64(state) >> 42) * 0x1p-22f;
+}
+
+// Where a projection sits in the layer that loaders fuse it into (qkv, gate_up, fused_qkv_a, an
+// expert's w13): the fused layer's name, this part's index, and the number of parts.
+struct FusedPart {
+  std::string_view layer;
+  int index = 0;
+  int parts = 1;
+};
+
+FusedPart fused_part(std::string_view module) {
+  struct Role {
+    std::string_view name;
+    int index, parts;
+  };
+  static constexpr Role kRoles[] = {
+      {"q_proj", 0, 3},    {"k_proj", 1, 3},   {"v_proj", 2, 3},
+      {"gate_proj", 0, 2}, {"up_proj", 1, 2},  {"w1", 0, 2},
+      {"w3", 1, 2},        {"q_a_proj", 0, 2}, {"kv_a_proj_with_mqa", 1, 2},
+  };
+  const size_t dot = module.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? module : module.substr(dot + 1);
+  for (const Role& role : kRoles) {
+    if (last == role.name) return {module.substr(0, dot + 1), role.index, role.parts};
+  }
+  return {module, 0, 1};
+}
+
+// The factor f in [1, 4) of a block (0 for a per-tensor scale): drawn per fused layer and block,
+// then spread so that the parts of a fused layer are at least 3/parts apart (modulo 3). Their
+// scales then differ clearly (a ratio of about 4/3 at least), so requantizing to the largest
+// matters, and which part is the largest changes from layer to layer.
+float scale_factor(uint64_t seed, std::string_view module, uint64_t block) {
+  const FusedPart part = fused_part(module);
+  double position = uniform(seed, part.layer, kFactorSalt, block) +
+                    static_cast<double>(part.index) / static_cast<double>(part.parts);
+  if (position >= 1.0) position -= 1.0;
+  return std::min(static_cast<float>(1.0 + 3.0 * position), std::nextafter(4.0f, 0.0f));
+}
+
+// The part of `name` before `suffix`, or nullopt when it does not end so.
+std::optional<std::string_view> strip(std::string_view name, std::string_view suffix) {
+  if (!name.ends_with(suffix)) return std::nullopt;
+  return name.substr(0, name.size() - suffix.size());
+}
+
+// The module a quantized tensor belongs to: "<m>" of <m>.weight, .weight_scale(_inv), .input_scale.
+std::string_view module_of(const TensorSpec& spec) {
+  for (std::string_view suffix :
+       {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale"}) {
+    if (auto module = strip(spec.name, suffix)) return *module;
+  }
+  throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale name",
+              {.tensor = spec.name});
+}
+
+// How a weight [rows, cols] is cut into blocks that share a scale.
+struct Grid {
+  uint64_t rows = 0, cols = 0;              // the weight
+  uint64_t block_rows = 0, block_cols = 0;  // rows and columns of one block
+  uint64_t grid_rows = 0, grid_cols = 0;    // blocks down and across
+};
+
+Grid grid_of(const std::string& weight, const Shape& shape, Quant quant) {
+  if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0) {
+    throw Error(ErrorKind::kInvalidArgument, "an FP8 weight must be a non-empty matrix",
+                {.tensor = weight});
+  }
+  Grid g{.rows = shape[0], .cols = shape[1]};
+  g.block_rows = quant == Quant::kFp8Block ? kFp8Block : g.rows;
+  g.block_cols = quant == Quant::kFp8Block ? kFp8Block : g.cols;
+  g.grid_rows = (g.rows + g.block_rows - 1) / g.block_rows;
+  g.grid_cols = (g.cols + g.block_cols - 1) / g.block_cols;
+  return g;
+}
+
+// The float32 values of the weight in its bf16 form: exactly what --quant none writes.
+std::vector<float> reference_values(const std::string& weight, const Shape& shape, uint64_t seed) {
+  const TensorSpec spec{weight, DType::kBF16, shape, ValueKind::kWeight};
+  const uint64_t numel = shape_numel(shape);
+  std::vector<std::byte> bf16(numel * 2);
+  const FillJob job{&spec, bf16};
+  fill_values({&job, 1}, seed, 1);
+  std::vector<float> values(numel);
+  convert(DType::kBF16, bf16.data(), DType::kF32, values.data(), numel);
+  return values;
+}
+
+// One scale per block, row-major over the grid: amax / 448 times the block's factor.
+std::vector<float> block_scales(const std::vector<float>& w, const Grid& g, uint64_t seed,
+                                std::string_view module) {
+  std::vector<float> amax(g.grid_rows * g.grid_cols, 0.0f);
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    float* row_amax = amax.data() + (r / g.block_rows) * g.grid_cols;
+    const float* row = w.data() + r * g.cols;
+    for (uint64_t c = 0; c < g.cols; ++c) {
+      float& a = row_amax[c / g.block_cols];
+      a = std::max(a, std::fabs(row[c]));
+    }
+  }
+  for (uint64_t b = 0; b < amax.size(); ++b) {
+    // An all-zero block would give 0/0; the dynamic quantizer of layout.md uses the same floor.
+    amax[b] = std::max(amax[b], 1e-12f) / kFp8Max * scale_factor(seed, module, b);
+  }
+  return amax;
+}
+
+void write_codes(const std::vector<float>& w, const std::vector<float>& scales, const Grid& g,
+                 std::span<std::byte> out) {
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    const float* row_scales = scales.data() + (r / g.block_rows) * g.grid_cols;
+    for (uint64_t c = 0; c < g.cols; ++c) {
+      const uint64_t i = r * g.cols + c;
+      out[i] = static_cast<std::byte>(f32_to_fp8e4m3(w[i] / row_scales[c / g.block_cols]));
+    }
+  }
+}
+
+void write_floats(const std::vector<float>& values, std::span<std::byte> out) {
+  if (out.size() != values.size() * sizeof(float)) {
+    throw Error(ErrorKind::kInvalidArgument, "scale tensor size does not match its weight's grid");
+  }
+  std::memcpy(out.data(), values.data(), out.size());
+}
+
+// The tensors of one module in this call; any may be absent (in another shard).
+struct Group {
+  const FillJob* weight = nullptr;
+  const FillJob* scale = nullptr;
+  const FillJob* input = nullptr;
+};
+
+void fill_group(const Group& group, uint64_t seed) {
+  if (group.input != nullptr) {
+    const std::string& name = group.input->spec->name;
+    write_floats({0.01f + 0.09f * uniform(seed, name, kInputSalt, 0)}, group.input->out);
+  }
+  if (group.weight == nullptr && group.scale == nullptr) return;
+  const TensorSpec& any = group.weight != nullptr ? *group.weight->spec : *group.scale->spec;
+  const std::string_view module = module_of(any);
+  const std::string weight = std::string(module) + ".weight";
+  const Shape& shape = group.weight != nullptr ? any.shape : any.weight_shape;
+  const Grid grid = grid_of(weight, shape, any.quant);
+  const std::vector<float> values = reference_values(weight, shape, seed);
+  const std::vector<float> scales = block_scales(values, grid, seed, module);
+  if (group.weight != nullptr) write_codes(values, scales, grid, group.weight->out);
+  if (group.scale != nullptr) write_floats(scales, group.scale->out);
+}
+
+}  // namespace
+
+const std::vector<std::string>& quant_names() {
+  static const std::vector<std::string> names = {"none", "fp8", "fp8-block"};
+  return names;
+}
+
+std::optional<Quant> parse_quant(std::string_view name) {
+  if (name == "none") return Quant::kNone;
+  if (name == "fp8") return Quant::kFp8;
+  if (name == "fp8-block") return Quant::kFp8Block;
+  return std::nullopt;
+}
+
+bool is_fp8_weight(std::string_view name) {
+  const std::optional<std::string_view> module = strip(name, ".weight");
+  if (!module) return false;
+  const size_t dot = module->rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? *module : module->substr(dot + 1);
+  if (last.find("_proj") != std::string_view::npos) return true;
+  // Mixtral's experts: block_sparse_moe.experts.<x>.w1 / w2 / w3.
+  return (last == "w1" || last == "w2" || last == "w3") &&
+         module->find(".experts.") != std::string_view::npos;
+}
+
+std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shape, Quant quant,
+                                    bool static_activations) {
+  const Grid g = grid_of(module + ".weight", shape, quant);
+  std::vector<TensorSpec> specs;
+  specs.push_back({module + ".weight", DType::kF8E4M3, shape, ValueKind::kWeight, quant});
+  if (quant == Quant::kFp8Block) {
+    specs.push_back({module + ".weight_scale_inv",
+                     DType::kF32,
+                     {g.grid_rows, g.grid_cols},
+                     ValueKind::kWeightScale,
+                     quant,
+                     shape});
+    return specs;
+  }
+  specs.push_back(
+      {module + ".weight_scale", DType::kF32, {}, ValueKind::kWeightScale, quant, shape});
+  if (static_activations) {
+    specs.push_back({module + ".input_scale", DType::kF32, {}, ValueKind::kInputScale, quant});
+  }
+  return specs;
+}
+
+void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {
+  std::map<std::string_view, Group>
+      by_module;  // ordered, so the work list does not depend on hashing
+  for (const FillJob& job : jobs) {
+    Group& group = by_module[module_of(*job.spec)];
+    switch (job.spec->kind) {
+      case ValueKind::kWeight:
+        group.weight = &job;
+        break;
+      case ValueKind::kWeightScale:
+        group.scale = &job;
+        break;
+      case ValueKind::kInputScale:
+        group.input = &job;
+        break;
+      case ValueKind::kNorm:
+      case ValueKind::kBias:
+        throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale",
+                    {.tensor = job.spec->name});
+    }
+  }
+  std::vector<const Group*> work;
+  for (const auto& [module, group] : by_module) work.push_back(&group);
+
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>({threads, kMaxThreads, work.size()}));
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto worker = [&] {
+    try {
+      for (size_t i = next++; i < work.size(); i = next++) fill_group(*work[i], seed);
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next = work.size();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace shardload::tiny

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tiny/tiny_model.h"
+#include "tiny/tiny_values.h"
+
+namespace shardload::tiny {
+
+// Rows and columns of a DeepSeek-V3 FP8 block (weight_block_size [128, 128]).
+inline constexpr uint64_t kFp8Block = 128;
+
+// --quant spellings: "none", "fp8", "fp8-block", in that order.
+const std::vector<std::string>& quant_names();
+std::optional<Quant> parse_quant(std::string_view name);
+
+// Whether a checkpoint tensor is stored as FP8 under --quant: the weight of a linear projection,
+// i.e. "<m>.weight" whose last module contains "_proj" (q/k/v/o, gate/up/down, MLA's q_a/q_b/kv_a/
+// kv_b, shared and routed experts) or is a Mixtral expert's w1/w2/w3. The same set the loader
+// quantizes; embeddings, lm_head, norms, routers, shared_expert_gate and biases stay in bf16.
+bool is_fp8_weight(std::string_view name);
+
+// The tensors of one quantized projection: the F8_E4M3 weight, then its scales ("fp8":
+// weight_scale F32 [] and, with static activations, input_scale F32 []; "fp8-block":
+// weight_scale_inv F32 [ceil(out/128), ceil(in/128)]).
+std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shape, Quant quant,
+                                    bool static_activations);
+
+// Fills FP8 weights and their scale tensors (jobs whose spec.quant is set) from the bf16 values
+// that fill_values gives the weight: per tensor (fp8) or per 128x128 block (fp8-block, partial edge
+// blocks included), s = amax / 448 * f with f a factor in [1, 4) drawn from (seed, name, block)
+// such that the parts of a fused layer (q/k/v, gate/up, w1/w3, q_a/kv_a) differ by a ratio of about
+// 4/3 or more, and codes fp8_e4m3(w / s) in float32. input_scale is a value in [0.01, 0.1) drawn
+// from (seed, name). A weight and its scales need not be in the same call: each is recomputed from
+// the seed. Uses up to `threads` threads (0: one per core).
+void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads = 0);
+
+}  // namespace shardload::tiny

@@ -1,0 +1,115 @@
+// FP8 checkpoints the planner must refuse, with a message naming the layer and the sizes: block-FP8 shards
+// that do not fall on whole blocks, FP8 layers stored in another dtype, quantization methods shardload does
+// not load.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "handmade.h"
+#include "shardload/error.h"
+#include "shardload/plan.h"
+
+namespace shardload {
+namespace {
+
+using testing::HandTensor;
+
+// 2 heads of 128 over 2 kv heads: tp 2 cuts attention on whole 128-blocks; the MLP's 384 rows (3 blocks)
+// split in 192 per rank, which is inside a block.
+nlohmann::json block_fp8_llama() {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", 128},
+          {"intermediate_size", 384},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 2},
+          {"head_dim", 128},
+          {"num_hidden_layers", 1},
+          {"vocab_size", 64},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "bfloat16"},
+          {"quantization_config",
+           {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}}}};
+}
+
+std::vector<HandTensor> with_fp8_projections(const nlohmann::json& config, bool block) {
+  std::vector<HandTensor> out;
+  for (HandTensor t : testing::handmade_tensors(config)) {
+    const bool projection = t.name.find("_proj.weight") != std::string::npos;
+    if (projection) t.dtype = DType::kF8E4M3;
+    out.push_back(t);
+    if (!projection) continue;
+    const std::string base = t.name.substr(0, t.name.size() - 6);  // strip "weight"
+    if (block) {
+      out.push_back({base + "weight_scale_inv", {(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128},
+                     HandTensor::Kind::kNorm, DType::kF32});
+    } else {
+      out.push_back({base + "weight_scale", {}, HandTensor::Kind::kNorm, DType::kF32});
+    }
+  }
+  return out;
+}
+
+Plan plan_at(const std::string& dir, int tp) {
+  ParallelConfig parallel;
+  parallel.tp = tp;
+  return make_plan(Checkpoint::open(dir), parallel);
+}
+
+TEST(Fp8ConfigErrors, BlockShardInsideABlockNamesTheLayerAndSizes) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  const nlohmann::json config = block_fp8_llama();
+  testing::write_handmade(dir, config, with_fp8_projections(config, true), 1);
+  const Plan whole = plan_at(dir, 1);  // tp 1 never cuts: legal
+  EXPECT_EQ(whole.quantization, Quantization::kFp8Block);
+  try {
+    plan_at(dir, 2);
+    FAIL() << "a split of 192 rows inside 128-row blocks must be refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << what;
+    EXPECT_NE(what.find("model.layers.0.mlp.gate_up_proj.weight"), std::string::npos) << what;
+    EXPECT_NE(what.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << what;
+    EXPECT_NE(what.find("192 rows per rank"), std::string::npos) << what;
+    EXPECT_NE(what.find("128"), std::string::npos) << what;
+  }
+}
+
+TEST(Fp8ConfigErrors, ALinearWeightNotInFp8IsRefusedByName) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  nlohmann::json config = block_fp8_llama();
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}};
+  std::vector<HandTensor> tensors = with_fp8_projections(config, false);
+  for (HandTensor& t : tensors) {
+    if (t.name == "model.layers.0.self_attn.o_proj.weight") t.dtype = DType::kBF16;
+  }
+  testing::write_handmade(dir, config, tensors, 1);
+  try {
+    plan_at(dir, 1);
+    FAIL() << "a bf16 projection in an FP8 checkpoint must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupportedDtype) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.o_proj.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fp8ConfigErrors, OtherQuantizationMethodsAreRefused) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  nlohmann::json config = block_fp8_llama();
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  testing::write_handmade(dir, config, testing::handmade_tensors(config), 1);
+  try {
+    plan_at(dir, 1);
+    FAIL() << "awq is not loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find("quant_method"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("awq"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardload
