@@ -8,7 +8,7 @@ namespace shardload {
 // FP8 e4m3fn (re)quantization kernels of ../shared/spec/fp8.md, used by post-processing.
 
 // Requantizes codes stored at scale `from` to scale `to`, in place: x = float(q) * from, then
-// q' = fp8(x / to), each step in float32 (one 256-entry table per call, so the cost is a byte lookup).
+// q' = fp8(x / to), each step in float32.
 void requantize_fp8_e4m3(std::span<uint8_t> codes, float from, float to);
 
 // Largest |v| (NaN ignored).
