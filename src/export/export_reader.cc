@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "load/thread_pool.h"
+#include "core/parallel_for.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 

@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "format/posix_io.h"
-#include "load/thread_pool.h"
+#include "core/parallel_for.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 

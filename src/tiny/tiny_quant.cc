@@ -4,14 +4,12 @@
 #include "tiny/tiny_quant.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "core/parallel_for.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 
@@ -253,23 +251,8 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
 
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<size_t>({threads, kMaxThreads, work.size()}));
-  std::atomic<size_t> next{0};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  auto worker = [&] {
-    try {
-      for (size_t i = next++; i < work.size(); i = next++) fill_group(*work[i], seed);
-    } catch (...) {
-      std::lock_guard lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next = work.size();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& thread : pool) thread.join();
-  if (error) std::rethrow_exception(error);
+  parallel_for(work.size(), static_cast<int>(threads),
+               [&](size_t i, int) { fill_group(*work[i], seed); });
 }
 
 }  // namespace shardload::tiny

@@ -3,13 +3,11 @@
 #include "tiny/tiny_values.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "core/parallel_for.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 
@@ -142,25 +140,8 @@ void fill_values(std::span<const FillJob> jobs, uint64_t seed, unsigned threads)
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<size_t>({threads, kMaxThreads, items.size() / 4 + 1}));
 
-  std::atomic<size_t> next{0};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  auto worker = [&] {
-    try {
-      for (size_t i = next++; i < items.size(); i = next++) {
-        fill_chunk(jobs[items[i].job], items[i].chunk, seed);
-      }
-    } catch (...) {
-      std::lock_guard lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next = items.size();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& thread : pool) thread.join();
-  if (error) std::rethrow_exception(error);
+  parallel_for(items.size(), static_cast<int>(threads),
+               [&](size_t i, int) { fill_chunk(jobs[items[i].job], items[i].chunk, seed); });
 }
 
 }  // namespace shardload::tiny

@@ -1,4 +1,4 @@
-#include "load/thread_pool.h"
+#include "core/parallel_for.h"
 
 #include <atomic>
 #include <mutex>
