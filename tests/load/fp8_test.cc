@@ -12,6 +12,7 @@
 #include "shardload/convert.h"
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
+#include "fp8_reference.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -19,35 +20,12 @@ namespace {
 
 using ::shardload::testing::TempDir;
 
-// The value of an e4m3fn code, from its bit fields.
-double fp8_value(uint8_t code) {
-  const int e = (code >> 3) & 0xF;
-  const int m = code & 7;
-  const double magnitude = e == 0 ? m * std::ldexp(1.0, -9) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
-  return (code & 0x80) != 0 ? -magnitude : magnitude;
-}
+using ::shardload::testing::fp8_reference;
+using ::shardload::testing::fp8_value;
 
-// Nearest e4m3fn code to x in float64 (saturating; ties to the even code).
-uint8_t fp8_reference(double x) {
-  const uint8_t sign = x < 0 ? 0x80 : 0;
-  const double a = std::fabs(x);
-  uint8_t best = 0;
-  for (uint8_t c = 1; c <= 126; ++c) {
-    const double d = std::fabs(fp8_value(c) - a);
-    const double b = std::fabs(fp8_value(best) - a);
-    if (d < b || (d == b && (c & 1) == 0)) best = c;
-  }
-  return static_cast<uint8_t>(sign | best);
-}
-
-// Codes are ordered by magnitude within a sign: one step of difference is one code.
 void expect_within_one_code(uint8_t got, uint8_t want, const std::string& where) {
-  if ((want & 0x7F) == 0) {
-    ASSERT_LE(got & 0x7F, 1) << where;
-    return;
-  }
-  ASSERT_EQ(got & 0x80, want & 0x80) << where;
-  ASSERT_LE(std::abs(int(got & 0x7F) - int(want & 0x7F)), 1) << where;
+  ASSERT_TRUE(::shardload::testing::within_one_code(got, want))
+      << where << ": got code " << int(got) << ", reference " << int(want);
 }
 
 std::string make_model(const TempDir& dir, const std::string& arch, const std::string& quant, uint64_t seed) {
