@@ -30,6 +30,8 @@ enum class ErrorKind {
   kShapeMismatch,     // a tensor's shape disagrees with config.json
   kUnsupportedDtype,  // a model tensor has a dtype shardload does not load
   kInvalidArgument,   // bad command-line / API argument
+  kCancelled,         // an update was cancelled before it changed anything
+  kConflict,          // an update does not fit the live weights (layout, file changed while read)
 };
 
 std::string_view error_kind_name(ErrorKind kind);

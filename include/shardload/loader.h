@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,6 +48,16 @@ std::vector<RankWeights> load_ranks(const Checkpoint& checkpoint, const Plan& pl
 void load_into(const Checkpoint& checkpoint, const Plan& plan, std::vector<RankWeights>& ranks,
                const std::vector<bool>& modules, const LoadOptions& options = {}, LoadStats* stats = nullptr);
 
+// Chooses the pieces a partial read takes: called once per (rank, parameter, piece).
+using PieceSelector = std::function<bool(int rank, const PlanParam& param, const PlanPiece& piece)>;
+
+// Reads the selected pieces of `plan` into `ranks` (each at its plan offset), converting dtypes on the way,
+// without post-processing and without touching `processed`; the staging step of an update. Checks `cancel`
+// between work items and throws Error(kCancelled) when it is set. Returns the checkpoint bytes read.
+uint64_t read_pieces(const Checkpoint& checkpoint, const Plan& plan, std::vector<RankWeights>& ranks,
+                     const PieceSelector& select, int threads = 0,
+                     const std::atomic<bool>* cancel = nullptr);
+
 enum class PostprocessMode {
   kOnce,        // skip modules already processed (what every load does)
   kForceAgain,  // run even on processed modules: only for tests that show what a second pass would break
@@ -56,6 +67,11 @@ enum class PostprocessMode {
 // FP8 quantization; ../shared/spec/layout.md) and marks them processed.
 void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vector<uint32_t>& modules,
                          PostprocessMode mode = PostprocessMode::kOnce);
+
+// Post-processes only the expert slots `slots` marks (its size: the module's slot count) of one module,
+// in place, after those slots were rewritten (expert rebalancing); per-rank merged values (static input
+// scales) are recomputed from the whole per-part table. Does not read or change `processed`.
+void postprocess_slots(const Plan& plan, RankWeights& weights, uint32_t module, const std::vector<bool>& slots);
 
 // A view of one parameter of a loaded rank.
 TensorView param_view(const RankWeights& weights, const PlanParam& param);

@@ -37,6 +37,11 @@ class AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
+  // A shared mapping of `size` bytes of the file `fd` from `offset` (a multiple of the page size), e.g. a
+  // rank file in /dev/shm that other processes map too. Writes go to the file; the mapping is released
+  // like any buffer. Throws Error(kIo).
+  static AlignedBuffer map_file(int fd, uint64_t offset, size_t size);
+
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }

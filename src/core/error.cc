@@ -28,6 +28,8 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kShapeMismatch: return "shape_mismatch";
     case ErrorKind::kUnsupportedDtype: return "unsupported_dtype";
     case ErrorKind::kInvalidArgument: return "invalid_argument";
+    case ErrorKind::kCancelled: return "cancelled";
+    case ErrorKind::kConflict: return "conflict";
   }
   return "unknown";
 }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -69,6 +70,21 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) : size_(size) {
   data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded));
   if (data_ == nullptr) throw std::bad_alloc();
   std::memset(data_, 0, size);
+}
+
+AlignedBuffer AlignedBuffer::map_file(int fd, uint64_t offset, size_t size) {
+  AlignedBuffer out;
+  if (size == 0) return out;
+  const size_t mapped = (size + 4095) / 4096 * 4096;
+  void* raw = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (raw == MAP_FAILED) {
+    throw Error(ErrorKind::kIo, fmt::format("mmap of {} bytes at offset {} failed: {}", size, offset,
+                                            std::strerror(errno)));
+  }
+  out.data_ = static_cast<std::byte*>(raw);
+  out.size_ = size;
+  out.mapped_ = mapped;
+  return out;
 }
 
 void AlignedBuffer::release() {

@@ -1,5 +1,7 @@
 #include "format/posix_io.h"
 
+#include "core/fault_injection.h"
+
 #include <fmt/format.h>
 #include <limits.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@ Error io_error(std::string what, int error_number, ErrorDetails where) {
 }
 
 void pread_exact(int fd, std::span<std::byte> dst, uint64_t offset, const ErrorDetails& where) {
+  fault::before_read(dst.size(), where);
   size_t done = 0;
   while (done < dst.size()) {
     const ssize_t got =
@@ -34,12 +37,14 @@ void pread_exact(int fd, std::span<std::byte> dst, uint64_t offset, const ErrorD
     }
     done += static_cast<size_t>(got);
   }
+  fault::after_read(dst.size());
 }
 
 void preadv_exact(int fd, std::span<struct iovec> segments, uint64_t offset,
                   const ErrorDetails& where) {
   uint64_t total = 0;
   for (const iovec& s : segments) total += s.iov_len;
+  fault::before_read(total, where);
   uint64_t done = 0;
   size_t first = 0;
   while (first < segments.size()) {
@@ -70,6 +75,7 @@ void preadv_exact(int fd, std::span<struct iovec> segments, uint64_t offset,
       if (segments[first].iov_len == 0) ++first;
     }
   }
+  fault::after_read(total);
 }
 
 void write_exact(int fd, std::span<const std::byte> src, const ErrorDetails& where) {

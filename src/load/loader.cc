@@ -94,6 +94,14 @@ class Executor {
     }
   }
 
+  void add_selected(const RankPlan& rank, std::byte* base, const PieceSelector& select) {
+    for (const PlanParam& param : rank.params) {
+      for (const PlanPiece& piece : param.pieces) {
+        if (select(rank.rank, param, piece)) add_piece(param, piece, base + param.offset);
+      }
+    }
+  }
+
   // Splits the work into cache-sized units, in file order so that reads stay sequential.
   void finish() {
     for (uint32_t g = 0; g < gathers_.size(); ++g) {
@@ -119,12 +127,16 @@ class Executor {
 
   uint64_t total_bytes() const { return total_; }
 
-  void run(int threads, const std::function<void(uint64_t, uint64_t)>& progress) {
+  void run(int threads, const std::function<void(uint64_t, uint64_t)>& progress,
+           const std::atomic<bool>* cancel = nullptr) {
     if (threads <= 0) threads = default_thread_count();
     std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
     std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
     std::atomic<uint64_t> done{0};
     parallel_for(units_.size(), threads, [&](size_t i, int thread) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+        throw Error(ErrorKind::kCancelled, "the update was cancelled while staging");
+      }
       const Unit& unit = units_[i];
       run_unit(unit, bounce[static_cast<size_t>(thread)], scratch[static_cast<size_t>(thread)]);
       const uint64_t now = done.fetch_add(unit.bytes) + unit.bytes;
@@ -341,6 +353,18 @@ void load_into(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights
     }
   }
   fill_ranks(ckpt, plan, ranks, modules, options, stats);
+}
+
+uint64_t read_pieces(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
+                     const PieceSelector& select, int threads, const std::atomic<bool>* cancel) {
+  Executor executor(ckpt, plan);
+  for (RankWeights& weights : ranks) {
+    check_rank(plan, weights.rank);
+    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), select);
+  }
+  executor.finish();
+  executor.run(threads, {}, cancel);
+  return executor.total_bytes();
 }
 
 TensorView param_view(const RankWeights& weights, const PlanParam& param) {

@@ -1,0 +1,129 @@
+// Expert reload from a second checkpoint in the page cache (issue 5's benchmark): end-to-end GB/s
+// of the changed bytes, the commit alone and the commit pause (how long the sequence word would be
+// odd), beside a 2-thread memcpy between two buffers already faulted in, measured in the same run,
+// interleaved.
+//   reload_bench MODEL_A MODEL_B [--tp T] [--ep E] [--runs N] [--filter SUBSTRING] [--staging-bytes
+//   B]
+// Each run updates the live weights alternately from B and from A, so every run changes the bytes.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardload/reload.h"
+#include "shardload/tensor.h"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+void parallel_copy(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
+  std::vector<std::thread> pool;
+  const size_t per = (bytes / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
+  for (int t = 0; t < threads; ++t) {
+    const size_t begin = std::min(bytes, per * static_cast<size_t>(t));
+    const size_t end = std::min(bytes, begin + per);
+    pool.emplace_back([=] { std::memcpy(dst + begin, src + begin, end - begin); });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: reload_bench MODEL_A MODEL_B [--tp T] [--ep E] [--runs N] [--filter S] "
+                 "[--staging-bytes B]\n");
+    return 2;
+  }
+  const std::string a = argv[1];
+  const std::string b = argv[2];
+  shardload::ParallelConfig parallel;
+  int runs = 5;
+  std::string filter = "mlp.experts.";
+  uint64_t staging = 0;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const char* value = argv[i + 1];
+    if (key == "--tp")
+      parallel.tp = std::atoi(value);
+    else if (key == "--ep")
+      parallel.ep = std::atoi(value);
+    else if (key == "--runs")
+      runs = std::atoi(value);
+    else if (key == "--filter")
+      filter = value;
+    else if (key == "--staging-bytes")
+      staging = std::strtoull(value, nullptr, 10);
+  }
+  constexpr int kThreads = 2;
+  shardload::LoadOptions load_options;
+  load_options.threads = kThreads;
+  shardload::LiveModel live = shardload::load_live(a, parallel, load_options);
+
+  uint64_t expert_bytes = 0;
+  for (const shardload::RankPlan& rank : live.plan.ranks) {
+    for (const shardload::PlanParam& p : rank.params) {
+      if (p.name.find(filter) != std::string::npos) expert_bytes += p.nbytes;
+    }
+  }
+  // The baseline: both buffers faulted in before timing, as live weights and a reused staging area
+  // are.
+  shardload::AlignedBuffer from(expert_bytes);
+  shardload::AlignedBuffer to(expert_bytes);
+  std::memset(from.data(), 1, expert_bytes);
+  std::memset(to.data(), 2, expert_bytes);
+
+  std::vector<double> memcpy_gbs, e2e_gbs, commit_gbs, pause_ms;
+  uint64_t changed = 0;
+  for (int run = 0; run < runs; ++run) {
+    double t0 = now();
+    parallel_copy(to.data(), from.data(), expert_bytes, kThreads);
+    memcpy_gbs.push_back(static_cast<double>(expert_bytes) / (now() - t0) / 1e9);
+
+    shardload::UpdateOptions options;
+    options.threads = kThreads;
+    options.staging_bytes = staging;
+    t0 = now();
+    const shardload::UpdateResult r =
+        shardload::update_weights(live, run % 2 == 0 ? b : a, {.substrings = {filter}}, options);
+    const double seconds = now() - t0;
+    changed = r.changed_bytes;
+    e2e_gbs.push_back(static_cast<double>(r.changed_bytes) / seconds / 1e9);
+    commit_gbs.push_back(static_cast<double>(r.changed_bytes) / r.seconds_commit / 1e9);
+    pause_ms.push_back(r.max_pause_seconds * 1e3);
+    std::printf(
+        "run %d: memcpy %.2f GB/s, reload %.3f s end to end (%.2f GB/s), commit %.3f s (%.2f "
+        "GB/s), "
+        "pause %.1f ms, groups %llu, version %llu\n",
+        run, memcpy_gbs.back(), seconds, e2e_gbs.back(), r.seconds_commit, commit_gbs.back(),
+        pause_ms.back(), static_cast<unsigned long long>(r.groups),
+        static_cast<unsigned long long>(r.version));
+  }
+  const double base = median(memcpy_gbs);
+  std::printf(
+      "model %s -> %s, tp %d ep %d, filter '%s', changed bytes %llu (%d runs, medians, %d "
+      "threads)\n",
+      a.c_str(), b.c_str(), parallel.tp, parallel.ep, filter.c_str(),
+      static_cast<unsigned long long>(changed), runs, kThreads);
+  std::printf("%-28s %8s %8s\n", "", "GB/s", "ratio");
+  std::printf("%-28s %8.2f %8.2f\n", "memcpy, faulted buffers", base, 1.0);
+  std::printf("%-28s %8.2f %8.2f\n", "expert reload, end to end", median(e2e_gbs),
+              median(e2e_gbs) / base);
+  std::printf("%-28s %8.2f %8.2f\n", "commit", median(commit_gbs), median(commit_gbs) / base);
+  std::printf("commit pause (sequence word odd), median %.1f ms, max %.1f ms\n", median(pause_ms),
+              *std::max_element(pause_ms.begin(), pause_ms.end()));
+  return 0;
+}

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardload/loader.h"
+#include "shardload/plan.h"
+
+namespace shardload {
+
+// Which checkpoint tensors an update reads. A name is selected when it matches any of the criteria
+// given (substrings, regex, experts); with none given, every tensor is selected.
+struct WeightFilter {
+  // SGLang's weight_name_filter: the name contains one of them.
+  std::vector<std::string> substrings{};
+  std::string regex{};  // POSIX extended regex, searched anywhere in the name; empty: unused
+  std::vector<std::pair<int, int>> experts{};  // (decoder layer index, logical expert)
+
+  bool selects_all() const { return substrings.empty() && regex.empty() && experts.empty(); }
+};
+
+// A model loaded once and then updated in place: its plan, one buffer per rank (every rank of the
+// plan, in rank order) and the count of successful updates. Buffers never move or change size.
+struct LiveModel {
+  std::string
+      model_path;  // the checkpoint of the last successful update (rebalancing reads experts here)
+  Plan plan;
+  std::vector<RankWeights> ranks;
+  uint64_t version = 0;
+};
+
+struct UpdateOptions {
+  int threads = 0;  // 0: one per core
+  uint64_t staging_bytes =
+      0;  // bound on staged bytes (over all ranks); 0: unbounded, one atomic commit
+  const std::atomic<bool>* cancel =
+      nullptr;  // checked while staging; set: the update stops, nothing changed
+  // Run around each commit group, on the calling thread: begin before the first live byte of the
+  // group changes, end after its last (the weight server's sequence word).
+  std::function<void()> begin_commit;
+  std::function<void()> end_commit;
+};
+
+struct UpdateResult {
+  uint64_t version = 0;
+  uint64_t updated_tensors = 0;  // exported rank tensors rewritten, summed over ranks
+  uint64_t changed_bytes = 0;    // live bytes rewritten, summed over ranks
+  uint64_t read_bytes = 0;       // checkpoint bytes read
+  uint64_t local_bytes = 0;   // rebalancing: expert bytes copied from another slot of the same rank
+  uint64_t modules = 0;       // (rank, module) pairs rewritten
+  uint64_t groups = 0;        // atomic commit groups
+  double seconds_stage = 0;   // read, convert, validate, post-process into staging
+  double seconds_commit = 0;  // copy staging to live, all groups
+  double max_pause_seconds = 0;  // longest single commit group (begin_commit to end_commit)
+};
+
+// Loads every rank of `parallel` for `model_path` into new buffers (version 0).
+LiveModel load_live(const std::string& model_path, const ParallelConfig& parallel,
+                    const LoadOptions& options = {});
+
+// Updates the tensors of `model_path` selected by `filter` in place. The checkpoint must plan to
+// exactly the live layout (same rank tensors, dtypes, shapes, offsets) under the live parallel
+// config and expert map. Every module a selected tensor feeds is reloaded whole (a fused or
+// requantized module needs all its parts) and post-processed once; no other byte is touched. All
+// new bytes are read, converted, validated and post-processed into staging before any live byte
+// changes; any error (I/O, header, shape, dtype, a file changed while being read, cancellation)
+// leaves every live byte as it was. With `staging_bytes` set, the update commits in module groups,
+// each atomic; a failure after some groups committed leaves those groups new and the rest old, says
+// so in the error, and still counts as a version change (the bytes did change). A single (rank,
+// module) larger than the bound is an error before any change.
+UpdateResult update_weights(LiveModel& live, const std::string& model_path,
+                            const WeightFilter& filter, const UpdateOptions& options = {});
+
+// Applies a new physical-to-logical expert map (one row per MoE layer, P entries) in place: slots
+// whose logical expert is unchanged are not rewritten; an expert the rank already holds in another
+// slot is copied locally; the rest are read from live.model_path. Per-rank merged scales (static
+// FP8 input scales) are recomputed. A map of the wrong shape or naming an unknown expert is
+// rejected before any change.
+UpdateResult rebalance_experts(LiveModel& live,
+                               const std::vector<std::vector<int>>& physical_to_logical,
+                               const UpdateOptions& options = {});
+
+// Whether a checkpoint tensor name is selected by the filter (exposed for tests and the server's
+// replies).
+bool filter_selects(const WeightFilter& filter, std::string_view name);
+
+}  // namespace shardload

@@ -1,0 +1,128 @@
+#include "core/fault_injection.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace shardload::fault {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::atomic<bool> enabled{false};
+  std::atomic<int64_t> read_error_after{-1};
+  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<int> commit_pause_ms{0};
+  std::function<void()> after_read;  // guarded by mutex
+  std::atomic<bool> has_after_read{false};
+  std::atomic<uint64_t> after_read_bytes{0};  // bytes still to read before the hook runs
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+void apply(State& s, std::string_view spec) {
+  int64_t read_error_after = -1;
+  int commit_pause_ms = 0;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
+    const size_t colon = item.find(':');
+    const std::string key(item.substr(0, colon));
+    const std::string value(colon == std::string_view::npos ? "" : item.substr(colon + 1));
+    char* end = nullptr;
+    const long long number = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || number < 0) {
+      throw Error(ErrorKind::kInvalidArgument, "bad fault injection spec",
+                  {.field = "SHARDLOAD_FAULT",
+                   .expected = "key:N with N >= 0",
+                   .found = std::string(item)});
+    }
+    if (key == "read_error_after") {
+      read_error_after = number;
+    } else if (key == "commit_pause_ms") {
+      commit_pause_ms = static_cast<int>(number);
+    } else {
+      throw Error(ErrorKind::kInvalidArgument, "unknown fault injection key",
+                  {.field = "SHARDLOAD_FAULT",
+                   .expected = "read_error_after or commit_pause_ms",
+                   .found = key});
+    }
+  }
+  s.read_error_after = read_error_after;
+  s.commit_pause_ms = commit_pause_ms;
+  s.bytes_read = 0;
+  s.enabled = read_error_after >= 0 || commit_pause_ms > 0 || s.has_after_read;
+}
+
+State& configured() {
+  static std::once_flag once;
+  State& s = state();
+  std::call_once(once, [&] {
+    const char* env = std::getenv("SHARDLOAD_FAULT");
+    if (env != nullptr) apply(s, env);
+  });
+  return s;
+}
+
+}  // namespace
+
+void configure(std::string_view spec) {
+  State& s = configured();
+  std::lock_guard lock(s.mutex);
+  apply(s, spec);
+}
+
+void before_read(uint64_t bytes, const ErrorDetails& where) {
+  State& s = configured();
+  if (!s.enabled.load(std::memory_order_relaxed)) return;
+  const int64_t limit = s.read_error_after.load();
+  if (limit < 0) return;
+  const uint64_t before = s.bytes_read.fetch_add(bytes);
+  if (before + bytes > static_cast<uint64_t>(limit)) {
+    throw Error(ErrorKind::kIo, "read failed: Input/output error (injected by SHARDLOAD_FAULT)",
+                where);
+  }
+}
+
+void after_bytes_read(uint64_t bytes, std::function<void()> hook) {
+  State& s = configured();
+  std::lock_guard lock(s.mutex);
+  s.after_read = std::move(hook);
+  s.after_read_bytes = bytes;
+  s.has_after_read = static_cast<bool>(s.after_read);
+  s.enabled = s.enabled || s.has_after_read;
+}
+
+void after_read(uint64_t bytes) {
+  State& s = configured();
+  if (!s.has_after_read.load(std::memory_order_relaxed)) return;
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(s.mutex);
+    const uint64_t left = s.after_read_bytes.load();
+    if (left > bytes) {
+      s.after_read_bytes = left - bytes;
+      return;
+    }
+    hook = std::move(s.after_read);
+    s.after_read = nullptr;
+    s.has_after_read = false;
+  }
+  if (hook) hook();
+}
+
+void in_commit() {
+  const int ms = configured().commit_pause_ms.load(std::memory_order_relaxed);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+}  // namespace shardload::fault

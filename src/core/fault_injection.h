@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "shardload/error.h"
+
+// Test-only fault injection, so that the failure paths of an update (an I/O error after data was
+// staged, a commit paused while a test kills the process) can be reached on purpose. Off unless the
+// environment variable SHARDLOAD_FAULT is set (read once, at the first hook) or a test calls
+// configure(). Spec: comma separated `key:value` pairs:
+//   read_error_after:N   every read fails with an injected EIO once N bytes were read since
+//   configuration commit_pause_ms:N    each commit group sleeps N ms after it began (the sequence
+//   word is odd meanwhile)
+namespace shardload::fault {
+
+// Replaces the configuration (empty: off) and resets the byte count. Throws
+// Error(kInvalidArgument).
+void configure(std::string_view spec);
+
+// Called by the readers before reading `bytes`: throws the injected Error(kIo) when due.
+void before_read(uint64_t bytes, const ErrorDetails& where);
+
+// Runs `hook` once, after the read that brings the bytes read since this call to `bytes` or more
+// (in-process tests: change a file under the reader, cancel, once data is staged).
+void after_bytes_read(uint64_t bytes, std::function<void()> hook);
+void after_read(uint64_t bytes);
+
+// Called by a commit group once it began.
+void in_commit();
+
+}  // namespace shardload::fault

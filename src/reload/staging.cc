@@ -1,0 +1,201 @@
+#include "reload/staging.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/fault_injection.h"
+#include "core/parallel_for.h"
+#include "shardload/error.h"
+
+namespace shardload::reload {
+namespace {
+
+constexpr uint64_t kCommitChunk = uint64_t{8} << 20;  // work item of the parallel commit copy
+
+std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+}  // namespace
+
+void add_range(Unit& unit, uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return;
+  if (!unit.ranges.empty() && unit.ranges.back().offset + unit.ranges.back().bytes == offset) {
+    unit.ranges.back().bytes += bytes;  // neighbours merge: fewer, larger copies
+  } else {
+    unit.ranges.push_back({offset, bytes});
+  }
+  unit.bytes += bytes;
+}
+
+std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uint64_t bound,
+                                             const Plan& plan,
+                                             const std::vector<RankWeights>& ranks) {
+  std::vector<std::vector<size_t>> groups;
+  if (units.empty()) return groups;
+  if (bound == 0) {
+    groups.emplace_back(units.size());
+    for (size_t i = 0; i < units.size(); ++i) groups[0][i] = i;
+    return groups;
+  }
+  uint64_t used = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Unit& unit = units[i];
+    if (unit.bytes > bound) {
+      throw Error(ErrorKind::kInvalidArgument, "a module is larger than the staging bound",
+                  {.tensor = plan.modules[unit.module].name,
+                   .field = fmt::format("staging_bytes (rank {})", ranks[unit.rank_index].rank),
+                   .expected = fmt::format("at least {} bytes", unit.bytes),
+                   .found = fmt::format("{} bytes", bound)});
+    }
+    if (groups.empty() || used + unit.bytes > bound) {
+      groups.emplace_back();
+      used = 0;
+    }
+    groups.back().push_back(i);
+    used += unit.bytes;
+  }
+  return groups;
+}
+
+Staging::Staging(const LiveModel& live) {
+  ranks_.reserve(live.ranks.size());
+  for (const RankWeights& weights : live.ranks) {
+    RankWeights mirror{weights.rank, AlignedBuffer(weights.buffer.size()), {}};
+    mirror.processed.assign(live.plan.modules.size(), 0);
+    ranks_.push_back(std::move(mirror));
+  }
+}
+
+void Staging::release(const std::vector<Unit>& units, const std::vector<size_t>& group) {
+  for (size_t u : group) {
+    const Unit& unit = units[u];
+    std::byte* base = ranks_[unit.rank_index].buffer.data();
+    for (const ByteRange& r : unit.ranges) {
+      // Whole pages inside the range only: a page shared with a neighbour may hold staged bytes of
+      // another unit of a later group.
+      const uint64_t begin = (r.offset + 4095) / 4096 * 4096;
+      const uint64_t end = (r.offset + r.bytes) / 4096 * 4096;
+      if (end > begin && ranks_[unit.rank_index].buffer.size() >= (size_t{2} << 20)) {
+        madvise(base + begin, end - begin, MADV_DONTNEED);  // reads back as zero, costs no memory
+      }
+    }
+  }
+}
+
+double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& units,
+                    const std::vector<size_t>& group, const UpdateOptions& options) {
+  struct Copy {
+    std::byte* dst;
+    const std::byte* src;
+    uint64_t bytes;
+  };
+  std::vector<Copy> copies;
+  for (size_t u : group) {
+    const Unit& unit = units[u];
+    std::byte* dst = live.ranks[unit.rank_index].buffer.data();
+    const std::byte* src = staging.ranks()[unit.rank_index].buffer.data();
+    for (const ByteRange& r : unit.ranges) {
+      for (uint64_t at = 0; at < r.bytes; at += kCommitChunk) {
+        copies.push_back(
+            {dst + r.offset + at, src + r.offset + at, std::min(kCommitChunk, r.bytes - at)});
+      }
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (options.begin_commit) options.begin_commit();
+  fault::in_commit();
+  // memcpy cannot fail: once the first byte is written the group completes.
+  parallel_for(copies.size(), options.threads,
+               [&](size_t i, int) { std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes); });
+  if (options.end_commit) options.end_commit();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+FileWatch::FileWatch(const Checkpoint& checkpoint) {
+  for (const SafetensorsFile& file : checkpoint.files()) {
+    struct stat st {};
+    if (fstat(file.fd(), &st) != 0) {
+      throw Error(ErrorKind::kIo, fmt::format("fstat failed: {}", std::strerror(errno)),
+                  {.file = file.path()});
+    }
+    files_.push_back({file.path(), file.fd(), st.st_dev, st.st_ino, st.st_size, st.st_mtim});
+  }
+}
+
+void FileWatch::check() const {
+  for (const Identity& id : files_) {
+    struct stat now {};
+    struct stat named {};
+    const bool same_open = fstat(id.fd, &now) == 0 && now.st_size == id.size &&
+                           now.st_mtim.tv_sec == id.mtime.tv_sec &&
+                           now.st_mtim.tv_nsec == id.mtime.tv_nsec;
+    const bool same_name =
+        stat(id.path.c_str(), &named) == 0 && named.st_dev == id.dev && named.st_ino == id.ino;
+    if (!same_open || !same_name) {
+      throw Error(ErrorKind::kConflict,
+                  "the file changed while it was being read; nothing was changed",
+                  {.file = id.path,
+                   .expected = fmt::format("{} bytes, unmodified", id.size),
+                   .found = same_open ? "replaced by another file"
+                                      : fmt::format("{} bytes, modified", now.st_size)});
+    }
+  }
+}
+
+void check_same_layout(const Plan& live, const Plan& next, const std::string& model_path) {
+  if (live.ranks.size() != next.ranks.size()) {
+    throw Error(ErrorKind::kConflict, "the update plans to another number of ranks",
+                {.file = model_path,
+                 .expected = fmt::format("{}", live.ranks.size()),
+                 .found = fmt::format("{}", next.ranks.size())});
+  }
+  if (live.quantization != next.quantization) {
+    throw Error(ErrorKind::kConflict, "the update has another quantization than the live weights",
+                {.file = model_path,
+                 .field = "quantization_config",
+                 .expected = std::string(quantization_name(live.quantization)),
+                 .found = std::string(quantization_name(next.quantization))});
+  }
+  for (size_t r = 0; r < live.ranks.size(); ++r) {
+    const RankPlan& a = live.ranks[r];
+    const RankPlan& b = next.ranks[r];
+    for (size_t i = 0; i < std::max(a.params.size(), b.params.size()); ++i) {
+      if (i >= a.params.size() || i >= b.params.size() || a.params[i].name != b.params[i].name) {
+        throw Error(ErrorKind::kConflict, "the update has other rank tensors than the live weights",
+                    {.file = model_path,
+                     .field = fmt::format("rank {} tensor #{}", r, i),
+                     .expected = i < a.params.size() ? a.params[i].name : "no tensor",
+                     .found = i < b.params.size() ? b.params[i].name : "no tensor"});
+      }
+      const PlanParam& p = a.params[i];
+      const PlanParam& q = b.params[i];
+      if (p.dtype != q.dtype) {
+        throw Error(ErrorKind::kConflict, "dtype differs from the live tensor",
+                    {.file = model_path,
+                     .tensor = p.name,
+                     .expected = std::string(dtype_name(p.dtype)),
+                     .found = std::string(dtype_name(q.dtype))});
+      }
+      if (p.shape != q.shape || p.offset != q.offset || p.nbytes != q.nbytes ||
+          p.module != q.module || p.role != q.role) {
+        throw Error(ErrorKind::kConflict, "shape differs from the live tensor",
+                    {.file = model_path,
+                     .tensor = p.name,
+                     .expected = shape_text(p.shape),
+                     .found = shape_text(q.shape)});
+      }
+    }
+    if (a.bytes != b.bytes) {
+      throw Error(ErrorKind::kConflict, "the rank size differs from the live buffer",
+                  {.file = model_path,
+                   .field = fmt::format("rank {}", r),
+                   .expected = fmt::format("{} bytes", a.bytes),
+                   .found = fmt::format("{} bytes", b.bytes)});
+    }
+  }
+}
+
+}  // namespace shardload::reload

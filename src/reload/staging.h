@@ -1,0 +1,82 @@
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardload/checkpoint.h"
+#include "shardload/reload.h"
+
+namespace shardload::reload {
+
+// A byte range of a rank buffer that an update rewrites.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// The unit of an update: one module of one rank (index into LiveModel::ranks), with the live ranges
+// it rewrites. Units are what a bounded staging area groups; each group commits atomically.
+struct Unit {
+  size_t rank_index = 0;
+  uint32_t module = 0;
+  std::vector<ByteRange> ranges;
+  uint64_t bytes = 0;    // sum of ranges
+  uint64_t tensors = 0;  // exported rank tensors rewritten
+};
+
+void add_range(Unit& unit, uint64_t offset, uint64_t bytes);
+
+// Splits units into groups of at most `bound` staged bytes (0: one group). Throws
+// Error(kInvalidArgument) before anything is read when a single unit is larger than the bound.
+std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uint64_t bound,
+                                             const Plan& plan,
+                                             const std::vector<RankWeights>& ranks);
+
+// A mirror of every live rank buffer at the same offsets, so that the loader and post-processing
+// run on it unchanged. Its pages are untouched until written (anonymous memory), so it costs what
+// is staged.
+class Staging {
+ public:
+  explicit Staging(const LiveModel& live);
+  std::vector<RankWeights>& ranks() { return ranks_; }
+  // Gives back the pages of the units' ranges (between commit groups of a bounded update).
+  void release(const std::vector<Unit>& units, const std::vector<size_t>& group);
+
+ private:
+  std::vector<RankWeights> ranks_;
+};
+
+// Copies the group's ranges from staging into the live buffers with `threads` threads, between the
+// begin_commit and end_commit hooks. Returns the seconds the commit took (the pause readers see).
+double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& units,
+                    const std::vector<size_t>& group, const UpdateOptions& options);
+
+// The identity of every file of a checkpoint when staging starts; check() throws Error(kConflict)
+// naming the file when one was modified, truncated or replaced since (its bytes may be a mix of old
+// and new).
+class FileWatch {
+ public:
+  explicit FileWatch(const Checkpoint& checkpoint);
+  void check() const;
+
+ private:
+  struct Identity {
+    std::string path;
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    timespec mtime;
+  };
+  std::vector<Identity> files_;
+};
+
+// Throws Error(kConflict) naming the first rank tensor whose name, dtype, shape or offset differs
+// between the live plan and the plan of an update, so that nothing is staged for weights that would
+// not fit.
+void check_same_layout(const Plan& live, const Plan& next, const std::string& model_path);
+
+}  // namespace shardload::reload

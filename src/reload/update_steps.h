@@ -1,0 +1,30 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "reload/staging.h"
+#include "shardload/checkpoint.h"
+#include "shardload/reload.h"
+
+namespace shardload::reload {
+
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+// Plans `checkpoint` under the live layout (dtype pinned to the live dtype) and checks that it fits
+// the live buffers exactly. Throws Error(kConflict) naming the first tensor that does not.
+Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
+                 const ParallelConfig& parallel);
+
+// Fills the staging of one commit group; returns the checkpoint bytes read.
+using StageGroup = std::function<uint64_t(Staging& staging, const std::vector<size_t>& group)>;
+
+// The common frame of updates and rebalancing: groups the units under the staging bound, then per
+// group stages, checks that no file changed and that nothing cancelled, and commits; counts the
+// version.
+UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Plan& plan,
+                        const std::vector<Unit>& units, const StageGroup& stage,
+                        const UpdateOptions& options);
+
+}  // namespace shardload::reload

@@ -1,0 +1,170 @@
+// In-place, atomic weight updates from a checkpoint (RL weight sync, a fine-tuned checkpoint,
+// recovery).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/parallel_for.h"
+#include "reload/filter.h"
+#include "reload/staging.h"
+#include "reload/update_steps.h"
+#include "shardload/error.h"
+
+namespace shardload {
+namespace reload {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+namespace {
+
+// Each (rank, module) that a selected tensor feeds, with the module's whole byte range: a fused or
+// requantized module is rewritten whole (its merged scales need every part).
+std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
+                            const std::vector<bool>& selected) {
+  std::vector<Unit> units;
+  for (size_t i = 0; i < live.ranks.size(); ++i) {
+    const RankPlan& rank = plan.ranks[static_cast<size_t>(live.ranks[i].rank)];
+    std::vector<bool> touched(plan.modules.size(), false);
+    for (const PlanParam& param : rank.params) {
+      for (const PlanPiece& piece : param.pieces) {
+        if (selected[piece.source]) touched[param.module] = true;
+      }
+    }
+    for (const PlanParam& param : rank.params) {
+      if (!touched[param.module]) continue;
+      if (units.empty() || units.back().rank_index != i || units.back().module != param.module) {
+        units.push_back(
+            {.rank_index = i, .module = param.module, .ranges = {}, .bytes = 0, .tensors = 0});
+      }
+      Unit& unit = units.back();
+      // Params of a module are consecutive in the rank; the alignment gap between them is zero on
+      // both sides, so one range covers the module.
+      const uint64_t begin = unit.ranges.empty() ? param.offset : unit.ranges.front().offset;
+      unit.ranges.assign(1, {begin, param.offset + param.nbytes - begin});
+      unit.bytes = unit.ranges.front().bytes;
+      if (param.exported()) ++unit.tensors;
+    }
+  }
+  return units;
+}
+
+}  // namespace
+
+Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
+                 const ParallelConfig& parallel) {
+  ParallelConfig pinned = parallel;
+  pinned.dtype =
+      live.plan.dtype;  // values are converted to the live dtype, as the engines' weight loaders do
+  Plan plan = make_plan(checkpoint, pinned);
+  check_same_layout(live.plan, plan, checkpoint.path());
+  return plan;
+}
+
+UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Plan& plan,
+                        const std::vector<Unit>& units, const StageGroup& stage,
+                        const UpdateOptions& options) {
+  UpdateResult result;
+  const auto groups = group_units(units, options.staging_bytes, plan, live.ranks);
+  const FileWatch watch(checkpoint);
+  Staging staging(live);
+  size_t committed = 0;
+  try {
+    for (const std::vector<size_t>& group : groups) {
+      auto start = std::chrono::steady_clock::now();
+      result.read_bytes += stage(staging, group);
+      watch.check();  // a file changed under the reader: its bytes may be a mix
+      if (options.cancel != nullptr && options.cancel->load()) {
+        throw Error(ErrorKind::kCancelled, "the update was cancelled before its commit");
+      }
+      result.seconds_stage += seconds_since(start);
+      const double pause = commit_group(live, staging, units, group, options);
+      ++committed;
+      result.seconds_commit += pause;
+      result.max_pause_seconds = std::max(result.max_pause_seconds, pause);
+      for (size_t u : group) {
+        result.changed_bytes += units[u].bytes;
+        result.updated_tensors += units[u].tensors;
+        ++result.modules;
+      }
+      if (groups.size() > 1) staging.release(units, group);
+    }
+  } catch (const Error& e) {
+    if (committed == 0) throw;
+    ++live.version;  // bytes did change: readers comparing versions must see it
+    throw Error(
+        e.kind(),
+        fmt::format(
+            "{} (after {} of {} commit groups: those groups hold the new weights, the rest the "
+            "old; version is now {})",
+            e.message(), committed, groups.size(), live.version),
+        e.details());
+  }
+  result.groups = groups.size();
+  result.version = ++live.version;
+  return result;
+}
+
+}  // namespace reload
+
+LiveModel load_live(const std::string& model_path, const ParallelConfig& parallel,
+                    const LoadOptions& options) {
+  const Checkpoint checkpoint = Checkpoint::open(model_path);
+  LiveModel live;
+  live.model_path = model_path;
+  live.plan = make_plan(checkpoint, parallel);
+  LoadOptions all = options;
+  all.ranks.clear();
+  live.ranks = load_ranks(checkpoint, live.plan, all);
+  return live;
+}
+
+UpdateResult update_weights(LiveModel& live, const std::string& model_path,
+                            const WeightFilter& filter, const UpdateOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const reload::CompiledFilter compiled(filter);
+  const Checkpoint checkpoint = Checkpoint::open(model_path);
+  const Plan plan = reload::plan_update(checkpoint, live, live.plan.parallel);
+  std::vector<bool> selected(plan.sources.size(), false);
+  bool any = false;
+  for (size_t s = 0; s < plan.sources.size(); ++s) {
+    selected[s] = compiled.selects(plan.sources[s].name);
+    any = any || selected[s];
+  }
+  if (!any) {
+    throw Error(ErrorKind::kTensorNotFound,
+                "the filter selects no tensor of the checkpoint; nothing was changed",
+                {.file = model_path});
+  }
+  const std::vector<reload::Unit> units = reload::units_for(live, plan, selected);
+  const reload::StageGroup stage = [&](reload::Staging& staging, const std::vector<size_t>& group) {
+    std::vector<std::vector<bool>> wanted(live.ranks.size(),
+                                          std::vector<bool>(plan.modules.size(), false));
+    std::vector<int> index_of(plan.ranks.size(), -1);
+    for (size_t i = 0; i < live.ranks.size(); ++i)
+      index_of[static_cast<size_t>(live.ranks[i].rank)] = static_cast<int>(i);
+    for (size_t u : group) wanted[units[u].rank_index][units[u].module] = true;
+    const uint64_t read = read_pieces(
+        checkpoint, plan, staging.ranks(),
+        [&](int rank, const PlanParam& param, const PlanPiece&) {
+          return wanted[static_cast<size_t>(index_of[static_cast<size_t>(rank)])][param.module];
+        },
+        options.threads, options.cancel);
+    // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
+    parallel_for(group.size(), options.threads, [&](size_t g, int) {
+      const reload::Unit& unit = units[group[g]];
+      RankWeights& weights = staging.ranks()[unit.rank_index];
+      weights.processed[unit.module] = 0;
+      postprocess_modules(plan, weights, {unit.module});
+    });
+    return read;
+  };
+  UpdateResult result = reload::run_update(live, checkpoint, plan, units, stage, options);
+  live.model_path = model_path;
+  result.seconds_stage = std::max(0.0, reload::seconds_since(start) - result.seconds_commit);
+  return result;
+}
+
+}  // namespace shardload
