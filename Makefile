@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 DEMO_MODEL := build/tiny-qwen3-moe
 
-.PHONY: all deps build demo test test-asan fuzz bench bench-load clean
+.PHONY: all deps build demo test test-asan fuzz bench bench-load bench-reload clean
 
 all: build
 
@@ -42,6 +42,9 @@ bench: build
 
 bench-load: build
 	bash bench/load_bench.sh
+
+bench-reload: build
+	bash bench/reload_bench.sh
 
 clean:
 	rm -rf build build-asan build-fuzz

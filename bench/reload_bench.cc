@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   int runs = 5;
   std::string filter = "mlp.experts.";
   uint64_t staging = 0;
+  bool keep = false;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* value = argv[i + 1];
@@ -65,6 +66,8 @@ int main(int argc, char** argv) {
       runs = std::atoi(value);
     else if (key == "--filter")
       filter = value;
+    else if (key == "--keep-staging")
+      keep = std::string(value) == "1";
     else if (key == "--staging-bytes")
       staging = std::strtoull(value, nullptr, 10);
   }
@@ -96,6 +99,7 @@ int main(int argc, char** argv) {
     shardload::UpdateOptions options;
     options.threads = kThreads;
     options.staging_bytes = staging;
+    options.keep_staging = keep;
     t0 = now();
     const shardload::UpdateResult r =
         shardload::update_weights(live, run % 2 == 0 ? b : a, {.substrings = {filter}}, options);

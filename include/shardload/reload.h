@@ -32,14 +32,21 @@ struct LiveModel {
   Plan plan;
   std::vector<RankWeights> ranks;
   uint64_t version = 0;
+  // The staging area of the last update with UpdateOptions::keep_staging, reused by the next one so
+  // that its pages are not faulted in again (the engines' double buffer); empty otherwise.
+  std::vector<AlignedBuffer> kept_staging{};
 };
 
 struct UpdateOptions {
   int threads = 0;  // 0: one per core
-  uint64_t staging_bytes =
-      0;  // bound on staged bytes (over all ranks); 0: unbounded, one atomic commit
-  const std::atomic<bool>* cancel =
-      nullptr;  // checked while staging; set: the update stops, nothing changed
+  // Bound on staged bytes (over all ranks); 0: unbounded, one atomic commit.
+  uint64_t staging_bytes = 0;
+  // Checked while staging; once set, the update stops with nothing changed.
+  const std::atomic<bool>* cancel = nullptr;
+  // Keep the staging area in LiveModel::kept_staging for the next update: one more copy of the
+  // updated bytes stays resident, and the next update does not fault fresh pages in. Ignored with a
+  // staging bound, whose point is to use less memory.
+  bool keep_staging = false;
   // Run around each commit group, on the calling thread: begin before the first live byte of the
   // group changes, end after its last (the weight server's sequence word).
   std::function<void()> begin_commit;

@@ -60,13 +60,29 @@ std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uin
   return groups;
 }
 
-Staging::Staging(const LiveModel& live) {
+Staging::Staging(LiveModel& live) {
   ranks_.reserve(live.ranks.size());
-  for (const RankWeights& weights : live.ranks) {
-    RankWeights mirror{weights.rank, AlignedBuffer(weights.buffer.size()), {}};
+  std::vector<AlignedBuffer> kept = std::move(live.kept_staging);
+  live.kept_staging.clear();
+  const bool reuse = kept.size() == live.ranks.size() &&
+                     std::equal(kept.begin(), kept.end(), live.ranks.begin(),
+                                [](const AlignedBuffer& b, const RankWeights& w) {
+                                  return b.size() == w.buffer.size();
+                                });
+  for (size_t i = 0; i < live.ranks.size(); ++i) {
+    const RankWeights& weights = live.ranks[i];
+    // Bytes no piece writes (alignment gaps, vocab padding) are zero in every staging of this
+    // layout, so a kept buffer needs no clearing.
+    RankWeights mirror{
+        weights.rank, reuse ? std::move(kept[i]) : AlignedBuffer(weights.buffer.size()), {}};
     mirror.processed.assign(live.plan.modules.size(), 0);
     ranks_.push_back(std::move(mirror));
   }
+}
+
+void Staging::keep(LiveModel& live) {
+  live.kept_staging.clear();
+  for (RankWeights& mirror : ranks_) live.kept_staging.push_back(std::move(mirror.buffer));
 }
 
 void Staging::release(const std::vector<Unit>& units, const std::vector<size_t>& group) {

@@ -40,8 +40,11 @@ std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uin
 // is staged.
 class Staging {
  public:
-  explicit Staging(const LiveModel& live);
+  // Reuses live.kept_staging when it fits the ranks (its buffers move in).
+  explicit Staging(LiveModel& live);
   std::vector<RankWeights>& ranks() { return ranks_; }
+  // Hands the buffers back to live.kept_staging for the next update.
+  void keep(LiveModel& live);
   // Gives back the pages of the units' ranges (between commit groups of a bounded update).
   void release(const std::vector<Unit>& units, const std::vector<size_t>& group);
 

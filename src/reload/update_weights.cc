@@ -69,6 +69,8 @@ UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Pla
   UpdateResult result;
   const auto groups = group_units(units, options.staging_bytes, plan, live.ranks);
   const FileWatch watch(checkpoint);
+  const bool keep = options.keep_staging && options.staging_bytes == 0;
+  if (!keep) live.kept_staging.clear();
   Staging staging(live);
   size_t committed = 0;
   try {
@@ -92,6 +94,7 @@ UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Pla
       if (groups.size() > 1) staging.release(units, group);
     }
   } catch (const Error& e) {
+    if (keep) staging.keep(live);
     if (committed == 0) throw;
     ++live.version;  // bytes did change: readers comparing versions must see it
     throw Error(
@@ -102,6 +105,7 @@ UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Pla
             e.message(), committed, groups.size(), live.version),
         e.details());
   }
+  if (keep) staging.keep(live);
   result.groups = groups.size();
   result.version = ++live.version;
   return result;
