@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   shardload::cli::add_load_command(app);
   shardload::cli::add_export_command(app);
   shardload::cli::add_eplb_command(app);
+  shardload::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

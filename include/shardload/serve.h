@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shardload/plan.h"
+
+namespace shardload {
+
+// The shared-memory layout of ../shared/spec/layout.md "Weight server shared memory":
+// /dev/shm/shardload-NAME/rank-{r}.bin holds a header page, then the rank's tensors at the offsets
+// that manifest.json lists (from the start of the file, 4096 + the plan offset).
+inline constexpr uint64_t kShmHeaderBytes = 4096;
+inline constexpr std::string_view kShmMagic = "SHLDSHM1";  // bytes 0-7 of every rank file
+inline constexpr uint64_t kShmSequenceOffset = 8;  // little-endian uint64, odd while committing
+inline constexpr std::string_view kShmManifestFormat = "shardload-shm/1";
+
+// /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]
+// and not
+// "." or "..", so that it can never name a path outside /dev/shm.
+std::string shm_dir(std::string_view name);
+
+struct ServeOptions {
+  std::string model_path;
+  ParallelConfig parallel;
+  std::string name;            // the shared-memory directory is shm_dir(name)
+  int port = 30000;            // on 127.0.0.1 only; 0: a free port chosen by the kernel
+  int nodes = 1;               // EPLB server nodes N for POST /rebalance with expert_load
+  bool keep = false;           // leave the shared memory when the server object is destroyed
+  int threads = 0;             // loader and update threads; 0: one per core
+  uint64_t staging_bytes = 0;  // bound on staged update bytes; 0: every update is one atomic commit
+};
+
+// The weight server: rank weights in shared memory that other processes map, updated in place
+// behind a per-file seqlock word, and an HTTP API on 127.0.0.1 (SGLang's endpoint names):
+//   GET  /health, /get_model_info, /weights_checksum
+//   POST /update_weights_from_disk {model_path, weight_name_filter?, load_format?}
+//   POST /rebalance {physical_to_logical_map} or {expert_load}
+// Updates are serialized; a failed one changes nothing and answers HTTP 400 with success false.
+class WeightServer {
+ public:
+  // Reuses an existing shared-memory directory of the same name when its manifest matches this
+  // model and layout and every sequence word is even; loads the checkpoint into it otherwise. Then
+  // binds the port. Throws Error (bad options, checkpoint errors, another live server holding NAME,
+  // a port in use).
+  explicit WeightServer(const ServeOptions& options);
+  // Removes the shared memory unless `keep`.
+  ~WeightServer();
+  WeightServer(const WeightServer&) = delete;
+  WeightServer& operator=(const WeightServer&) = delete;
+
+  int port() const;
+  const std::string& dir() const;
+  // One line on what start found: "reloading: <why>" when an existing directory could not be
+  // reused, "reusing ...", or "loaded ...".
+  const std::string& start_note() const;
+  bool reused() const;
+
+  // Serves requests until stop(); returns false when the listening socket failed.
+  bool run();
+  // Thread-safe; makes a running (or about to run) run() return once in-flight requests finish.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardload

@@ -1,0 +1,106 @@
+#include "serve/requests.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "shardload/eplb.h"
+#include "shardload/error.h"
+
+namespace shardload::serve {
+namespace {
+
+Error bad_member(const char* member, std::string expected, const nlohmann::json& found) {
+  std::string shown = found.dump();
+  if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+  return Error(ErrorKind::kInvalidArgument, "bad request member",
+               {.field = member, .expected = std::move(expected), .found = std::move(shown)});
+}
+
+nlohmann::json parse_object(std::string_view body) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("malformed JSON: {}", e.what()));
+  }
+  if (!json.is_object()) throw bad_member("(body)", "a JSON object", json);
+  return json;
+}
+
+// A member that is absent or null counts as not given (clients often send null for defaults).
+const nlohmann::json* optional_member(const nlohmann::json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::vector<std::vector<int>> parse_map(const nlohmann::json& value) {
+  const char* kExpected = "a list of lists of non-negative integers, one per MoE layer";
+  if (!value.is_array()) throw bad_member("physical_to_logical_map", kExpected, value);
+  std::vector<std::vector<int>> map;
+  for (const nlohmann::json& row : value) {
+    if (!row.is_array()) throw bad_member("physical_to_logical_map", kExpected, row);
+    std::vector<int>& out = map.emplace_back();
+    for (const nlohmann::json& slot : row) {
+      if (!slot.is_number_integer() || slot.get<int64_t>() < 0 ||
+          slot.get<int64_t>() > std::numeric_limits<int>::max()) {
+        throw bad_member("physical_to_logical_map", kExpected, slot);
+      }
+      out.push_back(slot.get<int>());
+    }
+  }
+  return map;
+}
+
+}  // namespace
+
+UpdateRequest parse_update_request(std::string_view body) {
+  const nlohmann::json json = parse_object(body);
+  UpdateRequest request;
+  const auto path = json.find("model_path");
+  if (path == json.end() || !path->is_string() || path->get_ref<const std::string&>().empty()) {
+    throw bad_member("model_path", "a non-empty string",
+                     path == json.end() ? nlohmann::json("(missing)") : *path);
+  }
+  request.model_path = path->get<std::string>();
+  if (const nlohmann::json* filter = optional_member(json, "weight_name_filter")) {
+    if (!filter->is_array()) throw bad_member("weight_name_filter", "a list of strings", *filter);
+    for (const nlohmann::json& item : *filter) {
+      if (!item.is_string() || item.get_ref<const std::string&>().empty()) {
+        throw bad_member("weight_name_filter", "a list of non-empty strings", item);
+      }
+      request.filter.substrings.push_back(item.get<std::string>());
+    }
+    // An empty list would select every tensor: surely not what a client that sent a filter meant.
+    if (request.filter.substrings.empty()) {
+      throw bad_member("weight_name_filter",
+                       "at least one substring (omit it to update everything)", *filter);
+    }
+  }
+  if (const nlohmann::json* format = optional_member(json, "load_format")) {
+    if (!format->is_string() || format->get_ref<const std::string&>() != "auto") {
+      throw bad_member("load_format", "\"auto\" (the only format supported)", *format);
+    }
+  }
+  return request;
+}
+
+RebalanceRequest parse_rebalance_request(std::string_view body) {
+  const nlohmann::json json = parse_object(body);
+  const nlohmann::json* map = optional_member(json, "physical_to_logical_map");
+  const nlohmann::json* load = optional_member(json, "expert_load");
+  if ((map == nullptr) == (load == nullptr)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "give exactly one of physical_to_logical_map and expert_load",
+                {.field = "(body)", .found = map == nullptr ? "neither" : "both"});
+  }
+  RebalanceRequest request;
+  if (map != nullptr) request.physical_to_logical_map = parse_map(*map);
+  // The eplb command's reader checks the load rows (numbers, one row per layer, equal lengths).
+  if (load != nullptr)
+    request.expert_load = parse_expert_load(nlohmann::json{{"expert_load", *load}}.dump());
+  return request;
+}
+
+}  // namespace shardload::serve

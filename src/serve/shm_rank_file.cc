@@ -1,0 +1,103 @@
+#include "serve/shm_rank_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "serve/shm_layout.h"
+#include "shardload/error.h"
+#include "shardload/serve.h"
+
+namespace shardload::serve {
+namespace {
+
+Error io_error(const std::string& what, const std::string& path) {
+  return Error(ErrorKind::kIo, fmt::format("{} failed: {}", what, std::strerror(errno)),
+               {.file = path});
+}
+
+}  // namespace
+
+ShmRankFile::~ShmRankFile() { close(); }
+
+ShmRankFile::ShmRankFile(ShmRankFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      file_bytes_(other.file_bytes_),
+      header_(std::move(other.header_)) {}
+
+ShmRankFile& ShmRankFile::operator=(ShmRankFile&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    file_bytes_ = other.file_bytes_;
+    header_ = std::move(other.header_);
+  }
+  return *this;
+}
+
+void ShmRankFile::close() {
+  header_ = AlignedBuffer();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+ShmRankFile ShmRankFile::open_existing(const std::string& path, std::string* why) {
+  ShmRankFile file;
+  file.path_ = path;
+  file.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (file.fd_ < 0) {
+    *why = fmt::format("{} cannot be opened ({})", path, std::strerror(errno));
+    return {};
+  }
+  struct stat st {};
+  if (fstat(file.fd_, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < kShmHeaderBytes) {
+    *why = fmt::format("{} is not a rank file of at least {} bytes", path, kShmHeaderBytes);
+    return {};
+  }
+  file.file_bytes_ = static_cast<uint64_t>(st.st_size);
+  try {
+    file.header_ = AlignedBuffer::map_file(file.fd_, 0, kShmHeaderBytes);
+  } catch (const Error& e) {
+    *why = fmt::format("{} cannot be mapped ({})", path, e.what());
+    return {};
+  }
+  return file;
+}
+
+ShmRankFile ShmRankFile::create(const std::string& path, uint64_t data_bytes) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error("unlink", path);
+  ShmRankFile file;
+  file.path_ = path;
+  file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (file.fd_ < 0) throw io_error("create", path);
+  file.file_bytes_ = kShmHeaderBytes + data_bytes;
+  // Reserving every page now turns a full /dev/shm into an error here rather than a SIGBUS on the
+  // first write to a page tmpfs cannot back. The pages read as zero, as the loader expects of a new
+  // buffer.
+  const int rc = ::posix_fallocate(file.fd_, 0, static_cast<off_t>(file.file_bytes_));
+  if (rc != 0) {
+    errno = rc;
+    throw io_error(fmt::format("reserving {} bytes", file.file_bytes_), path);
+  }
+  file.header_ = AlignedBuffer::map_file(file.fd_, 0, kShmHeaderBytes);
+  init_header(file.header_.data());
+  return file;
+}
+
+AlignedBuffer ShmRankFile::map_data() const {
+  try {
+    return AlignedBuffer::map_file(fd_, kShmHeaderBytes, file_bytes_ - kShmHeaderBytes);
+  } catch (const Error& e) {
+    throw e.with_file(path_);
+  }
+}
+
+}  // namespace shardload::serve

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardload/tensor.h"
+
+namespace shardload::serve {
+
+// One open rank file of the shared-memory directory: its header page mapped (magic, sequence word)
+// and the descriptor the tensor area is mapped from. Move-only; closes the descriptor.
+class ShmRankFile {
+ public:
+  ShmRankFile() = default;
+  ~ShmRankFile();
+  ShmRankFile(ShmRankFile&& other) noexcept;
+  ShmRankFile& operator=(ShmRankFile&& other) noexcept;
+
+  // Opens an existing file read-write and maps its header. Returns an empty file (valid() false)
+  // and says why in `why` when it is absent, shorter than the header or unreadable.
+  static ShmRankFile open_existing(const std::string& path, std::string* why);
+  // A new file of kShmHeaderBytes + data_bytes zero bytes with a fresh header (magic, word 0). Any
+  // file at that path is unlinked first, so a process still mapping it keeps the old bytes instead
+  // of faulting on a shrunk file. Throws Error(kIo).
+  static ShmRankFile create(const std::string& path, uint64_t data_bytes);
+
+  bool valid() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+  std::byte* header() { return header_.data(); }
+  const std::byte* header() const { return header_.data(); }
+
+  // A shared mapping of the bytes after the header page (the rank's plan buffer). Throws
+  // Error(kIo).
+  AlignedBuffer map_data() const;
+
+ private:
+  void close();
+
+  int fd_ = -1;
+  std::string path_;
+  uint64_t file_bytes_ = 0;
+  AlignedBuffer header_;
+};
+
+}  // namespace shardload::serve

@@ -1,0 +1,95 @@
+#include "serve/shm_reuse.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "serve/manifest.h"
+#include "serve/shm_layout.h"
+#include "shardload/serve.h"
+
+namespace shardload::serve {
+namespace {
+
+// Paths compare by what they name, so "./m" and "/abs/m" are the same model.
+std::string canonical(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+  return error ? path : resolved.string();
+}
+
+// GCC 12 at -O2/-O3 reports a false -Warray-bounds inside nlohmann::json's operator== when it is inlined
+// here (the same comparison is clean under -O1 and with the sanitizers); the comparison itself is plain.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+template <typename T>
+bool member_equals(const nlohmann::json& manifest, const char* key, const T& value) {
+  const auto it = manifest.find(key);
+  return it != manifest.end() && *it == nlohmann::json(value);
+}
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+std::optional<std::vector<std::vector<int>>> manifest_expert_map(const nlohmann::json& manifest) {
+  const auto it = manifest.find("physical_to_logical_map");
+  if (it == manifest.end() || !it->is_array()) return std::nullopt;
+  std::vector<std::vector<int>> map;
+  for (const nlohmann::json& row : *it) {
+    if (!row.is_array()) return std::nullopt;
+    std::vector<int>& out = map.emplace_back();
+    for (const nlohmann::json& slot : row) {
+      if (!slot.is_number_integer()) return std::nullopt;
+      out.push_back(slot.get<int>());
+    }
+  }
+  return map;
+}
+
+std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<ShmRankFile>& files,
+                           const Plan& plan, const std::string& model_path) {
+  for (size_t r = 0; r < files.size(); ++r) {
+    if (!has_magic(files[r].header())) return fmt::format("rank {} has no {} header", r, kShmMagic);
+    if (load_sequence(files[r].header()) % 2 != 0) {
+      return fmt::format("sequence word of rank {} is odd (killed during a commit)", r);
+    }
+  }
+  if (manifest.value("update_in_progress", false)) {
+    return "the manifest says an update was in progress when the server stopped";
+  }
+  if (!member_equals(manifest, "format", kShmManifestFormat)) {
+    return fmt::format("manifest format is not {}", kShmManifestFormat);
+  }
+  const auto path = manifest.find("model_path");
+  if (path == manifest.end() || !path->is_string() ||
+      canonical(path->get<std::string>()) != canonical(model_path)) {
+    return fmt::format("manifest model_path {} is not {}",
+                       path == manifest.end() ? "(none)" : path->dump(), model_path);
+  }
+  if (!member_equals(manifest, "tp_size", plan.parallel.tp) ||
+      !member_equals(manifest, "ep_size", plan.parallel.ep)) {
+    return fmt::format("manifest layout is not tp={} ep={}", plan.parallel.tp, plan.parallel.ep);
+  }
+  const auto version = manifest.find("version");
+  if (version == manifest.end() || !version->is_number_unsigned()) {
+    return "manifest version is not an unsigned integer";
+  }
+  // Compared as ints, not as json: GCC 12 at -O2 sees a false -Warray-bounds in json(vector<vector<int>>).
+  if (manifest_expert_map(manifest) != plan.physical_to_logical) {
+    return "manifest physical_to_logical_map differs from the requested one";
+  }
+  for (size_t r = 0; r < files.size(); ++r) {
+    const uint64_t want = kShmHeaderBytes + plan.ranks[r].bytes;
+    if (files[r].file_bytes() != want) {
+      return fmt::format("rank {} file has {} bytes, the layout needs {}", r, files[r].file_bytes(),
+                         want);
+    }
+  }
+  if (!member_equals(manifest, "ranks", manifest_ranks(plan))) {
+    return "manifest tensor table differs from this model's layout";
+  }
+  return {};
+}
+
+}  // namespace shardload::serve

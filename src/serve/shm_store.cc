@@ -1,0 +1,212 @@
+#include "serve/shm_store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "serve/manifest.h"
+#include "serve/shm_layout.h"
+#include "serve/shm_reuse.h"
+#include "shardload/checkpoint.h"
+#include "shardload/error.h"
+
+namespace shardload::serve {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The manifest names the model by an absolute path, so a reader or a restart in another directory
+// finds the same checkpoint.
+std::string absolute_path(const std::string& path) {
+  std::string out = fs::absolute(path).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+bool directory_is_empty(const std::string& dir) {
+  std::error_code error;
+  return fs::directory_iterator(dir, error) == fs::directory_iterator();
+}
+
+// rank-N.bin files with N outside the layout: left by an earlier server with more ranks.
+void remove_stale_rank_files(const std::string& dir, size_t ranks) {
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("rank-") || !name.ends_with(".bin")) continue;
+    size_t rank = 0;
+    const char* first = name.data() + 5;
+    const char* last = name.data() + name.size() - 4;
+    const auto [end, ec] = std::from_chars(first, last, rank);
+    if (ec == std::errc() && end == last && rank >= ranks) fs::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
+ShmStore::ShmStore(const ServeOptions& options)
+    : name_(options.name),
+      dir_(shm_dir(options.name)),
+      threads_(options.threads),
+      staging_bytes_(options.staging_bytes) {
+  std::error_code error;
+  fs::create_directory(dir_, error);
+  if (error) {
+    throw Error(ErrorKind::kIo, fmt::format("cannot create {}: {}", dir_, error.message()),
+                {.file = dir_});
+  }
+  lock_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd_ < 0) {
+    throw Error(ErrorKind::kIo, fmt::format("cannot open {}: {}", dir_, std::strerror(errno)),
+                {.file = dir_});
+  }
+  // The kernel drops the lock when its holder dies, even by SIGKILL, so a crash never blocks a
+  // restart.
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("another shardload serve is using {} (pick another --name)", dir_),
+                {.field = "--name"});
+  }
+  try {
+    open_or_load(options);
+  } catch (...) {
+    live_ = LiveModel();
+    files_.clear();
+    if (!options.keep) remove();
+    ::close(lock_fd_);
+    throw;
+  }
+}
+
+ShmStore::~ShmStore() {
+  live_ = LiveModel();
+  files_.clear();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void ShmStore::open_or_load(const ServeOptions& options) {
+  const std::string model_path = absolute_path(options.model_path);
+  const Checkpoint checkpoint = Checkpoint::open(model_path);
+  Plan plan = make_plan(checkpoint, options.parallel);
+  if (directory_is_empty(dir_)) return load(checkpoint, std::move(plan), model_path);
+
+  std::string why;
+  files_.resize(plan.ranks.size());
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    std::string file_why;
+    files_[r] =
+        ShmRankFile::open_existing(dir_ + "/" + rank_file_name(static_cast<int>(r)), &file_why);
+    if (!files_[r].valid() && why.empty()) why = file_why;
+  }
+  const std::optional<nlohmann::json> manifest = read_manifest(dir_, &why);
+  if (manifest && why.empty()) {
+    Plan candidate;
+    // A server that rebalanced left its own map; without an explicit --expert-map, that map is the
+    // layout to reuse (the bytes are placed by it).
+    const auto found_map = manifest_expert_map(*manifest);
+    if (options.parallel.expert_map.empty() && plan.model.is_moe() && found_map &&
+        *found_map != plan.physical_to_logical) {
+      ParallelConfig parallel = options.parallel;
+      parallel.expert_map = *found_map;
+      try {
+        candidate = make_plan(checkpoint, parallel);
+      } catch (const Error&) {
+        // Not a map this model can take: the plain comparison below reports the difference.
+      }
+    }
+    const Plan& reuse_plan = candidate.ranks.empty() ? plan : candidate;
+    why = reuse_obstacle(*manifest, files_, reuse_plan, model_path);
+    if (why.empty()) {
+      live_.model_path = model_path;
+      live_.version = (*manifest)["version"].get<uint64_t>();
+      live_.plan = candidate.ranks.empty() ? std::move(plan) : std::move(candidate);
+      for (size_t r = 0; r < files_.size(); ++r) {
+        // The bytes were post-processed by the server that wrote them.
+        live_.ranks.push_back({static_cast<int>(r), files_[r].map_data(),
+                               std::vector<uint8_t>(live_.plan.modules.size(), 1)});
+      }
+      reused_ = true;
+      note_ = fmt::format("reusing {} (version {})", dir_, live_.version);
+      return;
+    }
+  }
+  note_ = "reloading: " + why;
+  load(checkpoint, std::move(plan), model_path);
+}
+
+void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path) {
+  // Readers must not follow an old manifest into files that are about to change shape.
+  std::error_code error;
+  fs::remove(dir_ + "/manifest.json", error);
+  fs::remove(dir_ + "/manifest.json.tmp", error);
+  remove_stale_rank_files(dir_, plan.ranks.size());
+  files_.resize(plan.ranks.size());
+
+  std::vector<RankWeights> ranks;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const uint64_t bytes = plan.ranks[r].bytes;
+    ShmRankFile& file = files_[r];
+    // A file of the right size is loaded in place, so that a process which mapped it sees the
+    // reload through its sequence word; any other is replaced by a new file.
+    const bool in_place =
+        file.valid() && file.file_bytes() == kShmHeaderBytes + bytes && has_magic(file.header());
+    if (!in_place)
+      file = ShmRankFile::create(dir_ + "/" + rank_file_name(static_cast<int>(r)), bytes);
+    begin_sequence(file.header());
+    ranks.push_back({static_cast<int>(r), file.map_data(), {}});
+    // The loader writes every tensor byte but leaves padding as it finds it: zero in a new buffer.
+    if (in_place) std::memset(ranks.back().buffer.data(), 0, ranks.back().buffer.size());
+  }
+  LoadOptions load_options;
+  load_options.threads = threads_;
+  load_into(checkpoint, plan, ranks, {}, load_options);
+
+  live_.model_path = model_path;
+  live_.plan = std::move(plan);
+  live_.ranks = std::move(ranks);
+  live_.version = 0;
+  // Manifest first, words last: a server killed in between leaves odd words, and a restart reloads.
+  write_manifest(false);
+  for (ShmRankFile& file : files_) end_sequence(file.header());
+  if (note_.empty()) {
+    uint64_t bytes = 0;
+    for (const RankWeights& rank : live_.ranks) bytes += rank.buffer.size();
+    note_ = fmt::format("loaded {} into {}: {} ranks, {} bytes", model_path, dir_,
+                        live_.ranks.size(), bytes);
+  }
+}
+
+UpdateOptions ShmStore::update_options() {
+  UpdateOptions options;
+  options.threads = threads_;
+  options.staging_bytes = staging_bytes_;
+  // A server updates again and again (RL weight sync): the staging area stays faulted in between updates,
+  // which halves their time here, at the cost of one resident copy of the updated bytes (docs/reload.md).
+  options.keep_staging = true;
+  options.begin_commit = [this] {
+    for (ShmRankFile& file : files_) begin_sequence(file.header());
+  };
+  options.end_commit = [this] {
+    for (ShmRankFile& file : files_) end_sequence(file.header());
+  };
+  return options;
+}
+
+void ShmStore::write_manifest(bool update_in_progress) const {
+  serve::write_manifest(dir_, make_manifest(name_, live_, update_in_progress));
+}
+
+void ShmStore::remove() const {
+  std::error_code error;
+  fs::remove_all(dir_, error);
+}
+
+}  // namespace shardload::serve

@@ -1,0 +1,349 @@
+#pragma once
+
+// Drives a real `shardload serve` child process: starts it, reads its port, talks HTTP to it over
+// loopback and maps its shared memory the way any other process would. Every wait has a deadline,
+// so a broken server fails a test instead of hanging it.
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "shardload/checkpoint.h"
+#include "shardload/loader.h"
+#include "shardload/plan.h"
+#include "shardload/serve.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload::testing {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Loading under the sanitizers on a shared machine can be slow; a hang is still caught.
+inline constexpr auto kStartTimeout = 180s;
+inline constexpr auto kExitTimeout = 60s;
+inline constexpr auto kRequestTimeout = 120s;
+
+// Unique per process and call, so tests (and parallel ctest runs) never share a directory.
+inline std::string unique_name(const std::string& test) {
+  static std::atomic<int> counter{0};
+  return fmt::format("test-{}-{}-{}", getpid(), test, counter++);
+}
+
+// A tiny qwen3_moe checkpoint (8 experts, MoE layers 1-3); a different seed gives different values.
+inline std::string make_moe_model(const TempDir& dir, const std::string& name, uint64_t seed) {
+  TinyOptions options;
+  options.arch = "qwen3_moe";
+  options.out = dir.file(name);
+  options.seed = seed;
+  make_tiny(options);
+  return options.out;
+}
+
+// Removes /dev/shm/shardload-NAME when a test ends, whatever the server did.
+class ShmCleanup {
+ public:
+  explicit ShmCleanup(std::string name) : dir_(shm_dir(name)) {}
+  ~ShmCleanup() {
+    std::error_code error;
+    std::filesystem::remove_all(dir_, error);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+class ServerProcess {
+ public:
+  // Starts SHARDLOAD_BIN serve ARGS... with `env` added to the environment, output to files (a pipe
+  // could fill up and block the server).
+  explicit ServerProcess(const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {})
+      : out_path_(dir_.file("stdout")), err_path_(dir_.file("stderr")) {
+    std::vector<std::string> argv = {SHARDLOAD_BIN, "serve"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+    envs.insert(envs.end(), env.begin(), env.end());
+    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+    std::vector<char*> argp;
+    for (std::string& a : argv) argp.push_back(a.data());
+    argp.push_back(nullptr);
+    std::vector<char*> envp;
+    for (std::string& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    // The files exist before the child runs, so the parent can read them at once.
+    write_file(out_path_, std::string_view());
+    write_file(err_path_, std::string_view());
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      const int out = ::open(out_path_.c_str(), O_WRONLY);
+      const int err = ::open(err_path_.c_str(), O_WRONLY);
+      const int in = ::open("/dev/null", O_RDONLY);
+      if (out < 0 || err < 0 || in < 0) _exit(126);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      execve(argp[0], argp.data(), envp.data());
+      _exit(127);
+    }
+  }
+
+  ~ServerProcess() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait_exit(kExitTimeout);
+    }
+  }
+
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+  std::string output() const { return "stdout:\n" + out() + "\nstderr:\n" + err(); }
+  bool running() const { return !exit_code_.has_value(); }
+
+  // The port from the "listening on 127.0.0.1:PORT" line; -1 (and a test failure) when the server
+  // exits first or does not get there in time.
+  int wait_for_port(std::chrono::seconds timeout = kStartTimeout) {
+    constexpr std::string_view kListening = "listening on 127.0.0.1:";
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      const std::string text = out();
+      const size_t at = text.find(kListening);
+      const size_t end = at == std::string::npos ? at : text.find('\n', at);
+      // The whole line, so that a port half written is never read.
+      if (end != std::string::npos) return std::stoi(text.substr(at + kListening.size()));
+      if (poll_exit()) {
+        ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
+                      << output();
+        return -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "the server did not listen within " << timeout.count() << " s\n" << output();
+    return -1;
+  }
+
+  void signal(int sig) {
+    if (running()) ::kill(pid_, sig);
+  }
+
+  // The exit code (128 + signal when killed), or nullopt after the timeout.
+  std::optional<int> wait_exit(std::chrono::seconds timeout = kExitTimeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!poll_exit()) {
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(10ms);
+    }
+    return exit_code_;
+  }
+
+ private:
+  bool poll_exit() {
+    if (exit_code_) return true;
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done != pid_) return false;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return true;
+  }
+
+  TempDir dir_;
+  std::string out_path_;
+  std::string err_path_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+struct FinishedRun {
+  std::optional<int> exit_code;  // nullopt: still running at the deadline (then killed)
+  std::string out;
+  std::string err;
+};
+
+// Runs a serve command that is expected to exit by itself (a refused start); unlike run_command it
+// cannot hang when the server starts after all.
+inline FinishedRun run_to_exit(const std::vector<std::string>& args) {
+  ServerProcess process(args);
+  FinishedRun run;
+  run.exit_code = process.wait_exit(kStartTimeout);
+  run.out = process.out();
+  run.err = process.err();
+  return run;
+}
+
+// A rank file mapped read-only, as a reader process maps it.
+class MappedRankFile {
+ public:
+  explicit MappedRankFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open " + path);
+    struct stat st {};
+    fstat(fd, &st);
+    size_ = static_cast<size_t>(st.st_size);
+    void* data = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (data == MAP_FAILED) throw std::runtime_error("cannot map " + path);
+    data_ = static_cast<const std::byte*>(data);
+  }
+  ~MappedRankFile() { munmap(const_cast<std::byte*>(data_), size_); }
+  MappedRankFile(const MappedRankFile&) = delete;
+  MappedRankFile& operator=(const MappedRankFile&) = delete;
+
+  size_t size() const { return size_; }
+  std::string magic() const { return std::string(reinterpret_cast<const char*>(data_), 8); }
+  uint64_t sequence() const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmSequenceOffset),
+                           __ATOMIC_ACQUIRE);
+  }
+  std::span<const std::byte> bytes(uint64_t offset, uint64_t n) const {
+    return {data_ + offset, n};
+  }
+
+ private:
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Checksums keyed "RANK/TENSOR": the shape every source below produces, so they compare directly.
+using Checksums = std::map<std::string, std::string>;
+
+inline std::string checksum_key(int rank, const std::string& name) {
+  return fmt::format("{}/{}", rank, name);
+}
+
+// What a fresh load of `model` gives, computed in this process.
+inline Checksums expected_checksums(const std::string& model, const ParallelConfig& parallel) {
+  const Checkpoint checkpoint = Checkpoint::open(model);
+  const Plan plan = make_plan(checkpoint, parallel);
+  const std::vector<RankWeights> ranks = load_ranks(checkpoint, plan);
+  Checksums out;
+  for (const RankWeights& weights : ranks) {
+    for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
+      if (param.exported()) {
+        out[checksum_key(weights.rank, param.name)] = xxh3_hex(param_view(weights, param).data);
+      }
+    }
+  }
+  return out;
+}
+
+inline nlohmann::json read_manifest(const std::string& dir) {
+  return nlohmann::json::parse(read_file(dir + "/manifest.json"));
+}
+
+// XXH3 of every tensor the manifest lists, read from the mapped files with the seqlock protocol: a
+// pass that saw an odd word, or a word that moved, is retried.
+inline Checksums mapped_checksums(const std::string& dir) {
+  const nlohmann::json manifest = read_manifest(dir);
+  Checksums out;
+  const auto deadline = Clock::now() + kRequestTimeout;
+  for (const nlohmann::json& rank : manifest["ranks"]) {
+    const MappedRankFile file(dir + "/" + rank["file"].get<std::string>());
+    EXPECT_EQ(file.size(), rank["bytes"].get<uint64_t>());
+    while (true) {
+      const uint64_t before = file.sequence();
+      Checksums pass;
+      for (const auto& [name, tensor] : rank["tensors"].items()) {
+        pass[checksum_key(rank["rank"].get<int>(), name)] =
+            xxh3_hex(file.bytes(tensor["offset"], tensor["nbytes"]));
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (before % 2 == 0 && file.sequence() == before) {
+        out.merge(pass);
+        break;
+      }
+      if (Clock::now() > deadline) throw std::runtime_error("the sequence word never settled");
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  return out;
+}
+
+// An HTTP client of the server on `port`, with deadlines on connecting and reading.
+inline std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_connection_timeout(10s);
+  c->set_read_timeout(kRequestTimeout);
+  c->set_write_timeout(30s);
+  return c;
+}
+
+struct HttpReply {
+  int status = 0;  // 0: no reply (connection failed)
+  nlohmann::json body;
+  std::string text;
+};
+
+inline HttpReply to_reply(const httplib::Result& result) {
+  HttpReply reply;
+  if (!result) return reply;
+  reply.status = result->status;
+  reply.text = result->body;
+  reply.body = nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+  return reply;
+}
+
+inline HttpReply get(int port, const std::string& path) {
+  return to_reply(client(port)->Get(path));
+}
+
+inline HttpReply post(int port, const std::string& path, const std::string& body) {
+  return to_reply(client(port)->Post(path, body, "application/json"));
+}
+
+inline HttpReply post(int port, const std::string& path, const nlohmann::json& body) {
+  return post(port, path, body.dump());
+}
+
+inline Checksums endpoint_checksums(int port) {
+  const HttpReply reply = get(port, "/weights_checksum");
+  EXPECT_EQ(reply.status, 200) << reply.text;
+  Checksums out;
+  for (const nlohmann::json& rank : reply.body["ranks"]) {
+    for (const auto& [name, hash] : rank["tensors"].items()) {
+      out[checksum_key(rank["rank"].get<int>(), name)] = hash.get<std::string>();
+    }
+  }
+  return out;
+}
+
+inline uint64_t served_version(int port) {
+  const HttpReply reply = get(port, "/get_model_info");
+  EXPECT_EQ(reply.status, 200) << reply.text;
+  return reply.body.value("version", uint64_t{999999});
+}
+
+inline ParallelConfig layout(int tp, int ep) {
+  ParallelConfig parallel;
+  parallel.tp = tp;
+  parallel.ep = ep;
+  return parallel;
+}
+
+}  // namespace shardload::testing
