@@ -19,8 +19,9 @@ std::string canonical(const std::string& path) {
   return error ? path : resolved.string();
 }
 
-// GCC 12 at -O2/-O3 reports a false -Warray-bounds inside nlohmann::json's operator== when it is inlined
-// here (the same comparison is clean under -O1 and with the sanitizers); the comparison itself is plain.
+// GCC 12 at -O2/-O3 reports a false -Warray-bounds inside nlohmann::json's operator== when it is
+// inlined here (the same comparison is clean under -O1 and with the sanitizers); the comparison
+// itself is plain.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
 template <typename T>
@@ -75,7 +76,8 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
   if (version == manifest.end() || !version->is_number_unsigned()) {
     return "manifest version is not an unsigned integer";
   }
-  // Compared as ints, not as json: GCC 12 at -O2 sees a false -Warray-bounds in json(vector<vector<int>>).
+  // Compared as ints, not as json: GCC 12 at -O2 sees a false -Warray-bounds in
+  // json(vector<vector<int>>).
   if (manifest_expert_map(manifest) != plan.physical_to_logical) {
     return "manifest physical_to_logical_map differs from the requested one";
   }

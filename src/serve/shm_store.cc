@@ -188,8 +188,9 @@ UpdateOptions ShmStore::update_options() {
   UpdateOptions options;
   options.threads = threads_;
   options.staging_bytes = staging_bytes_;
-  // A server updates again and again (RL weight sync): the staging area stays faulted in between updates,
-  // which halves their time here, at the cost of one resident copy of the updated bytes (docs/reload.md).
+  // A server updates again and again (RL weight sync): the staging area stays faulted in between
+  // updates, which halves their time here, at the cost of one resident copy of the updated bytes
+  // (docs/reload.md).
   options.keep_staging = true;
   options.begin_commit = [this] {
     for (ShmRankFile& file : files_) begin_sequence(file.header());
