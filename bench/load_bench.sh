@@ -99,6 +99,7 @@ echo "4 KiB-page destination memcpy (same bytes as tp1), median GB/s: $(median <
 echo "all load GB/s: tp1 [${rates[tp1]}] tp4ep2 [${rates[tp4ep2]}]"
 echo "all limits:    tp1 [${limits[tp1]}] tp4ep2 [${limits[tp4ep2]}]"
 for layout in tp1 tp4ep2; do
+  (( cold_runs > 0 )) || break  # COLD_RUNS=0: no cold pairs were measured
   awk -v l="$layout" -v r="$(median <<< "${cold_rates[$layout]}")" -v m="$(median <<< "${cold_limits[$layout]}")" \
     'BEGIN {printf "cold (after idle, memory back at the host) %-7s load %.2f GB/s, limit %.2f GB/s, ratio %.2f\n", l, r, m, r / m}'
 done
