@@ -35,6 +35,10 @@ struct ParallelConfig {
 // Reads {"physical_to_logical_map": [[...], ...]}. Throws Error(kInvalidArgument) naming the file.
 std::vector<std::vector<int>> read_expert_map(const std::string& path);
 
+// The map itself, [[...], ...]: a list of rows of expert indices (`file` only names the source in errors,
+// e.g. an expert-map file, a request or a manifest). Throws Error(kInvalidArgument).
+std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows, const std::string& file = {});
+
 // Checks a layout against a model before any I/O. Throws Error(kInvalidArgument) with messages such as
 // "tp=3 does not divide 16 attention heads".
 void validate_layout(const ModelConfig& model, const ParallelConfig& parallel);

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
 #include "cli/progress.h"
+#include "core/seconds_since.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/loader.h"
@@ -23,9 +24,6 @@ struct LoadCommandOptions {
   int threads = 0;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string rate(uint64_t bytes, double seconds) {
   return seconds > 0 ? fmt::format("{:.2f} GB/s", static_cast<double>(bytes) / seconds / 1e9) : "-";

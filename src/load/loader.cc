@@ -16,6 +16,7 @@
 
 #include "format/posix_io.h"
 #include "core/parallel_for.h"
+#include "core/seconds_since.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 
@@ -25,9 +26,6 @@ namespace {
 constexpr uint64_t kDirectChunk = uint64_t{16} << 20;  // work-item size of direct and scatter reads
 constexpr uint64_t kGatherChunk = uint64_t{4} << 20;   // bounce size: stays in the L2/L3 caches
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A destination of a gathered row range: columns [col_begin, col_end) of each source row land
 // densely at dst (row i of the group at dst + i * width).
@@ -86,14 +84,7 @@ class Executor {
  public:
   Executor(const Checkpoint& ckpt, const Plan& plan) : ckpt_(ckpt), plan_(plan) {}
 
-  // Every piece of the rank, or of the modules `modules` marks (all when empty).
-  void add_rank(const RankPlan& rank, std::byte* base, const std::vector<bool>& modules = {}) {
-    for (const PlanParam& param : rank.params) {
-      if (!modules.empty() && !modules[param.module]) continue;
-      for (const PlanPiece& piece : param.pieces) add_piece(param, piece, base + param.offset);
-    }
-  }
-
+  // The pieces of the rank that `select` takes.
   void add_selected(const RankPlan& rank, std::byte* base, const PieceSelector& select) {
     for (const PlanParam& param : rank.params) {
       for (const PlanPiece& piece : param.pieces) {
@@ -292,8 +283,12 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
                 const std::vector<bool>& modules, const LoadOptions& options, LoadStats* stats) {
   auto start = std::chrono::steady_clock::now();
   Executor executor(ckpt, plan);
+  // Every piece, or those of the modules `modules` marks.
+  const PieceSelector select = [&](int, const PlanParam& param, const PlanPiece&) {
+    return modules.empty() || modules[param.module];
+  };
   for (RankWeights& weights : ranks) {
-    executor.add_rank(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), modules);
+    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), select);
   }
   executor.finish();
   executor.run(options.threads, options.progress);

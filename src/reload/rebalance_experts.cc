@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/parallel_for.h"
+#include "core/seconds_since.h"
 #include "reload/staging.h"
 #include "reload/update_steps.h"
 #include "shardload/error.h"
@@ -194,13 +195,10 @@ UpdateResult rebalance_experts(LiveModel& live,
       }
       reads[move.rank_index][move.module] = &move;
     }
-    std::vector<int> index_of(plan.ranks.size(), -1);
-    for (size_t i = 0; i < live.ranks.size(); ++i)
-      index_of[static_cast<size_t>(live.ranks[i].rank)] = static_cast<int>(i);
     const uint64_t read = read_pieces(
         checkpoint, plan, staging.ranks(),
         [&](int rank, const PlanParam& param, const PlanPiece& piece) {
-          const auto& modules = reads[static_cast<size_t>(index_of[static_cast<size_t>(rank)])];
+          const auto& modules = reads[staging.index_of(rank)];
           const auto it = modules.find(param.module);
           if (it == modules.end()) return false;
           const uint64_t slot = piece.dst_offset / (param.nbytes / slots);
@@ -219,8 +217,7 @@ UpdateResult rebalance_experts(LiveModel& live,
   };
   UpdateResult result = run_update(live, checkpoint, plan, units, stage, options);
   result.local_bytes = local_bytes;
-  plan.parallel.expert_map = physical_to_logical;
-  live.plan = std::move(plan);
+  live.plan = std::move(plan);  // its parallel config carries the new map
   result.seconds_stage = std::max(
       0.0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
                result.seconds_commit);

@@ -77,6 +77,9 @@ Staging::Staging(LiveModel& live) {
         weights.rank, reuse ? std::move(kept[i]) : AlignedBuffer(weights.buffer.size()), {}};
     mirror.processed.assign(live.plan.modules.size(), 0);
     ranks_.push_back(std::move(mirror));
+    const size_t id = static_cast<size_t>(weights.rank);
+    if (index_of_.size() <= id) index_of_.resize(id + 1);
+    index_of_[id] = i;
   }
 }
 

@@ -43,6 +43,8 @@ class Staging {
   // Reuses live.kept_staging when it fits the ranks (its buffers move in).
   explicit Staging(LiveModel& live);
   std::vector<RankWeights>& ranks() { return ranks_; }
+  // Position of rank id `rank` in ranks() (and in LiveModel::ranks).
+  size_t index_of(int rank) const { return index_of_[static_cast<size_t>(rank)]; }
   // Hands the buffers back to live.kept_staging for the next update.
   void keep(LiveModel& live);
   // Gives back the pages of the units' ranges (between commit groups of a bounded update).
@@ -50,6 +52,7 @@ class Staging {
 
  private:
   std::vector<RankWeights> ranks_;
+  std::vector<size_t> index_of_;
 };
 
 // Copies the group's ranges from staging into the live buffers with `threads` threads, between the

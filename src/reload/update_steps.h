@@ -1,6 +1,5 @@
 #pragma once
 
-#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -9,8 +8,6 @@
 #include "shardload/reload.h"
 
 namespace shardload::reload {
-
-double seconds_since(std::chrono::steady_clock::time_point start);
 
 // Plans `checkpoint` under the live layout (dtype pinned to the live dtype) and checks that it fits
 // the live buffers exactly. Throws Error(kConflict) naming the first tensor that does not.

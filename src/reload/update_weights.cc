@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/parallel_for.h"
+#include "core/seconds_since.h"
 #include "reload/filter.h"
 #include "reload/staging.h"
 #include "reload/update_steps.h"
@@ -13,10 +14,6 @@
 
 namespace shardload {
 namespace reload {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 namespace {
 
@@ -75,13 +72,11 @@ UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Pla
   size_t committed = 0;
   try {
     for (const std::vector<size_t>& group : groups) {
-      auto start = std::chrono::steady_clock::now();
       result.read_bytes += stage(staging, group);
       watch.check();  // a file changed under the reader: its bytes may be a mix
       if (options.cancel != nullptr && options.cancel->load()) {
         throw Error(ErrorKind::kCancelled, "the update was cancelled before its commit");
       }
-      result.seconds_stage += seconds_since(start);
       const double pause = commit_group(live, staging, units, group, options);
       ++committed;
       result.seconds_commit += pause;
@@ -146,14 +141,11 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
   const reload::StageGroup stage = [&](reload::Staging& staging, const std::vector<size_t>& group) {
     std::vector<std::vector<bool>> wanted(live.ranks.size(),
                                           std::vector<bool>(plan.modules.size(), false));
-    std::vector<int> index_of(plan.ranks.size(), -1);
-    for (size_t i = 0; i < live.ranks.size(); ++i)
-      index_of[static_cast<size_t>(live.ranks[i].rank)] = static_cast<int>(i);
     for (size_t u : group) wanted[units[u].rank_index][units[u].module] = true;
     const uint64_t read = read_pieces(
         checkpoint, plan, staging.ranks(),
         [&](int rank, const PlanParam& param, const PlanPiece&) {
-          return wanted[static_cast<size_t>(index_of[static_cast<size_t>(rank)])][param.module];
+          return wanted[staging.index_of(rank)][param.module];
         },
         options.threads, options.cancel);
     // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
@@ -167,7 +159,7 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
   };
   UpdateResult result = reload::run_update(live, checkpoint, plan, units, stage, options);
   live.model_path = model_path;
-  result.seconds_stage = std::max(0.0, reload::seconds_since(start) - result.seconds_commit);
+  result.seconds_stage = std::max(0.0, seconds_since(start) - result.seconds_commit);
   return result;
 }
 

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "shardload/eplb.h"
 #include "shardload/error.h"
+#include "shardload/plan.h"
 
 namespace shardload::serve {
 namespace {
@@ -33,24 +33,6 @@ nlohmann::json parse_object(std::string_view body) {
 const nlohmann::json* optional_member(const nlohmann::json& body, const char* name) {
   const auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::vector<std::vector<int>> parse_map(const nlohmann::json& value) {
-  const char* kExpected = "a list of lists of non-negative integers, one per MoE layer";
-  if (!value.is_array()) throw bad_member("physical_to_logical_map", kExpected, value);
-  std::vector<std::vector<int>> map;
-  for (const nlohmann::json& row : value) {
-    if (!row.is_array()) throw bad_member("physical_to_logical_map", kExpected, row);
-    std::vector<int>& out = map.emplace_back();
-    for (const nlohmann::json& slot : row) {
-      if (!slot.is_number_integer() || slot.get<int64_t>() < 0 ||
-          slot.get<int64_t>() > std::numeric_limits<int>::max()) {
-        throw bad_member("physical_to_logical_map", kExpected, slot);
-      }
-      out.push_back(slot.get<int>());
-    }
-  }
-  return map;
 }
 
 }  // namespace
@@ -96,7 +78,7 @@ RebalanceRequest parse_rebalance_request(std::string_view body) {
                 {.field = "(body)", .found = map == nullptr ? "neither" : "both"});
   }
   RebalanceRequest request;
-  if (map != nullptr) request.physical_to_logical_map = parse_map(*map);
+  if (map != nullptr) request.physical_to_logical_map = parse_expert_map(*map, "request body");
   // The eplb command's reader checks the load rows (numbers, one row per layer, equal lengths).
   if (load != nullptr)
     request.expert_load = parse_expert_load(nlohmann::json{{"expert_load", *load}}.dump());

@@ -7,6 +7,7 @@
 
 #include "serve/manifest.h"
 #include "serve/shm_layout.h"
+#include "shardload/error.h"
 #include "shardload/serve.h"
 
 namespace shardload::serve {
@@ -35,17 +36,12 @@ bool member_equals(const nlohmann::json& manifest, const char* key, const T& val
 
 std::optional<std::vector<std::vector<int>>> manifest_expert_map(const nlohmann::json& manifest) {
   const auto it = manifest.find("physical_to_logical_map");
-  if (it == manifest.end() || !it->is_array()) return std::nullopt;
-  std::vector<std::vector<int>> map;
-  for (const nlohmann::json& row : *it) {
-    if (!row.is_array()) return std::nullopt;
-    std::vector<int>& out = map.emplace_back();
-    for (const nlohmann::json& slot : row) {
-      if (!slot.is_number_integer()) return std::nullopt;
-      out.push_back(slot.get<int>());
-    }
+  if (it == manifest.end()) return std::nullopt;
+  try {
+    return parse_expert_map(*it);
+  } catch (const Error&) {
+    return std::nullopt;  // a damaged manifest: not reused
   }
-  return map;
 }
 
 std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<ShmRankFile>& files,

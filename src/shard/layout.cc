@@ -29,21 +29,29 @@ std::vector<std::vector<int>> read_expert_map(const std::string& path) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("invalid JSON: {}", e.what()), {.file = path});
   }
   const auto it = parsed.is_object() ? parsed.find("physical_to_logical_map") : parsed.end();
-  if (it == parsed.end() || !it->is_array()) {
+  if (it == parsed.end()) {
     throw Error(ErrorKind::kInvalidArgument, "no physical_to_logical_map list",
                 {.file = path, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
   }
+  return parse_expert_map(*it, path);
+}
+
+std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows, const std::string& file) {
+  if (!rows.is_array()) {
+    throw Error(ErrorKind::kInvalidArgument, "no physical_to_logical_map list",
+                {.file = file, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
+  }
   std::vector<std::vector<int>> map;
-  for (const nlohmann::json& row : *it) {
+  for (const nlohmann::json& row : rows) {
     if (!row.is_array()) {
       throw Error(ErrorKind::kInvalidArgument, "a row is not a list",
-                  {.file = path, .field = "physical_to_logical_map", .found = row.dump()});
+                  {.file = file, .field = "physical_to_logical_map", .found = row.dump()});
     }
     std::vector<int>& out = map.emplace_back();
     for (const nlohmann::json& v : row) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
         throw Error(ErrorKind::kInvalidArgument, "an entry is not an expert index",
-                    {.file = path, .field = "physical_to_logical_map", .found = v.dump()});
+                    {.file = file, .field = "physical_to_logical_map", .found = v.dump()});
       }
       out.push_back(v.get<int>());
     }
