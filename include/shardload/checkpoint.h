@@ -45,7 +45,12 @@ class Checkpoint {
   std::vector<SafetensorsFile> files_;
   std::vector<std::string> warnings_;
   std::vector<std::string> names_;
-  std::unordered_map<std::string, Entry> entries_;
+  // Keys view the names in files_' headers (heap storage that stays put when the vector moves).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
+  std::unordered_map<std::string_view, Entry, NameHash, std::equal_to<>> entries_;
 };
 
 }  // namespace shardload

@@ -21,8 +21,19 @@ struct RankWeights {
   std::vector<uint8_t> processed;
 };
 
+// How checkpoint bytes are read.
+enum class IoMode {
+  kAuto,    // kPread when most of the files' bytes are in the page cache, else kDirect (or kPread
+            // where the file system refuses O_DIRECT)
+  kPread,   // through the page cache: preadv straight into the rank buffers, one request per file run
+  kMmap,    // copies out of a read-only mapping of each file (a file truncated meanwhile: SIGBUS)
+  kDirect,  // O_DIRECT with io_uring: aligned reads, several in flight per thread, no page cache
+};
+const char* io_mode_name(IoMode mode);
+
 struct LoadOptions {
   int threads = 0;         // 0: one per core
+  IoMode io = IoMode::kAuto;
   std::vector<int> ranks;  // empty: every rank of the plan
   // Called from the loading threads with bytes done and bytes total (a progress bar); may be empty.
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -34,6 +45,8 @@ struct LoadStats {
   double seconds_allocate = 0;
   double seconds_copy = 0;
   double seconds_postprocess = 0;
+  IoMode io = IoMode::kAuto;   // the read path used
+  uint64_t read_requests = 0;  // reads issued (neighbouring small tensors share one)
 };
 
 // Executes a plan: allocates each requested rank and fills every parameter, casting dtypes in the same pass
@@ -56,7 +69,7 @@ using PieceSelector = std::function<bool(int rank, const PlanParam& param, const
 // between work items and throws Error(kCancelled) when it is set. Returns the checkpoint bytes read.
 uint64_t read_pieces(const Checkpoint& checkpoint, const Plan& plan, std::vector<RankWeights>& ranks,
                      const PieceSelector& select, int threads = 0,
-                     const std::atomic<bool>* cancel = nullptr);
+                     const std::atomic<bool>* cancel = nullptr, IoMode io = IoMode::kAuto);
 
 enum class PostprocessMode {
   kOnce,        // skip modules already processed (what every load does)

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <exception>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "checkpoint/weight_map.h"
+#include "core/parallel_for.h"
 #include "shardload/error.h"
 
 namespace shardload {
@@ -30,32 +33,6 @@ nlohmann::json read_json(const fs::path& path, ErrorKind kind) {
   }
 }
 
-// The index's weight_map: tensor name -> shard file name (a plain name inside the directory).
-std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
-  const nlohmann::json index = read_json(index_path, ErrorKind::kIndex);
-  const std::string file = index_path.string();
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw Error(ErrorKind::kIndex, "no weight_map object",
-                {.file = file, .field = "weight_map", .expected = "object"});
-  }
-  std::map<std::string, std::string> weight_map;
-  for (const auto& [name, value] : index["weight_map"].items()) {
-    if (!value.is_string()) {
-      throw Error(ErrorKind::kIndex, "weight_map value is not a file name",
-                  {.file = file, .tensor = name, .field = "weight_map", .expected = "string",
-                   .found = value.type_name()});
-    }
-    const std::string shard = value.get<std::string>();
-    // A file name, never a path: the index must not reach outside the model directory.
-    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
-      throw Error(ErrorKind::kIndex, "weight_map names a path, not a file in the model directory",
-                  {.file = file, .tensor = name, .field = "weight_map", .found = shard});
-    }
-    weight_map.emplace(name, shard);
-  }
-  return weight_map;
-}
-
 std::vector<std::string> safetensors_in(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -70,7 +47,7 @@ std::vector<std::string> safetensors_in(const fs::path& dir) {
 }  // namespace
 
 const Checkpoint::Entry* Checkpoint::find(std::string_view name) const {
-  auto it = entries_.find(std::string(name));
+  auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;
 }
 
@@ -90,7 +67,7 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   }
 
   std::vector<std::string> shard_files;  // paths, in the order files_ will hold them
-  std::map<std::string, std::string> weight_map;
+  checkpoint::WeightMap weight_map;
   const bool indexed = fs::is_directory(status) && fs::exists(fs::path(path) / kIndexFile);
   if (!fs::is_directory(status)) {
     shard_files.push_back(path);
@@ -109,17 +86,15 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
     const std::vector<std::string> present = safetensors_in(dir);
     std::vector<std::string> used;
     if (indexed) {
-      weight_map = read_weight_map(dir / kIndexFile);
-      for (const auto& [name, shard] : weight_map) used.push_back(shard);
-      std::sort(used.begin(), used.end());
-      used.erase(std::unique(used.begin(), used.end()), used.end());
-      for (const std::string& shard : used) {
-        if (!std::binary_search(present.begin(), present.end(), shard)) {
-          const auto tensor = std::find_if(weight_map.begin(), weight_map.end(),
-                                           [&](const auto& kv) { return kv.second == shard; });
+      weight_map = checkpoint::read_weight_map((dir / kIndexFile).string());
+      used = weight_map.shards;
+      for (uint32_t s = 0; s < used.size(); ++s) {
+        if (!std::binary_search(present.begin(), present.end(), used[s])) {
+          const auto tensor = std::find_if(weight_map.tensors.begin(), weight_map.tensors.end(),
+                                           [&](const auto& kv) { return kv.second == s; });
           throw Error(ErrorKind::kIndex, "the index names a file that does not exist",
                       {.file = (dir / kIndexFile).string(), .tensor = tensor->first,
-                       .field = "weight_map", .found = shard});
+                       .field = "weight_map", .found = used[s]});
         }
       }
     } else if (std::binary_search(present.begin(), present.end(), std::string(kSingleFile))) {
@@ -143,9 +118,25 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
     for (const std::string& name : used) shard_files.push_back((dir / name).string());
   }
 
-  for (const std::string& file : shard_files) {
-    ckpt.files_.push_back(SafetensorsFile::open(file, backend));
+  // Headers are parsed in parallel (a MoE shard's header lists thousands of tensors); every file is
+  // tried and the first failing one in order is reported, as a sequential open would.
+  std::vector<std::optional<SafetensorsFile>> opened(shard_files.size());
+  std::vector<std::exception_ptr> failed(shard_files.size());
+  parallel_for(shard_files.size(), 0, [&](size_t i, int) {
+    try {
+      opened[i].emplace(SafetensorsFile::open(shard_files[i], backend));
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  });
+  ckpt.files_.reserve(opened.size());
+  for (size_t i = 0; i < opened.size(); ++i) {
+    if (failed[i]) std::rethrow_exception(failed[i]);
+    ckpt.files_.push_back(std::move(*opened[i]));
   }
+  size_t tensor_count = 0;
+  for (const SafetensorsFile& file : ckpt.files_) tensor_count += file.header().tensors.size();
+  ckpt.entries_.reserve(tensor_count);
   for (size_t f = 0; f < ckpt.files_.size(); ++f) {
     const SafetensorsFile& file = ckpt.files_[f];
     const std::string shard_name = fs::path(file.path()).filename().string();
@@ -158,28 +149,29 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
                      .found = shard_name});
       }
       if (indexed) {
-        auto mapped = weight_map.find(info.name);
-        if (mapped == weight_map.end()) {
+        const int64_t mapped = weight_map.shard_of(info.name);
+        if (mapped < 0) {
           throw Error(ErrorKind::kIndex, "tensor is not named by the index",
                       {.file = file.path(), .tensor = info.name});
         }
-        if (mapped->second != shard_name) {
+        const std::string& mapped_name = weight_map.shards[static_cast<size_t>(mapped)];
+        if (mapped_name != shard_name) {
           throw Error(ErrorKind::kIndex, "tensor is in a file other than the one the index names",
-                      {.file = file.path(), .tensor = info.name, .expected = mapped->second,
+                      {.file = file.path(), .tensor = info.name, .expected = mapped_name,
                        .found = shard_name});
         }
       }
     }
   }
-  for (const auto& [name, shard] : weight_map) {
+  for (const auto& [name, shard] : weight_map.tensors) {
     if (!ckpt.entries_.contains(name)) {
       throw Error(ErrorKind::kIndex, "tensor named by the index is missing from its file",
-                  {.file = (fs::path(path) / shard).string(), .tensor = name,
+                  {.file = (fs::path(path) / weight_map.shards[shard]).string(), .tensor = name,
                    .field = "weight_map"});
     }
   }
   ckpt.names_.reserve(ckpt.entries_.size());
-  for (const auto& [name, entry] : ckpt.entries_) ckpt.names_.push_back(name);
+  for (const auto& [name, entry] : ckpt.entries_) ckpt.names_.emplace_back(name);
   std::sort(ckpt.names_.begin(), ckpt.names_.end());
   return ckpt;
 }

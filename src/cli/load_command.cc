@@ -1,5 +1,6 @@
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@ struct LoadCommandOptions {
   int rank = -1;
   bool checksum = false;
   int threads = 0;
+  IoMode io = IoMode::kAuto;
 };
 
 
@@ -68,6 +70,7 @@ void run_load(const LoadCommandOptions& options) {
 
   LoadOptions load_options;
   load_options.threads = options.threads;
+  load_options.io = options.io;
   if (options.rank >= 0) load_options.ranks.push_back(options.rank);
   load_options.progress = make_progress_bar();
   LoadStats stats;
@@ -85,10 +88,11 @@ void run_load(const LoadCommandOptions& options) {
   }
   std::cout << fmt::format(
       "loaded {} ranks of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
-      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written), postprocess {:.3f} s\n",
+      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), postprocess {:.3f} s\n",
       ranks.size(), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, stats.bytes_read,
       stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate, stats.seconds_copy,
-      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy), stats.seconds_postprocess);
+      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy), stats.read_requests,
+      io_mode_name(stats.io), stats.seconds_postprocess);
 }
 
 }  // namespace
@@ -104,6 +108,12 @@ void add_load_command(CLI::App& app) {
                 "Print XXH3-64 of each rank tensor: rank, name, dtype, shape, hash");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
+  const std::map<std::string, IoMode> io_modes{
+      {"auto", IoMode::kAuto}, {"pread", IoMode::kPread}, {"mmap", IoMode::kMmap}, {"direct", IoMode::kDirect}};
+  cmd->add_option("--io", options->io,
+                  "Read path: auto (pread when the files are in the page cache, else direct), pread, "
+                  "mmap, or direct (O_DIRECT with io_uring)")
+      ->transform(CLI::CheckedTransformer(io_modes, CLI::ignore_case));
   cmd->callback([options] { run_load(*options); });
 }
 

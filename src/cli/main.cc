@@ -1,3 +1,8 @@
+#include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <exception>
 #include <iostream>
 
@@ -6,7 +11,33 @@
 #include "cli/commands.h"
 #include "shardload/error.h"
 
+namespace {
+
+// Backs the heap with 2 MiB pages where transparent huge pages are on request (madvise mode): a
+// 20k-tensor checkpoint's headers and plan touch tens of MB of heap, and on a VM a 4 KiB first
+// touch can cost ~20 us (measured here: `shardload plan` of such a model 0.25 s -> 0.09 s). The heap
+// grows in 64 MiB steps (untouched pages cost nothing) and its top region is advised once; brk
+// extends that region, advice included.
+void back_heap_with_huge_pages() {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  constexpr size_t kBlock = 64 << 10;  // under the mmap threshold: comes from the heap
+  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Static initialisers already made the heap: allocate until it grows by the new pad.
+  void* blocks[64];
+  size_t count = 0;
+  const void* before = sbrk(0);
+  while (count < 64 && sbrk(0) == before) blocks[count++] = malloc(kBlock);
+  const auto begin = (reinterpret_cast<uintptr_t>(blocks[0]) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = reinterpret_cast<uintptr_t>(sbrk(0));
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  for (size_t i = 0; i < count; ++i) free(blocks[i]);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  back_heap_with_huge_pages();
   CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards"};
   app.require_subcommand(1);
   shardload::cli::add_inspect_command(app);

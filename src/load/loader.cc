@@ -1,8 +1,11 @@
-// Executes a plan. Pieces that are a contiguous source run in the destination dtype are read
-// straight into the rank buffer with pread (one kernel copy, no bounce); the others (column blocks
-// of row-parallel tensors, casts, divided biases) are read once per source row range into a
-// per-thread bounce buffer and scattered to every rank that needs those rows, converting on the way
-// (one pass, no second copy).
+// Executes a plan. Pieces that are a contiguous source run in the destination dtype, and row ranges
+// whose column blocks tile the row, become segment units: a file range and the destinations that
+// tile it, merged with their neighbours in the file into reads of up to 16 MiB (one preadv for a
+// run of small expert tensors). The others (casts, divided biases, column blocks that leave gaps)
+// are read once per source row range into a bounce buffer and scattered to every rank that needs
+// those rows, converting on the way (one pass, no second copy). Three read paths run the same
+// units: page cache (preadv into the destinations), mmap, and O_DIRECT through io_uring for files
+// that are not cached.
 #include "shardload/loader.h"
 
 #include <fmt/format.h>
@@ -14,9 +17,12 @@
 #include <map>
 #include <tuple>
 
-#include "format/posix_io.h"
+#include "core/fault_injection.h"
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
+#include "format/posix_io.h"
+#include "load/direct_reader.h"
+#include "load/file_access.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 
@@ -25,7 +31,12 @@ namespace {
 
 constexpr uint64_t kDirectChunk = uint64_t{16} << 20;  // work-item size of direct and scatter reads
 constexpr uint64_t kGatherChunk = uint64_t{4} << 20;   // bounce size: stays in the L2/L3 caches
+constexpr unsigned kDirectDepth = 4;                   // O_DIRECT reads in flight per thread
+constexpr int kDirectThreads = 4;  // threads reading O_DIRECT: bounds their slots to 256 MiB
 
+using load::MappedFile;
+using load::page_cache_fraction;
+using load::UniqueFd;
 
 // A destination of a gathered row range: columns [col_begin, col_end) of each source row land
 // densely at dst (row i of the group at dst + i * width).
@@ -51,12 +62,31 @@ struct Gather {
   std::vector<std::pair<uint32_t, uint32_t>> replicas;  // (consumer, tile consumer)
 };
 
+constexpr uint32_t kNoGather = UINT32_MAX;
+
+// A piece of work: one file range. A segment unit's range is tiled, in order, by the parts
+// parts_[part_begin, part_end); a gather unit's range is rows [row_begin, row_end) of
+// gathers_[gather], which go through a bounce buffer (casts, divided biases, column blocks that do
+// not tile the row).
 struct Unit {
-  uint32_t source;
-  uint64_t file_offset;             // first source byte
-  uint64_t bytes;                   // source bytes
-  std::byte* direct_dst = nullptr;  // direct: read here
-  uint32_t gather = 0;              // otherwise: rows [row_begin, row_end) of gathers[gather]
+  uint32_t source;  // the first source tensor (named in errors)
+  uint32_t file;
+  uint64_t file_offset;  // first source byte
+  uint64_t bytes;        // source bytes
+  uint32_t gather = kNoGather;
+  uint64_t row_begin = 0;
+  uint64_t row_end = 0;
+  uint64_t part_begin = 0;
+  uint64_t part_end = 0;
+};
+
+// Destinations of consecutive file bytes: `bytes` bytes at dst, or (scatter) rows [row_begin,
+// row_end) of a scatter gather, each row split over its tiles, replicas copied after the read.
+// Scatter rows are expanded when the unit runs: kept as ranges they cost no memory per row.
+struct Part {
+  std::byte* dst = nullptr;
+  uint64_t bytes = 0;
+  uint32_t gather = kNoGather;
   uint64_t row_begin = 0;
   uint64_t row_end = 0;
 };
@@ -93,46 +123,76 @@ class Executor {
     }
   }
 
-  // Splits the work into cache-sized units, in file order so that reads stay sequential.
+  // Splits the work into units in file order, so that reads stay sequential, and merges
+  // neighbouring segment units into one read (a MoE checkpoint's thousands of small expert
+  // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
   void finish() {
-    for (uint32_t g = 0; g < gathers_.size(); ++g) {
-      plan_scatter(gathers_[g]);
-      const Gather& gather = gathers_[g];
-      const PlanSource& src = plan_.sources[gather.source];
-      const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
-      const uint64_t unit_bytes = gather.scatter ? kDirectChunk : kGatherChunk;
-      const uint64_t rows_per_unit =
-          std::max<uint64_t>(1, unit_bytes / std::max<uint64_t>(row_bytes, 1));
-      for (uint64_t row = gather.row_begin; row < gather.row_end; row += rows_per_unit) {
-        const uint64_t end = std::min(gather.row_end, row + rows_per_unit);
-        units_.push_back({gather.source, src.file_offset + row * row_bytes, (end - row) * row_bytes,
-                          nullptr, g, row, end});
-      }
-    }
-    std::sort(units_.begin(), units_.end(), [&](const Unit& a, const Unit& b) {
-      return std::tie(plan_.sources[a.source].file, a.file_offset) <
-             std::tie(plan_.sources[b.source].file, b.file_offset);
+    for (uint32_t g = 0; g < gathers_.size(); ++g) add_gather_units(g);
+    std::sort(units_.begin(), units_.end(), [](const Unit& a, const Unit& b) {
+      return std::tie(a.file, a.file_offset) < std::tie(b.file, b.file_offset);
     });
-    for (const Unit& unit : units_) total_ += unit.bytes;
+    std::vector<Part> parts;
+    parts.reserve(parts_.size());
+    std::vector<Unit> merged;
+    for (const Unit& unit : units_) {
+      const bool extend = !merged.empty() && unit.gather == kNoGather &&
+                          merged.back().gather == kNoGather && merged.back().file == unit.file &&
+                          merged.back().file_offset + merged.back().bytes == unit.file_offset &&
+                          merged.back().bytes + unit.bytes <= kDirectChunk;
+      if (!extend) {
+        merged.push_back(unit);
+        merged.back().part_begin = parts.size();
+      } else {
+        merged.back().bytes += unit.bytes;
+      }
+      parts.insert(parts.end(), parts_.begin() + static_cast<ptrdiff_t>(unit.part_begin),
+                   parts_.begin() + static_cast<ptrdiff_t>(unit.part_end));
+      merged.back().part_end = parts.size();
+    }
+    units_ = std::move(merged);
+    parts_ = std::move(parts);
+    for (const Unit& unit : units_) {
+      total_ += unit.bytes;
+      max_unit_ = std::max(max_unit_, unit.bytes);
+    }
   }
 
   uint64_t total_bytes() const { return total_; }
+  uint64_t unit_count() const { return units_.size(); }
 
-  void run(int threads, const std::function<void(uint64_t, uint64_t)>& progress,
-           const std::atomic<bool>* cancel = nullptr) {
+  // Runs every unit; returns the read path used (`io`, or what kAuto chose).
+  IoMode run(int threads, IoMode io, const std::function<void(uint64_t, uint64_t)>& progress,
+             const std::atomic<bool>* cancel = nullptr) {
     if (threads <= 0) threads = default_thread_count();
-    std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
-    std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
-    std::atomic<uint64_t> done{0};
-    parallel_for(units_.size(), threads, [&](size_t i, int thread) {
-      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-        throw Error(ErrorKind::kCancelled, "the update was cancelled while staging");
-      }
-      const Unit& unit = units_[i];
-      run_unit(unit, bounce[static_cast<size_t>(thread)], scratch[static_cast<size_t>(thread)]);
-      const uint64_t now = done.fetch_add(unit.bytes) + unit.bytes;
-      if (progress) progress(now, total_);
-    });
+    if (units_.empty()) return io == IoMode::kAuto ? IoMode::kPread : io;
+    std::vector<uint32_t> files;
+    for (const Unit& unit : units_) {
+      if (files.empty() || files.back() != unit.file) files.push_back(unit.file);
+    }
+    if (io == IoMode::kAuto) {
+      std::vector<const SafetensorsFile*> used;
+      for (uint32_t f : files) used.push_back(&ckpt_.files()[f]);
+      io = page_cache_fraction(used) >= 0.5 ? IoMode::kPread : IoMode::kDirect;
+      if (io == IoMode::kDirect && !open_direct_files(files, /*required=*/false))
+        io = IoMode::kPread;
+    } else if (io == IoMode::kDirect) {
+      open_direct_files(files, /*required=*/true);
+    }
+    progress_ = &progress;
+    cancel_ = cancel;
+    switch (io) {
+      case IoMode::kAuto:
+      case IoMode::kPread:
+        run_pread(threads);
+        break;
+      case IoMode::kMmap:
+        run_mmap(threads, files);
+        break;
+      case IoMode::kDirect:
+        run_direct(threads);
+        break;
+    }
+    return io;
   }
 
  private:
@@ -144,8 +204,12 @@ class Executor {
       const uint64_t begin = src.file_offset + piece.row_begin * src.cols * esize;
       const uint64_t bytes = piece.rows() * src.cols * esize;
       for (uint64_t at = 0; at < bytes; at += kDirectChunk) {
-        units_.push_back({piece.source, begin + at, std::min(kDirectChunk, bytes - at),
-                          param_base + piece.dst_offset + at});
+        const uint64_t n = std::min(kDirectChunk, bytes - at);
+        Unit& unit =
+            units_.emplace_back(Unit{piece.source, static_cast<uint32_t>(src.file), begin + at, n});
+        unit.part_begin = parts_.size();
+        parts_.push_back({.dst = param_base + piece.dst_offset + at, .bytes = n});
+        unit.part_end = parts_.size();
       }
       return;
     }
@@ -161,38 +225,32 @@ class Executor {
                                               piece.col_end, param.dtype, piece.divisor});
   }
 
-  void run_unit(const Unit& unit, std::vector<std::byte>& bounce,
-                std::vector<float>& scratch) const {
-    const PlanSource& src = plan_.sources[unit.source];
-    const SafetensorsFile& file = ckpt_.files()[src.file];
-    if (unit.direct_dst != nullptr) {
-      format::pread_exact(file.fd(), {unit.direct_dst, unit.bytes}, unit.file_offset,
-                          {.file = file.path(), .tensor = src.name});
-      return;
-    }
-    const Gather& gather = gathers_[unit.gather];
-    if (gather.scatter) {
-      scatter_unit(unit, gather, file);
-      return;
-    }
-    if (bounce.size() < unit.bytes) bounce.resize(unit.bytes);
-    format::pread_exact(file.fd(), {bounce.data(), unit.bytes}, unit.file_offset,
-                        {.file = file.path(), .tensor = src.name});
-    const uint64_t src_esize = dtype_bits(src.dtype) / 8;
-    const uint64_t row_bytes = src.cols * src_esize;
-    for (const Consumer& c : gather.consumers) {
-      const uint64_t width = c.col_end - c.col_begin;
-      const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
-      std::byte* dst = c.dst + (unit.row_begin - gather.row_begin) * dst_row_bytes;
-      const uint64_t rows = unit.row_end - unit.row_begin;
-      if (width == src.cols) {  // whole rows: one call for the unit
-        convert_values(src.dtype, bounce.data(), c.dtype, dst, rows * width, c.divisor, scratch);
+  // Units of a gathered row range: a scatter gather becomes segment units (each row read straight
+  // into its column blocks, replicas copied after), the others bounce units of cache size.
+  void add_gather_units(uint32_t g) {
+    plan_scatter(gathers_[g]);
+    const Gather& gather = gathers_[g];
+    const PlanSource& src = plan_.sources[gather.source];
+    const uint64_t esize = dtype_bits(src.dtype) / 8;
+    const uint64_t row_bytes = src.cols * esize;
+    const uint64_t unit_bytes = gather.scatter ? kDirectChunk : kGatherChunk;
+    const uint64_t rows_per_unit =
+        std::max<uint64_t>(1, unit_bytes / std::max<uint64_t>(row_bytes, 1));
+    for (uint64_t row = gather.row_begin; row < gather.row_end; row += rows_per_unit) {
+      const uint64_t end = std::min(gather.row_end, row + rows_per_unit);
+      Unit unit{gather.source, static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
+                (end - row) * row_bytes};
+      if (!gather.scatter) {
+        unit.gather = g;
+        unit.row_begin = row;
+        unit.row_end = end;
+        units_.push_back(unit);
         continue;
       }
-      for (uint64_t r = 0; r < rows; ++r) {
-        convert_values(src.dtype, bounce.data() + r * row_bytes + c.col_begin * src_esize, c.dtype,
-                       dst + r * dst_row_bytes, width, c.divisor, scratch);
-      }
+      unit.part_begin = parts_.size();
+      parts_.push_back({.bytes = unit.bytes, .gather = g, .row_begin = row, .row_end = end});
+      unit.part_end = parts_.size();
+      units_.push_back(unit);
     }
   }
 
@@ -223,45 +281,205 @@ class Executor {
     gather.scatter = covered == src.cols;
   }
 
-  // One kernel copy per byte: rows land in their consumers through preadv, no bounce buffer.
-  void scatter_unit(const Unit& unit, const Gather& gather, const SafetensorsFile& file) const {
-    const PlanSource& src = plan_.sources[gather.source];
-    const uint64_t esize = dtype_bits(src.dtype) / 8;
-    const uint64_t rows = unit.row_end - unit.row_begin;
-    const uint64_t first = unit.row_begin - gather.row_begin;
-    std::vector<iovec> segments;
-    segments.reserve(rows * gather.tiles.size());
-    for (uint64_t r = 0; r < rows; ++r) {
-      for (uint32_t t : gather.tiles) {
-        const Consumer& c = gather.consumers[t];
-        const uint64_t row_bytes = (c.col_end - c.col_begin) * esize;
-        segments.push_back({c.dst + (first + r) * row_bytes, row_bytes});
+  ErrorDetails where(const Unit& unit) const {
+    return {.file = ckpt_.files()[unit.file].path(), .tensor = plan_.sources[unit.source].name};
+  }
+
+  void check_cancel() const {
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+      throw Error(ErrorKind::kCancelled, "the update was cancelled while staging");
+    }
+  }
+
+  void report(const Unit& unit) {
+    const uint64_t now = done_.fetch_add(unit.bytes) + unit.bytes;
+    if (*progress_) (*progress_)(now, total_);
+  }
+
+  // Calls f(dst, bytes) for each destination of a segment unit, in file order.
+  template <class F>
+  void for_each_segment(const Unit& unit, F&& f) const {
+    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
+      const Part& part = parts_[i];
+      if (part.gather == kNoGather) {
+        f(part.dst, part.bytes);
+        continue;
+      }
+      const Gather& gather = gathers_[part.gather];
+      const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
+      for (uint64_t r = part.row_begin - gather.row_begin; r < part.row_end - gather.row_begin;
+           ++r) {
+        for (uint32_t t : gather.tiles) {
+          const Consumer& c = gather.consumers[t];
+          const uint64_t width = (c.col_end - c.col_begin) * esize;
+          f(c.dst + r * width, width);
+        }
       }
     }
-    format::preadv_exact(file.fd(), segments, unit.file_offset,
-                         {.file = file.path(), .tensor = src.name});
-    for (const auto& [replica, tile] : gather.replicas) {
-      const Consumer& c = gather.consumers[replica];
-      const uint64_t row_bytes = (c.col_end - c.col_begin) * esize;
-      std::memcpy(c.dst + first * row_bytes, gather.consumers[tile].dst + first * row_bytes,
-                  rows * row_bytes);
+  }
+
+  // Replicated column blocks of the unit's scatter rows: copied from the tile that was read.
+  void copy_replicas(const Unit& unit) const {
+    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
+      const Part& part = parts_[i];
+      if (part.gather == kNoGather) continue;
+      const Gather& gather = gathers_[part.gather];
+      const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
+      const uint64_t first = part.row_begin - gather.row_begin;
+      for (const auto& [replica, tile] : gather.replicas) {
+        const Consumer& c = gather.consumers[replica];
+        const uint64_t width = (c.col_end - c.col_begin) * esize;
+        std::memcpy(c.dst + first * width, gather.consumers[tile].dst + first * width,
+                    (part.row_end - part.row_begin) * width);
+      }
     }
+  }
+
+  // Puts a unit's source bytes, already in memory at `src`, where they belong.
+  void consume(const Unit& unit, const std::byte* src, std::vector<float>& scratch) const {
+    if (unit.gather != kNoGather) {
+      convert_rows(unit, src, scratch);
+      return;
+    }
+    for_each_segment(unit, [&](std::byte* dst, uint64_t bytes) {
+      std::memcpy(dst, src, bytes);
+      src += bytes;
+    });
+    copy_replicas(unit);
+  }
+
+  void convert_rows(const Unit& unit, const std::byte* src_bytes,
+                    std::vector<float>& scratch) const {
+    const Gather& gather = gathers_[unit.gather];
+    const PlanSource& src = plan_.sources[gather.source];
+    const uint64_t src_esize = dtype_bits(src.dtype) / 8;
+    const uint64_t row_bytes = src.cols * src_esize;
+    for (const Consumer& c : gather.consumers) {
+      const uint64_t width = c.col_end - c.col_begin;
+      const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
+      std::byte* dst = c.dst + (unit.row_begin - gather.row_begin) * dst_row_bytes;
+      const uint64_t rows = unit.row_end - unit.row_begin;
+      if (width == src.cols) {  // whole rows: one call for the unit
+        convert_values(src.dtype, src_bytes, c.dtype, dst, rows * width, c.divisor, scratch);
+        continue;
+      }
+      for (uint64_t r = 0; r < rows; ++r) {
+        convert_values(src.dtype, src_bytes + r * row_bytes + c.col_begin * src_esize, c.dtype,
+                       dst + r * dst_row_bytes, width, c.divisor, scratch);
+      }
+    }
+  }
+
+  // Page cache: segment units are one preadv straight into their destinations (one kernel copy
+  // per byte), gather units one pread into a per-thread bounce buffer.
+  void run_pread(int threads) {
+    std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
+    std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
+    std::vector<std::vector<iovec>> segments(static_cast<size_t>(threads));
+    parallel_for(units_.size(), threads, [&](size_t i, int thread) {
+      check_cancel();
+      const Unit& unit = units_[i];
+      const int fd = ckpt_.files()[unit.file].fd();
+      if (unit.gather == kNoGather) {
+        std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
+        iov.clear();
+        for_each_segment(unit, [&](std::byte* dst, uint64_t bytes) {
+          iov.push_back({dst, bytes});
+        });
+        format::preadv_exact(fd, iov, unit.file_offset, where(unit));
+        copy_replicas(unit);
+      } else {
+        std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
+        if (buffer.size() < unit.bytes) buffer.resize(unit.bytes);
+        format::pread_exact(fd, {buffer.data(), unit.bytes}, unit.file_offset, where(unit));
+        convert_rows(unit, buffer.data(), scratch[static_cast<size_t>(thread)]);
+      }
+      report(unit);
+    });
+  }
+
+  // mmap: copies out of a read-only mapping of each file (page faults on the file instead of
+  // read calls). A file truncated under the mapping raises SIGBUS: auto never picks this path.
+  void run_mmap(int threads, const std::vector<uint32_t>& files) {
+    std::vector<MappedFile> maps(ckpt_.files().size());
+    for (uint32_t f : files) maps[f].map(ckpt_.files()[f]);
+    std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
+    parallel_for(units_.size(), threads, [&](size_t i, int thread) {
+      check_cancel();
+      const Unit& unit = units_[i];
+      const MappedFile& map = maps[unit.file];
+      if (unit.file_offset + unit.bytes > map.size) {
+        throw Error(ErrorKind::kIo, "unexpected end of file (was it truncated?)", where(unit));
+      }
+      fault::before_read(unit.bytes, where(unit));
+      consume(unit, map.data + unit.file_offset, scratch[static_cast<size_t>(thread)]);
+      fault::after_read(unit.bytes);
+      report(unit);
+    });
+  }
+
+  // Cold: O_DIRECT through io_uring, kDirectDepth reads in flight per thread, each thread copying
+  // the oldest out while the device fills the others. At most kDirectThreads threads read: their
+  // slots are the only memory this path adds.
+  void run_direct(int threads) {
+    const int readers = std::min(threads, kDirectThreads);
+    std::atomic<size_t> next{0};
+    parallel_for(static_cast<size_t>(readers), readers, [&](size_t, int) {
+      load::DirectReader reader(kDirectDepth, max_unit_);
+      std::vector<float> scratch;
+      for (;;) {
+        while (!reader.full()) {
+          check_cancel();
+          const size_t i = next.fetch_add(1);
+          if (i >= units_.size()) break;
+          const Unit& unit = units_[i];
+          reader.submit(direct_fds_[unit.file].get(), unit.file_offset, unit.bytes, i, where(unit));
+        }
+        if (reader.empty()) break;
+        const load::DirectReader::Done done = reader.wait_oldest();
+        consume(units_[done.tag], done.data, scratch);
+        report(units_[done.tag]);
+        reader.pop_oldest();
+      }
+    });
+  }
+
+  // Opens every file of `files` with O_DIRECT; false (or, when required, Error) when one refuses.
+  bool open_direct_files(const std::vector<uint32_t>& files, bool required) {
+    direct_fds_.resize(ckpt_.files().size());
+    for (uint32_t f : files) {
+      const SafetensorsFile& file = ckpt_.files()[f];
+      direct_fds_[f].reset(load::open_direct(file.path()));
+      if (direct_fds_[f].get() < 0) {
+        if (!required) return false;
+        throw format::io_error("cannot open with O_DIRECT (--io direct)", errno,
+                               {.file = file.path()});
+      }
+    }
+    return true;
   }
 
   const Checkpoint& ckpt_;
   const Plan& plan_;
   std::vector<Unit> units_;
+  std::vector<Part> parts_;
   std::vector<Gather> gathers_;
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> gather_ids_;
+  std::vector<UniqueFd> direct_fds_;
   uint64_t total_ = 0;
+  uint64_t max_unit_ = 0;
+  std::atomic<uint64_t> done_{0};
+  const std::function<void(uint64_t, uint64_t)>* progress_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 // Post-processes the listed modules of every rank, in parallel over (rank, module).
-void postprocess_ranks(const Plan& plan, std::vector<RankWeights>& ranks, const std::vector<bool>& modules,
-                       int threads) {
+void postprocess_ranks(const Plan& plan, std::vector<RankWeights>& ranks,
+                       const std::vector<bool>& modules, int threads) {
   std::vector<uint32_t> list;
   for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-    if ((modules.empty() || modules[m]) && plan.modules[m].post != PostProcess::kNone) list.push_back(m);
+    if ((modules.empty() || modules[m]) && plan.modules[m].post != PostProcess::kNone)
+      list.push_back(m);
   }
   for (RankWeights& weights : ranks) {
     weights.processed.resize(plan.modules.size(), 0);
@@ -288,15 +506,18 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
     return modules.empty() || modules[param.module];
   };
   for (RankWeights& weights : ranks) {
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), select);
+    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
+                          select);
   }
   executor.finish();
-  executor.run(options.threads, options.progress);
+  const IoMode io = executor.run(options.threads, options.io, options.progress);
   const double copy = seconds_since(start);
   start = std::chrono::steady_clock::now();
   postprocess_ranks(plan, ranks, modules, options.threads);
   if (stats != nullptr) {
     stats->seconds_copy = copy;
+    stats->io = io;
+    stats->read_requests = executor.unit_count();
     stats->seconds_postprocess = seconds_since(start);
     stats->bytes_read = executor.total_bytes();
     stats->bytes_written = 0;
@@ -312,6 +533,20 @@ void check_rank(const Plan& plan, int r) {
 }
 
 }  // namespace
+
+const char* io_mode_name(IoMode mode) {
+  switch (mode) {
+    case IoMode::kAuto:
+      return "auto";
+    case IoMode::kPread:
+      return "pread";
+    case IoMode::kMmap:
+      return "mmap";
+    case IoMode::kDirect:
+      return "direct";
+  }
+  return "?";
+}
 
 std::vector<RankWeights> load_ranks(const Checkpoint& ckpt, const Plan& plan,
                                     const LoadOptions& options, LoadStats* stats) {
@@ -343,7 +578,8 @@ void load_into(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights
     const uint64_t bytes = plan.ranks[static_cast<size_t>(weights.rank)].bytes;
     if (weights.buffer.size() != bytes) {
       throw Error(ErrorKind::kInvalidArgument, "the rank buffer does not fit the plan",
-                  {.field = fmt::format("rank {}", weights.rank), .expected = fmt::format("{} bytes", bytes),
+                  {.field = fmt::format("rank {}", weights.rank),
+                   .expected = fmt::format("{} bytes", bytes),
                    .found = fmt::format("{} bytes", weights.buffer.size())});
     }
   }
@@ -351,14 +587,16 @@ void load_into(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights
 }
 
 uint64_t read_pieces(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
-                     const PieceSelector& select, int threads, const std::atomic<bool>* cancel) {
+                     const PieceSelector& select, int threads, const std::atomic<bool>* cancel,
+                     IoMode io) {
   Executor executor(ckpt, plan);
   for (RankWeights& weights : ranks) {
     check_rank(plan, weights.rank);
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(), select);
+    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
+                          select);
   }
   executor.finish();
-  executor.run(threads, {}, cancel);
+  executor.run(threads, io, {}, cancel);
   return executor.total_bytes();
 }
 

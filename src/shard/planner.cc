@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -171,24 +172,11 @@ class Planner {
   // Every checkpoint tensor is consumed by a parameter or skipped by a stated rule; every source exists
   // with the shape config.json implies and a dtype shardload can convert.
   void check_consumed() {
-    std::unordered_map<std::string, Shape> expected;
+    // Names only (views into instances_): a MoE model has tens of thousands of sources.
+    std::unordered_set<std::string_view> expected;
     for (const Instance& inst : instances_) {
-      for (size_t x = 0; x < inst.sources.size(); ++x) {
-        const auto& names = inst.sources[x];
-        for (size_t k = 0; k < names.size(); ++k) {
-          const Shape shape = inst.rule->parts[k].shape(model());
-          expected.emplace(names[k], shape);
-          if (inst.weight_scales.empty()) continue;
-          if (plan_.quantization == Quantization::kFp8Block) {
-            const uint64_t rows = shape.empty() ? 1 : shape[0];
-            const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
-            expected.emplace(inst.weight_scales[x][k],
-                             Shape{ceil_div(rows, model().block_rows), ceil_div(cols, model().block_cols)});
-          } else {
-            expected.emplace(inst.weight_scales[x][k], Shape{});  // a scalar ([1] accepted too)
-          }
-          if (!inst.input_scales[x].empty()) expected.emplace(inst.input_scales[x][k], Shape{});
-        }
+      for (const auto* table : {&inst.sources, &inst.weight_scales, &inst.input_scales}) {
+        for (const auto& names : *table) expected.insert(names.begin(), names.end());
       }
     }
     const arch::ArchTable& table = arch::table_for(model().family);
@@ -205,10 +193,27 @@ class Planner {
     }
     // In table order, so that the first missing tensor reported is the first a reader would look for.
     for (const Instance& inst : instances_) {
-      for (const auto* table : {&inst.sources, &inst.weight_scales, &inst.input_scales}) {
-        for (const auto& names : *table) {
-          for (const std::string& name : names) source_index(name, expected.at(name));
+      std::vector<Shape> shapes;  // per part: what config.json implies
+      std::vector<Shape> scale_shapes;
+      for (const Part& part : inst.rule->parts) {
+        const Shape shape = part.shape(model());
+        if (plan_.quantization == Quantization::kFp8Block) {
+          const uint64_t rows = shape.empty() ? 1 : shape[0];
+          const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
+          scale_shapes.push_back({ceil_div(rows, model().block_rows), ceil_div(cols, model().block_cols)});
+        } else {
+          scale_shapes.push_back({});  // a scalar ([1] accepted too)
         }
+        shapes.push_back(shape);
+      }
+      for (const auto& names : inst.sources) {
+        for (size_t k = 0; k < names.size(); ++k) source_index(names[k], shapes[k]);
+      }
+      for (const auto& names : inst.weight_scales) {
+        for (size_t k = 0; k < names.size(); ++k) source_index(names[k], scale_shapes[k]);
+      }
+      for (const auto& names : inst.input_scales) {
+        for (const std::string& name : names) source_index(name, Shape{});
       }
       if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
         for (const auto& names : inst.sources) {
