@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   cmake make g++ pkg-config time
-  nlohmann-json3-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev liburing-dev libcpp-httplib-dev
   clang libclang-rt-14-dev   # libFuzzer for the header fuzz target

@@ -1,12 +1,9 @@
 #include "checkpoint/weight_map.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <sstream>
 #include <unordered_map>
 
 #include "shardload/error.h"
@@ -14,59 +11,78 @@
 namespace shardload::checkpoint {
 namespace {
 
-using json = nlohmann::json;
+namespace dom = simdjson::dom;
 
-// SAX events of the index: collects the string members of the top-level "weight_map" object and
-// ignores everything else (metadata). Errors are stored and thrown after the parse.
-class WeightMapHandler : public nlohmann::json_sax<json> {
+const char* type_name(dom::element_type type) {
+  switch (type) {
+    case dom::element_type::ARRAY:
+      return "array";
+    case dom::element_type::OBJECT:
+      return "object";
+    case dom::element_type::INT64:
+    case dom::element_type::UINT64:
+    case dom::element_type::DOUBLE:
+      return "number";
+    case dom::element_type::STRING:
+      return "string";
+    case dom::element_type::BOOL:
+      return "boolean";
+    case dom::element_type::NULL_VALUE:
+      return "null";
+  }
+  return "value";
+}
+
+// Collects the members of the top-level "weight_map" object (simdjson's DOM parser picks its
+// SIMD kernel at run time).
+class IndexReader {
  public:
-  explicit WeightMapHandler(std::string file) : file_(std::move(file)) {}
+  explicit IndexReader(const std::string& file) : file_(file) {}
 
-  bool null() override { return value("null"); }
-  bool boolean(bool) override { return value("boolean"); }
-  bool number_integer(number_integer_t) override { return value("number"); }
-  bool number_unsigned(number_unsigned_t) override { return value("number"); }
-  bool number_float(number_float_t, const string_t&) override { return value("number"); }
-  bool binary(binary_t&) override { return value("binary"); }
-  bool string(string_t& s) override {
-    if (depth_ == 2 && in_map_) {
-      // A file name, never a path: the index must not reach outside the model directory.
-      if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
-        return fail(Error(ErrorKind::kIndex,
-                          "weight_map names a path, not a file in the model directory",
-                          {.file = file_, .tensor = key_, .field = "weight_map", .found = s}));
-      }
-      auto [it, added] =
-          shard_ids_.emplace(std::move(s), static_cast<uint32_t>(shard_names_.size()));
-      if (added) shard_names_.push_back(it->first);
-      entries_.emplace_back(std::move(key_), it->second);
-      return true;
+  WeightMap read() {
+    dom::parser parser;
+    dom::element doc;
+    if (const simdjson::error_code error = parser.load(file_).get(doc);
+        error != simdjson::SUCCESS) {
+      if (error == simdjson::IO_ERROR)
+        throw Error(ErrorKind::kIndex, "cannot open", {.file = file_});
+      throw Error(ErrorKind::kIndex,
+                  fmt::format("invalid JSON: {}", simdjson::error_message(error)), {.file = file_});
     }
-    return value("string");
-  }
-  bool start_object(std::size_t) override { return open("object"); }
-  bool start_array(std::size_t) override { return open("array"); }
-  bool end_object() override { return close(); }
-  bool end_array() override { return close(); }
-  bool key(string_t& k) override {
-    if (depth_ == 1) {
-      map_next_ = k == "weight_map";
-    } else if (depth_ == 2 && in_map_) {
-      key_ = std::move(k);
-    }
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    return fail(
-        Error(ErrorKind::kIndex, fmt::format("invalid JSON: {}", e.what()), {.file = file_}));
-  }
-
-  WeightMap finish() {
-    if (error_) throw *error_;
-    if (!top_object_ || !seen_map_) {
+    dom::object top;
+    dom::object map;
+    if (doc.get_object().get(top) != simdjson::SUCCESS ||
+        top["weight_map"].get_object().get(map) != simdjson::SUCCESS) {
       throw Error(ErrorKind::kIndex, "no weight_map object",
                   {.file = file_, .field = "weight_map", .expected = "object"});
     }
+    for (const dom::key_value_pair entry : map) {
+      std::string name(entry.key);
+      std::string_view shard;
+      if (entry.value.get_string().get(shard) != simdjson::SUCCESS) {
+        throw Error(ErrorKind::kIndex, "weight_map value is not a file name",
+                    {.file = file_,
+                     .tensor = name,
+                     .field = "weight_map",
+                     .expected = "string",
+                     .found = type_name(entry.value.type())});
+      }
+      // A file name, never a path: the index must not reach outside the model directory.
+      if (shard.empty() || shard.find('/') != std::string_view::npos || shard == "." ||
+          shard == "..") {
+        throw Error(
+            ErrorKind::kIndex, "weight_map names a path, not a file in the model directory",
+            {.file = file_, .tensor = name, .field = "weight_map", .found = std::string(shard)});
+      }
+      auto [it, added] = shard_ids_.emplace(shard, static_cast<uint32_t>(shard_names_.size()));
+      if (added) shard_names_.push_back(it->first);
+      entries_.emplace_back(std::move(name), it->second);
+    }
+    return finish();
+  }
+
+ private:
+  WeightMap finish() {
     const auto by_name = [](const auto& a, const auto& b) { return a.first < b.first; };
     // Indexes are written sorted; a repeated name keeps its last value (as a JSON object does).
     if (!std::is_sorted(entries_.begin(), entries_.end(), by_name)) {
@@ -89,57 +105,10 @@ class WeightMapHandler : public nlohmann::json_sax<json> {
     return out;
   }
 
- private:
-  // A scalar value: inside weight_map it must have been a string.
-  bool value(const char* type) {
-    if (depth_ == 1 && map_next_) return not_object(type);
-    if (depth_ == 2 && in_map_) {
-      return fail(Error(ErrorKind::kIndex, "weight_map value is not a file name",
-                        {.file = file_,
-                         .tensor = key_,
-                         .field = "weight_map",
-                         .expected = "string",
-                         .found = type}));
-    }
-    return true;
-  }
-  bool open(const char* type) {
-    if (depth_ == 0) top_object_ = std::string_view(type) == "object";
-    if (depth_ == 1 && map_next_) {
-      if (std::string_view(type) != "object") return not_object(type);
-      in_map_ = seen_map_ = true;
-      map_next_ = false;
-    } else if (depth_ == 2 && in_map_) {
-      return value(type);
-    }
-    ++depth_;
-    return true;
-  }
-  bool close() {
-    --depth_;
-    if (depth_ == 1) in_map_ = false;
-    return true;
-  }
-  bool not_object(const char*) {
-    return fail(Error(ErrorKind::kIndex, "no weight_map object",
-                      {.file = file_, .field = "weight_map", .expected = "object"}));
-  }
-  bool fail(Error error) {
-    if (!error_) error_ = std::move(error);
-    return false;
-  }
-
-  std::string file_;
-  int depth_ = 0;
-  bool top_object_ = false;
-  bool map_next_ = false;  // the value after the top-level key "weight_map" comes next
-  bool in_map_ = false;
-  bool seen_map_ = false;
-  std::string key_;
+  const std::string& file_;
   std::vector<std::pair<std::string, uint32_t>> entries_;  // (tensor, index into shard_names_)
   std::unordered_map<std::string, uint32_t> shard_ids_;
   std::vector<std::string> shard_names_;
-  std::optional<Error> error_;
 };
 
 }  // namespace
@@ -151,15 +120,6 @@ int64_t WeightMap::shard_of(std::string_view name) const {
   return at != tensors.end() && at->first == name ? static_cast<int64_t>(at->second) : -1;
 }
 
-WeightMap read_weight_map(const std::string& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kIndex, "cannot open", {.file = index_path});
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string bytes = std::move(text).str();
-  WeightMapHandler handler(index_path);
-  json::sax_parse(bytes, &handler);
-  return handler.finish();
-}
+WeightMap read_weight_map(const std::string& index_path) { return IndexReader(index_path).read(); }
 
 }  // namespace shardload::checkpoint

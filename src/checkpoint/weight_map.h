@@ -17,7 +17,8 @@ struct WeightMap {
   int64_t shard_of(std::string_view name) const;
 };
 
-// Reads the index with a streaming parser (no document tree: a MoE index names ~20k tensors).
+// Reads the index with simdjson on demand (a MoE index names ~20k tensors in ~2 MB; a document
+// tree costs ~15 ms there).
 // Throws Error(kIndex) naming the file (and tensor) for invalid JSON, no weight_map object, a value
 // that is not a string, or a value that is a path rather than a file name.
 WeightMap read_weight_map(const std::string& index_path);
