@@ -46,5 +46,10 @@ bench-load: build
 bench-reload: build
 	bash bench/reload_bench.sh
 
+# Limits, warm and cold loads, Python baselines in one run: bench/report.md and bench/report.png.
+.PHONY: bench-run
+bench-run: build
+	bash bench/run --bin build
+
 clean:
 	rm -rf build build-asan build-fuzz
