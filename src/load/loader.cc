@@ -31,6 +31,7 @@ namespace {
 
 constexpr uint64_t kDirectChunk = uint64_t{16} << 20;  // work-item size of direct and scatter reads
 constexpr uint64_t kGatherChunk = uint64_t{4} << 20;   // bounce size: stays in the L2/L3 caches
+constexpr uint64_t kMinScatterBytes = 1024;            // narrower column blocks go through a bounce
 constexpr unsigned kDirectDepth = 4;                   // O_DIRECT reads in flight per thread
 constexpr int kDirectThreads = 4;  // threads reading O_DIRECT: bounds their slots to 256 MiB
 
@@ -64,29 +65,29 @@ struct Gather {
 
 constexpr uint32_t kNoGather = UINT32_MAX;
 
-// A piece of work: one file range. A segment unit's range is tiled, in order, by the parts
-// parts_[part_begin, part_end); a gather unit's range is rows [row_begin, row_end) of
-// gathers_[gather], which go through a bounce buffer (casts, divided biases, column blocks that do
-// not tile the row).
+// A piece of work: one file range, tiled in order by the parts parts_[part_begin, part_end). Parts
+// are read straight into their destinations, except bounce parts (casts, divided biases, column
+// blocks that leave gaps or are too narrow to read into), which land in a bounce buffer and are
+// converted from there; one read serves both.
 struct Unit {
   uint32_t source;  // the first source tensor (named in errors)
   uint32_t file;
   uint64_t file_offset;  // first source byte
   uint64_t bytes;        // source bytes
-  uint32_t gather = kNoGather;
-  uint64_t row_begin = 0;
-  uint64_t row_end = 0;
+  uint64_t bounce_bytes = 0;
   uint64_t part_begin = 0;
   uint64_t part_end = 0;
 };
 
-// Destinations of consecutive file bytes: `bytes` bytes at dst, or (scatter) rows [row_begin,
-// row_end) of a scatter gather, each row split over its tiles, replicas copied after the read.
-// Scatter rows are expanded when the unit runs: kept as ranges they cost no memory per row.
+// Destinations of consecutive file bytes: `bytes` bytes at dst; or rows [row_begin, row_end) of
+// gathers_[gather], either scattered (each row split over its tiles, replicas copied after) or
+// bounced (converted out of the bounce buffer to every consumer). Rows are expanded when the unit
+// runs: kept as ranges they cost no memory per row.
 struct Part {
   std::byte* dst = nullptr;
   uint64_t bytes = 0;
   uint32_t gather = kNoGather;
+  bool bounce = false;
   uint64_t row_begin = 0;
   uint64_t row_end = 0;
 };
@@ -135,15 +136,16 @@ class Executor {
     parts.reserve(parts_.size());
     std::vector<Unit> merged;
     for (const Unit& unit : units_) {
-      const bool extend = !merged.empty() && unit.gather == kNoGather &&
-                          merged.back().gather == kNoGather && merged.back().file == unit.file &&
+      const bool extend = !merged.empty() && merged.back().file == unit.file &&
                           merged.back().file_offset + merged.back().bytes == unit.file_offset &&
-                          merged.back().bytes + unit.bytes <= kDirectChunk;
+                          merged.back().bytes + unit.bytes <= kDirectChunk &&
+                          merged.back().bounce_bytes + unit.bounce_bytes <= kGatherChunk;
       if (!extend) {
         merged.push_back(unit);
         merged.back().part_begin = parts.size();
       } else {
         merged.back().bytes += unit.bytes;
+        merged.back().bounce_bytes += unit.bounce_bytes;
       }
       parts.insert(parts.end(), parts_.begin() + static_cast<ptrdiff_t>(unit.part_begin),
                    parts_.begin() + static_cast<ptrdiff_t>(unit.part_end));
@@ -240,15 +242,13 @@ class Executor {
       const uint64_t end = std::min(gather.row_end, row + rows_per_unit);
       Unit unit{gather.source, static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
                 (end - row) * row_bytes};
-      if (!gather.scatter) {
-        unit.gather = g;
-        unit.row_begin = row;
-        unit.row_end = end;
-        units_.push_back(unit);
-        continue;
-      }
+      unit.bounce_bytes = gather.scatter ? 0 : unit.bytes;
       unit.part_begin = parts_.size();
-      parts_.push_back({.bytes = unit.bytes, .gather = g, .row_begin = row, .row_end = end});
+      parts_.push_back({.bytes = unit.bytes,
+                        .gather = g,
+                        .bounce = !gather.scatter,
+                        .row_begin = row,
+                        .row_end = end});
       unit.part_end = parts_.size();
       units_.push_back(unit);
     }
@@ -278,6 +278,13 @@ class Executor {
       gather.tiles.push_back(i);
       covered = c.col_end;
     }
+    // Blocks narrower than kMinScatterBytes (a MoE-TP split of a small expert's rows: 64-byte
+    // blocks) cost the kernel more per iovec than a bounce copy costs per byte: bounce those.
+    const uint64_t esize = dtype_bits(src.dtype) / 8;
+    for (uint32_t t : gather.tiles) {
+      const Consumer& c = gather.consumers[t];
+      if ((c.col_end - c.col_begin) * esize < kMinScatterBytes) return;
+    }
     gather.scatter = covered == src.cols;
   }
 
@@ -296,13 +303,19 @@ class Executor {
     if (*progress_) (*progress_)(now, total_);
   }
 
-  // Calls f(dst, bytes) for each destination of a segment unit, in file order.
+  // Calls f(dst, bytes) for each destination of the unit's bytes, in file order; bounce parts land
+  // in `bounce`, one after the other.
   template <class F>
-  void for_each_segment(const Unit& unit, F&& f) const {
+  void for_each_segment(const Unit& unit, std::byte* bounce, F&& f) const {
     for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
       const Part& part = parts_[i];
       if (part.gather == kNoGather) {
         f(part.dst, part.bytes);
+        continue;
+      }
+      if (part.bounce) {
+        f(bounce, part.bytes);
+        bounce += part.bytes;
         continue;
       }
       const Gather& gather = gathers_[part.gather];
@@ -318,11 +331,23 @@ class Executor {
     }
   }
 
+  // After the read: bounce parts converted out of `bounce`, replicated column blocks of scatter
+  // parts copied from the tile that was read.
+  void finish_unit(const Unit& unit, const std::byte* bounce, std::vector<float>& scratch) const {
+    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
+      if (parts_[i].bounce) {
+        convert_rows(parts_[i], bounce, scratch);
+        bounce += parts_[i].bytes;
+      }
+    }
+    copy_replicas(unit);
+  }
+
   // Replicated column blocks of the unit's scatter rows: copied from the tile that was read.
   void copy_replicas(const Unit& unit) const {
     for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
       const Part& part = parts_[i];
-      if (part.gather == kNoGather) continue;
+      if (part.gather == kNoGather || part.bounce) continue;
       const Gather& gather = gathers_[part.gather];
       const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
       const uint64_t first = part.row_begin - gather.row_begin;
@@ -337,29 +362,36 @@ class Executor {
 
   // Puts a unit's source bytes, already in memory at `src`, where they belong.
   void consume(const Unit& unit, const std::byte* src, std::vector<float>& scratch) const {
-    if (unit.gather != kNoGather) {
-      convert_rows(unit, src, scratch);
-      return;
+    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
+      const Part& part = parts_[i];
+      if (part.bounce) {
+        convert_rows(part, src, scratch);
+        src += part.bytes;
+        continue;
+      }
+      Unit one = unit;  // the part alone, so that its segments are walked with their own offsets
+      one.part_begin = i;
+      one.part_end = i + 1;
+      for_each_segment(one, nullptr, [&](std::byte* dst, uint64_t bytes) {
+        std::memcpy(dst, src, bytes);
+        src += bytes;
+      });
     }
-    for_each_segment(unit, [&](std::byte* dst, uint64_t bytes) {
-      std::memcpy(dst, src, bytes);
-      src += bytes;
-    });
     copy_replicas(unit);
   }
 
-  void convert_rows(const Unit& unit, const std::byte* src_bytes,
+  void convert_rows(const Part& part, const std::byte* src_bytes,
                     std::vector<float>& scratch) const {
-    const Gather& gather = gathers_[unit.gather];
+    const Gather& gather = gathers_[part.gather];
     const PlanSource& src = plan_.sources[gather.source];
     const uint64_t src_esize = dtype_bits(src.dtype) / 8;
     const uint64_t row_bytes = src.cols * src_esize;
     for (const Consumer& c : gather.consumers) {
       const uint64_t width = c.col_end - c.col_begin;
       const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
-      std::byte* dst = c.dst + (unit.row_begin - gather.row_begin) * dst_row_bytes;
-      const uint64_t rows = unit.row_end - unit.row_begin;
-      if (width == src.cols) {  // whole rows: one call for the unit
+      std::byte* dst = c.dst + (part.row_begin - gather.row_begin) * dst_row_bytes;
+      const uint64_t rows = part.row_end - part.row_begin;
+      if (width == src.cols) {  // whole rows: one call for the part
         convert_values(src.dtype, src_bytes, c.dtype, dst, rows * width, c.divisor, scratch);
         continue;
       }
@@ -380,20 +412,15 @@ class Executor {
       check_cancel();
       const Unit& unit = units_[i];
       const int fd = ckpt_.files()[unit.file].fd();
-      if (unit.gather == kNoGather) {
-        std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
-        iov.clear();
-        for_each_segment(unit, [&](std::byte* dst, uint64_t bytes) {
-          iov.push_back({dst, bytes});
-        });
-        format::preadv_exact(fd, iov, unit.file_offset, where(unit));
-        copy_replicas(unit);
-      } else {
-        std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
-        if (buffer.size() < unit.bytes) buffer.resize(unit.bytes);
-        format::pread_exact(fd, {buffer.data(), unit.bytes}, unit.file_offset, where(unit));
-        convert_rows(unit, buffer.data(), scratch[static_cast<size_t>(thread)]);
-      }
+      std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
+      if (buffer.size() < unit.bounce_bytes) buffer.resize(unit.bounce_bytes);
+      std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
+      iov.clear();
+      for_each_segment(unit, buffer.data(), [&](std::byte* dst, uint64_t bytes) {
+        iov.push_back({dst, bytes});
+      });
+      format::preadv_exact(fd, iov, unit.file_offset, where(unit));
+      finish_unit(unit, buffer.data(), scratch[static_cast<size_t>(thread)]);
       report(unit);
     });
   }
