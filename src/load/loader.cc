@@ -1,11 +1,10 @@
-// Executes a plan. Pieces that are a contiguous source run in the destination dtype, and row ranges
-// whose column blocks tile the row, become segment units: a file range and the destinations that
-// tile it, merged with their neighbours in the file into reads of up to 16 MiB (one preadv for a
-// run of small expert tensors). The others (casts, divided biases, column blocks that leave gaps)
-// are read once per source row range into a bounce buffer and scattered to every rank that needs
-// those rows, converting on the way (one pass, no second copy). Three read paths run the same
-// units: page cache (preadv into the destinations), mmap, and O_DIRECT through io_uring for files
-// that are not cached.
+// Executes a plan. Each piece becomes a part of a file range: read straight into its destination
+// (a whole-row run in the destination dtype, or rows whose column blocks tile the row), or into a
+// bounce buffer and converted from there (casts, divided biases, column blocks that leave gaps or
+// are too narrow). Neighbouring parts in a file are merged into units of up to 16 MiB, one read each
+// (a run of small expert tensors is one preadv, not one read per tensor). Three read paths run the
+// same units: page cache (preadv into the destinations), mmap, and O_DIRECT through io_uring for
+// files that are not cached. Design and measurements: docs/io.md.
 #include "shardload/loader.h"
 
 #include <fmt/format.h>
