@@ -13,17 +13,13 @@ parameter and all copies. Prints one line: "<seconds> <param bytes> <cpu seconds
 the timed span). --verify compares the XXH3-64 of every parameter (afterwards, not timed) with
 the output of `shardload load MODEL --tp T --ep E --checksum`.
 """
-import argparse
-import ctypes
-import json
 import mmap
-import os
-import struct
 import sys
-import time
 import warnings
 
 import torch
+
+from common import run, shard_headers
 
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
           "F64": torch.float64, "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16,
@@ -35,23 +31,12 @@ CASTS = {("BF16", "F32"), ("F16", "F32")}
 
 def open_sources(model_dir):
     """Map every safetensors file and return {tensor name: (dtype name, 2-D tensor)}."""
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
     tensors = {}
-    for name in files:
-        with open(os.path.join(model_dir, name), "rb") as f:
-            header_len = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(header_len))
+    for path, header, base in shard_headers(model_dir):
+        with open(path, "rb") as f:
             # ACCESS_COPY: a private mapping torch.frombuffer accepts as writable; nothing writes it.
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        base = 8 + header_len
         for tensor, meta in header.items():
-            if tensor == "__metadata__":
-                continue
             begin, end = meta["data_offsets"]
             shape = meta["shape"]
             rows = shape[0] if shape else 1
@@ -86,42 +71,10 @@ def load(plan, model_dir):
     return params
 
 
-def verify(params, checksum_path):
-    """Compare each parameter's XXH3-64 with shardload's --checksum lines; exit 1 on a mismatch."""
-    xxh3 = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
-    xxh3.restype, xxh3.argtypes = ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_size_t]
-    expected = {}
-    with open(checksum_path) as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) == 5:  # rank, name, dtype, shape, hash; skips the summary line
-                expected[(int(fields[0]), fields[1])] = int(fields[4], 16)
-    bad = [key for key, t in params.items()
-           if xxh3(t.data_ptr(), t.numel() * t.element_size()) != expected.get(key)]
-    if bad or len(expected) != len(params):
-        sys.exit(f"torch_load: {len(bad)} of {len(params)} parameters differ from shardload "
-                 f"({len(expected)} checksums), first: {bad[:3]}")
-    print(f"torch_load: verified {len(params)} parameters against shardload", file=sys.stderr)
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("plan")
-    parser.add_argument("model")
-    parser.add_argument("--verify")
-    args = parser.parse_args()
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore", category=UserWarning)  # frombuffer's note on shared memory
-    with open(args.plan) as f:
-        plan = json.load(f)
-    cpu0, start = os.times(), time.perf_counter()
-    params = load(plan, args.model)
-    seconds, cpu1 = time.perf_counter() - start, os.times()
-    nbytes = sum(t.numel() * t.element_size() for t in params.values())
-    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    print(f"{seconds:.4f} {nbytes} {cpu:.3f}", flush=True)
-    if args.verify:
-        verify(params, args.verify)
+    run(__doc__.splitlines()[0], "torch_load", load, lambda t: (t.data_ptr(), t.numel() * t.element_size()))
 
 
 if __name__ == "__main__":
