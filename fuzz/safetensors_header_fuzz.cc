@@ -1,12 +1,16 @@
 // libFuzzer target: arbitrary bytes as a whole safetensors file. Only shardload::Error may come out
 // of the parser; anything else (another exception, a crash, a sanitizer report) is a bug. A header
-// that parses must describe a file the loader can trust.
+// that parses must describe a file the loader can trust. And the fast (simdjson) path of the JSON
+// parser either declines a text or reads it exactly as the event (nlohmann SAX) parser does.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <span>
+#include <string_view>
 
+#include "format/header_json.h"
+#include "format/length_prefix.h"
 #include "shardload/error.h"
 #include "shardload/safetensors.h"
 
@@ -33,9 +37,42 @@ void check_invariants(const shardload::SafetensorsHeader& header, uint64_t file_
   check(header.index_.size() == header.tensors.size());
 }
 
+bool same_header(const shardload::SafetensorsHeader& a, const shardload::SafetensorsHeader& b) {
+  if (a.tensors.size() != b.tensors.size() || a.index_ != b.index_ || a.metadata != b.metadata) {
+    return false;
+  }
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const shardload::TensorInfo& x = a.tensors[i];
+    const shardload::TensorInfo& y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.begin != y.begin ||
+        x.end != y.end) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The JSON text of the file's header (whatever its length prefix says, cut to the file).
+void check_fast_path(const uint8_t* data, size_t size) {
+  if (size < shardload::format::kLengthBytes) return;
+  const uint64_t n = shardload::format::load_length(reinterpret_cast<const std::byte*>(data));
+  const size_t available = size - shardload::format::kLengthBytes;
+  const std::string_view json(reinterpret_cast<const char*>(data) + shardload::format::kLengthBytes,
+                              n < available ? n : available);
+  const std::optional<shardload::SafetensorsHeader> fast =
+      shardload::format::parse_header_json_fast(json);
+  if (!fast) return;
+  try {
+    check(same_header(*fast, shardload::format::parse_header_json_events(json, "fuzz")));
+  } catch (const shardload::Error&) {
+    check(false);  // the fast path took a text the event parser refuses
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  check_fast_path(data, size);
   const std::span<const std::byte> file(reinterpret_cast<const std::byte*>(data), size);
   std::optional<shardload::SafetensorsHeader> header;
   try {

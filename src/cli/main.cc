@@ -2,14 +2,19 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
-#include <exception>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "shardload/error.h"
+#include "cli/run_app.h"
+#include "cli/serve/serve_command.h"
 
 namespace {
 
@@ -34,9 +39,23 @@ void back_heap_with_huge_pages() {
   for (size_t i = 0; i < count; ++i) free(blocks[i]);
 }
 
+// `shardload serve ARGS` runs `shardload-serve ARGS` from this program's directory, in this
+// process (signals and the pid stay the server's).
+int exec_serve(char** argv) {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::string server =
+      ((error ? std::filesystem::path(argv[0]) : self).parent_path() / "shardload-serve").string();
+  argv[1] = const_cast<char*>(server.c_str());
+  execv(server.c_str(), argv + 1);
+  std::cerr << "error: cannot run " << server << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return exec_serve(argv);
   back_heap_with_huge_pages();
   CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards"};
   app.require_subcommand(1);
@@ -46,20 +65,7 @@ int main(int argc, char** argv) {
   shardload::cli::add_load_command(app);
   shardload::cli::add_export_command(app);
   shardload::cli::add_eplb_command(app);
-  shardload::cli::add_serve_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // One line, like every other error: usage errors are bad input too.
-    std::cerr << "error: " << e.what() << " (run with --help for usage)\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  // Listed here for --help; main hands the command to shardload-serve before parsing.
+  app.add_subcommand("serve", std::string(shardload::cli::kServeDescription) + " (shardload-serve)");
+  return shardload::cli::run_app(app, argc, argv);
 }

@@ -9,6 +9,11 @@
 namespace shardload::format {
 
 SafetensorsHeader parse_header_json(std::string_view json, std::string_view file) {
+  std::optional<SafetensorsHeader> header = parse_header_json_fast(json);
+  return header ? *std::move(header) : parse_header_json_events(json, file);
+}
+
+SafetensorsHeader parse_header_json_events(std::string_view json, std::string_view file) {
   // nlohmann's lexer takes a NUL byte for the end of the input and would accept "{}\0garbage"; JSON
   // has no place for a raw NUL, inside strings or out.
   if (const size_t nul = json.find('\0'); nul != std::string_view::npos) {

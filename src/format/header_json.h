@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "shardload/safetensors.h"
@@ -14,7 +15,16 @@ inline constexpr std::string_view kMetadataKey = "__metadata__";
 // are ignored, as the crate does); no name appears twice; __metadata__ is null or a
 // string-to-string map. Returns tensors in document order, with index_ mapping each name to that
 // order. Offsets and sizes are left to the caller. Throws Error.
+// Fast for the common case (parse_header_json_fast), the event parser for everything else.
 SafetensorsHeader parse_header_json(std::string_view json, std::string_view file);
+
+// The same result as parse_header_json for a header whose text is plain (no escapes, no "-0") and
+// valid, read with simdjson's DOM; nullopt for every other text, valid or not.
+std::optional<SafetensorsHeader> parse_header_json_fast(std::string_view json);
+
+// parse_header_json through nlohmann's SAX events alone: the reference for every text, and the one
+// that says what is wrong.
+SafetensorsHeader parse_header_json_events(std::string_view json, std::string_view file);
 
 // What an error message shows of a string taken from the file: quoted, cut to a readable length.
 std::string quote_for_message(std::string_view text);

@@ -2,8 +2,10 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "format/posix_io.h"
@@ -31,25 +33,57 @@ void MappedFile::map(const SafetensorsFile& file) {
   data = static_cast<const std::byte*>(p);
 }
 
-double page_cache_fraction(const std::vector<const SafetensorsFile*>& files) {
+namespace {
+
+// cachestat(2), Linux 6.5+; Debian 12's headers predate it, so the layout is spelled out here.
+constexpr long kCachestatSyscall = 451;
+struct CachestatRange {
+  uint64_t off;
+  uint64_t len;  // 0: to the end of the file
+};
+struct Cachestat {
+  uint64_t nr_cache;  // pages
+  uint64_t nr_dirty;
+  uint64_t nr_writeback;
+  uint64_t nr_evicted;
+  uint64_t nr_recently_evicted;
+};
+
+}  // namespace
+
+std::optional<uint64_t> cached_bytes_cachestat(int fd) {
+  CachestatRange range{0, 0};
+  Cachestat stat{};
+  if (::syscall(kCachestatSyscall, fd, &range, &stat, 0) != 0) return std::nullopt;
+  return stat.nr_cache * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::optional<uint64_t> cached_bytes_mincore(int fd, uint64_t size) {
+  if (size == 0) return 0;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return std::nullopt;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((size + page - 1) / page, 0);
+  std::optional<uint64_t> cached;
+  if (::mincore(p, size, resident.data()) == 0) {
+    cached = 0;
+    for (unsigned char r : resident) *cached += (r & 1) != 0 ? page : 0;
+  }
+  ::munmap(p, size);
+  return cached;
+}
+
+double page_cache_fraction(const std::vector<const SafetensorsFile*>& files) {
   uint64_t total = 0;
   uint64_t cached = 0;
-  std::vector<unsigned char> resident;
   for (const SafetensorsFile* file : files) {
     const uint64_t size = file->file_size();
     total += size;
-    if (size == 0) continue;
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file->fd(), 0);
-    if (p == MAP_FAILED) continue;
-    resident.assign((size + page - 1) / page, 0);
-    if (::mincore(p, size, resident.data()) == 0) {
-      for (unsigned char r : resident) cached += (r & 1) != 0 ? page : 0;
-    }
-    ::munmap(p, size);
+    std::optional<uint64_t> bytes = cached_bytes_cachestat(file->fd());
+    if (!bytes) bytes = cached_bytes_mincore(file->fd(), size);
+    cached += std::min(bytes.value_or(0), size);
   }
-  return total == 0 ? 1.0
-                    : static_cast<double>(std::min(cached, total)) / static_cast<double>(total);
+  return total == 0 ? 1.0 : static_cast<double>(cached) / static_cast<double>(total);
 }
 
 }  // namespace shardload::load

@@ -48,6 +48,17 @@ struct Consumer {
   uint32_t divisor;
 };
 
+// memcpy, with the common narrow widths as fixed-size moves the compiler inlines.
+inline void copy_small(std::byte* dst, const std::byte* src, uint64_t bytes) {
+  switch (bytes) {
+    case 32: std::memcpy(dst, src, 32); return;
+    case 64: std::memcpy(dst, src, 64); return;
+    case 128: std::memcpy(dst, src, 128); return;
+    case 256: std::memcpy(dst, src, 256); return;
+    default: std::memcpy(dst, src, bytes); return;
+  }
+}
+
 struct Gather {
   uint32_t source;
   uint64_t row_begin;
@@ -385,6 +396,13 @@ class Executor {
     const PlanSource& src = plan_.sources[gather.source];
     const uint64_t src_esize = dtype_bits(src.dtype) / 8;
     const uint64_t row_bytes = src.cols * src_esize;
+    const bool plain =
+        std::all_of(gather.consumers.begin(), gather.consumers.end(),
+                    [&](const Consumer& c) { return c.dtype == src.dtype && c.divisor == 1; });
+    if (plain) {
+      copy_block_rows(gather, part, src_bytes, src_esize, row_bytes);
+      return;
+    }
     for (const Consumer& c : gather.consumers) {
       const uint64_t width = c.col_end - c.col_begin;
       const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
@@ -397,6 +415,21 @@ class Executor {
       for (uint64_t r = 0; r < rows; ++r) {
         convert_values(src.dtype, src_bytes + r * row_bytes + c.col_begin * src_esize, c.dtype,
                        dst + r * dst_row_bytes, width, c.divisor, scratch);
+      }
+    }
+  }
+
+  // Column blocks that need no conversion, row by row: each source row is read once (the blocks
+  // of MoE-TP-split experts are as narrow as 64 bytes, one inlined move each).
+  void copy_block_rows(const Gather& gather, const Part& part, const std::byte* src_bytes,
+                       uint64_t esize, uint64_t row_bytes) const {
+    const uint64_t first = part.row_begin - gather.row_begin;
+    const uint64_t rows = part.row_end - part.row_begin;
+    for (uint64_t r = 0; r < rows; ++r) {
+      const std::byte* row = src_bytes + r * row_bytes;
+      for (const Consumer& c : gather.consumers) {
+        const uint64_t width = (c.col_end - c.col_begin) * esize;
+        copy_small(c.dst + (first + r) * width, row + c.col_begin * esize, width);
       }
     }
   }

@@ -57,6 +57,11 @@ struct Instance {
   // FP8 checkpoints: the scale tensors of each source, like `sources` (empty when not quantized).
   std::vector<std::vector<std::string>> weight_scales;
   std::vector<std::vector<std::string>> input_scales;
+  // The same tables as indices into Plan::sources, filled once the checkpoint is checked, so that
+  // planning each rank looks nothing up by name.
+  std::vector<std::vector<uint32_t>> source_ids;
+  std::vector<std::vector<uint32_t>> weight_scale_ids;
+  std::vector<std::vector<uint32_t>> input_scale_ids;
   bool quantized = false;  // an FP8 linear layer (checkpoint or dynamic)
 };
 
@@ -120,7 +125,11 @@ class Planner {
   }
 
   void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix) {
-    Instance inst{&rule, layer, moe_layer, prefix + rule.target, {}, {}, {}, false};
+    Instance inst;
+    inst.rule = &rule;
+    inst.layer = layer;
+    inst.moe_layer = moe_layer;
+    inst.target = prefix + rule.target;
     inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target);
     const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
     const std::string_view scale_suffix =
@@ -172,6 +181,7 @@ class Planner {
   // Every checkpoint tensor is consumed by a parameter or skipped by a stated rule; every source exists
   // with the shape config.json implies and a dtype shardload can convert.
   void check_consumed() {
+    source_ids_.reserve(ckpt_.tensor_names().size());
     // Names only (views into instances_): a MoE model has tens of thousands of sources.
     std::unordered_set<std::string_view> expected;
     for (const Instance& inst : instances_) {
@@ -192,7 +202,7 @@ class Planner {
       plan_.skipped.push_back(name);
     }
     // In table order, so that the first missing tensor reported is the first a reader would look for.
-    for (const Instance& inst : instances_) {
+    for (Instance& inst : instances_) {
       std::vector<Shape> shapes;  // per part: what config.json implies
       std::vector<Shape> scale_shapes;
       for (const Part& part : inst.rule->parts) {
@@ -207,17 +217,22 @@ class Planner {
         shapes.push_back(shape);
       }
       for (const auto& names : inst.sources) {
-        for (size_t k = 0; k < names.size(); ++k) source_index(names[k], shapes[k]);
+        std::vector<uint32_t>& ids = inst.source_ids.emplace_back();
+        for (size_t k = 0; k < names.size(); ++k) ids.push_back(source_index(names[k], shapes[k]));
       }
       for (const auto& names : inst.weight_scales) {
-        for (size_t k = 0; k < names.size(); ++k) source_index(names[k], scale_shapes[k]);
+        std::vector<uint32_t>& ids = inst.weight_scale_ids.emplace_back();
+        for (size_t k = 0; k < names.size(); ++k) {
+          ids.push_back(source_index(names[k], scale_shapes[k]));
+        }
       }
       for (const auto& names : inst.input_scales) {
-        for (const std::string& name : names) source_index(name, Shape{});
+        std::vector<uint32_t>& ids = inst.input_scale_ids.emplace_back();
+        for (const std::string& name : names) ids.push_back(source_index(name, Shape{}));
       }
       if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
-        for (const auto& names : inst.sources) {
-          for (const std::string& name : names) require_fp8(name);
+        for (const auto& ids : inst.source_ids) {
+          for (const uint32_t id : ids) require_fp8(plan_.sources[id]);
         }
       }
     }
@@ -258,18 +273,15 @@ class Planner {
     return it->second;
   }
 
-  void require_fp8(const std::string& name) const {
-    const PlanSource& src = source(name);
+  void require_fp8(const PlanSource& src) const {
     if (src.dtype != DType::kF8E4M3) {
       throw Error(ErrorKind::kUnsupportedDtype, "an FP8 checkpoint's linear weights must be F8_E4M3",
-                  {.file = ckpt_.files()[src.file].path(), .tensor = name, .field = "dtype",
+                  {.file = ckpt_.files()[src.file].path(), .tensor = src.name, .field = "dtype",
                    .expected = "F8_E4M3", .found = std::string(dtype_name(src.dtype))});
     }
   }
 
-  const PlanSource& source(const std::string& name) const {
-    return plan_.sources[source_ids_.at(name)];
-  }
+  const PlanSource& source(uint32_t id) const { return plan_.sources[id]; }
 
   // The block of a source that one rank takes for a part, by its split rule.
   Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t rank,
@@ -359,8 +371,9 @@ class Planner {
     uint64_t rows = 0;
     uint64_t cols = 0;
     const std::vector<std::string>& first = inst.sources.front();
+    const std::vector<uint32_t>& first_ids = inst.source_ids.front();
     for (size_t k = 0; k < rule.parts.size(); ++k) {
-      const Block b = cut(rule.parts[k], source(first[k]), group, group_rank, inst.target);
+      const Block b = cut(rule.parts[k], source(first_ids[k]), group, group_rank, inst.target);
       const uint64_t block_cols = b.col_end - b.col_begin;
       if (k > 0 && block_cols != cols) {
         throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
@@ -373,14 +386,14 @@ class Planner {
       if (part_rows != nullptr) part_rows->push_back(b.out_rows);
     }
     const uint64_t slot_bytes = rows * cols * esize;
-    const bool vector = source(first[0]).shape.size() <= 1;
+    const bool vector = source(first_ids[0]).shape.size() <= 1;
 
-    auto add_slot = [&](const std::vector<std::string>& names, uint64_t base) {
+    auto add_slot = [&](const std::vector<uint32_t>& ids, uint64_t base) {
       uint64_t row = 0;
       for (size_t k = 0; k < blocks.size(); ++k) {
         const Block& b = blocks[k];
         if (b.row_end > b.row_begin) {
-          param.pieces.push_back({source_ids_.at(names[k]), b.row_begin, b.row_end, b.col_begin,
+          param.pieces.push_back({ids[k], b.row_begin, b.row_end, b.col_begin,
                                   b.col_end, base + row * cols * esize, b.divisor});
         }
         if (b.row_end - b.row_begin < b.out_rows) param.has_padding = true;
@@ -396,12 +409,12 @@ class Planner {
       const std::vector<int>& map = plan_.physical_to_logical[static_cast<size_t>(inst.moe_layer)];
       for (uint64_t j = 0; j < local; ++j) {
         slot_logical.push_back(static_cast<size_t>(map[ep_rank * local + j]));
-        add_slot(inst.sources[slot_logical.back()], j * slot_bytes);
+        add_slot(inst.source_ids[slot_logical.back()], j * slot_bytes);
       }
       param.shape = {local, rows, cols};
     } else {
       slot_logical.push_back(0);
-      add_slot(first, 0);
+      add_slot(first_ids, 0);
       param.shape = vector ? Shape{rows} : Shape{rows, cols};
       if (rule.flatten) param.shape = {rows * cols};
     }
@@ -442,23 +455,23 @@ class Planner {
       return out;
     }
     // Static per-tensor: each part's scalar scales land in [slots, parts] tables; post-processing merges them.
-    auto scale_table = [&](const std::vector<std::vector<std::string>>& names, std::string name, ParamRole role) {
+    auto scale_table = [&](const std::vector<std::vector<uint32_t>>& ids, std::string name, ParamRole role) {
       PlanParam table = make(std::move(name), role, Shape{slots, parts});
       for (uint64_t j = 0; j < slots; ++j) {
         for (uint64_t k = 0; k < parts; ++k) {
-          table.pieces.push_back({source_ids_.at(names[slot_logical[j]][k]), 0, 1, 0, 1, (j * parts + k) * 4, 1});
+          table.pieces.push_back({ids[slot_logical[j]][k], 0, 1, 0, 1, (j * parts + k) * 4, 1});
         }
       }
       return table;
     };
     out.push_back(std::move(param));
     out.push_back(make(with_suffix(inst.target, "weight_scale"), ParamRole::kWeightScale, merged));
-    out.push_back(scale_table(inst.weight_scales, with_suffix(inst.target, "weight_scale_parts"),
+    out.push_back(scale_table(inst.weight_scale_ids, with_suffix(inst.target, "weight_scale_parts"),
                               ParamRole::kWeightScaleParts));
     if (!inst.input_scales.front().empty()) {
       out.push_back(make(with_suffix(inst.target, "input_scale"), ParamRole::kInputScale,
                          expert ? Shape{slots} : Shape{1}));
-      out.push_back(scale_table(inst.input_scales, with_suffix(inst.target, "input_scale_parts"),
+      out.push_back(scale_table(inst.input_scale_ids, with_suffix(inst.target, "input_scale_parts"),
                                 ParamRole::kInputScaleParts));
     }
     return out;
@@ -489,7 +502,7 @@ class Planner {
     std::vector<uint64_t> part_row0;
     for (size_t k = 0; k < blocks.size(); ++k) {
       const Block& b = blocks[k];
-      const PlanSource& src = source(first[k]);
+      const PlanSource& src = source(inst.source_ids.front()[k]);
       check(b.row_begin, b.row_end, src.rows, br, first[k], "rows");
       check(b.col_begin, b.col_end, src.cols, bc, first[k], "columns");
       part_row0.push_back(grid_rows);
@@ -508,7 +521,7 @@ class Planner {
     for (uint64_t j = 0; j < slots; ++j) {
       for (size_t k = 0; k < blocks.size(); ++k) {
         const Block& b = blocks[k];
-        scale.pieces.push_back({source_ids_.at(inst.weight_scales[slot_logical[j]][k]), b.row_begin / br,
+        scale.pieces.push_back({inst.weight_scale_ids[slot_logical[j]][k], b.row_begin / br,
                                 ceil_div(b.row_end, br), b.col_begin / bc, ceil_div(b.col_end, bc),
                                 j * slot_bytes + part_row0[k] * grid_cols * 4, 1});
       }
@@ -550,7 +563,8 @@ class Planner {
   const Checkpoint& ckpt_;
   Plan plan_;
   std::vector<Instance> instances_;
-  std::unordered_map<std::string, uint32_t> source_ids_;
+  // Views into instances_' names, which stay in place once instantiate() is done.
+  std::unordered_map<std::string_view, uint32_t> source_ids_;
 };
 
 }  // namespace

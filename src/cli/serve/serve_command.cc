@@ -1,3 +1,5 @@
+#include "cli/serve/serve_command.h"
+
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,7 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "cli/commands.h"
 #include "cli/parallel_options.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -106,33 +107,29 @@ void run_serve(const ServeCommandOptions& options) {
 
 }  // namespace
 
-void add_serve_command(CLI::App& app) {
+void add_serve_options(CLI::App& cmd) {
   auto options = std::make_shared<ServeCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "serve",
-      "Serve the ranks' weights in shared memory (/dev/shm/shardload-NAME) with an HTTP API on "
-      "127.0.0.1 to update them in place");
-  cmd->add_option("model", options->model, "Model directory")->required();
-  add_parallel_options(*cmd, options->parallel);
-  cmd->add_option("--name", options->name, "Shared-memory name: /dev/shm/shardload-NAME")
+  cmd.add_option("model", options->model, "Model directory")->required();
+  add_parallel_options(cmd, options->parallel);
+  cmd.add_option("--name", options->name, "Shared-memory name: /dev/shm/shardload-NAME")
       ->required();
-  cmd->add_option("--port", options->port, "HTTP port on 127.0.0.1; 0 picks a free one")
+  cmd.add_option("--port", options->port, "HTTP port on 127.0.0.1; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--nodes", options->nodes,
-                  "Server nodes N for EPLB (POST /rebalance with expert_load)")
+  cmd.add_option("--nodes", options->nodes,
+                 "Server nodes N for EPLB (POST /rebalance with expert_load)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_flag(
+  cmd.add_flag(
       "--keep", options->keep,
       "Keep the shared memory at exit; a later start with the same model and layout reuses it");
-  cmd->add_option("--threads", options->threads, "Loader and update threads (0: one per core)")
+  cmd.add_option("--threads", options->threads, "Loader and update threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option(
+  cmd.add_option(
          "--staging-bytes", options->staging_bytes,
          "Bound on the bytes an update stages (K/M/G suffixes); 0: one atomic commit per update")
       ->capture_default_str();
-  cmd->callback([options] { run_serve(*options); });
+  cmd.callback([options] { run_serve(*options); });
 }
 
 }  // namespace shardload::cli

@@ -1,0 +1,26 @@
+#include "cli/run_app.h"
+
+#include <exception>
+#include <iostream>
+
+namespace shardload::cli {
+
+int run_app(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other error: usage errors are bad input too.
+    std::cerr << "error: " << e.what() << " (run with --help for usage)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace shardload::cli
