@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -93,6 +94,12 @@ void run_load(const LoadCommandOptions& options) {
       stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate, stats.seconds_copy,
       rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy), stats.read_requests,
       io_mode_name(stats.io), stats.seconds_postprocess);
+  // The process ends here: freeing the checkpoint's and the plan's tens of thousands of names and
+  // pieces one by one took ~7 ms of a 20k-tensor load (0.25 s), and the kernel takes the pages
+  // back at exit anyway. Only the output needs finishing.
+  std::cout.flush();
+  std::cerr.flush();
+  std::_Exit(0);
 }
 
 }  // namespace

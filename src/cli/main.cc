@@ -28,6 +28,10 @@ void back_heap_with_huge_pages() {
   constexpr size_t kBlock = 64 << 10;  // under the mmap threshold: comes from the heap
   mallopt(M_TOP_PAD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Every thread and every block under 32 MiB allocates from that heap: worker threads (parsing
+  // headers in parallel) would otherwise get arenas of 4 KiB pages, and large blocks fresh mappings.
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
   // Static initialisers already made the heap: allocate until it grows by the new pad.
   void* blocks[64];
   size_t count = 0;
