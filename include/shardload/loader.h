@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardload/checkpoint.h"
@@ -29,6 +30,10 @@ enum class IoMode {
   kMmap,    // copies out of a read-only mapping of each file (a file truncated meanwhile: SIGBUS)
   kDirect,  // O_DIRECT with io_uring: aligned reads, several in flight per thread, no page cache
 };
+// Each read path with its name (`--io`), in one table for the loader's reports and the command line.
+inline constexpr std::pair<IoMode, const char*> kIoModeNames[] = {
+    {IoMode::kAuto, "auto"}, {IoMode::kPread, "pread"}, {IoMode::kMmap, "mmap"},
+    {IoMode::kDirect, "direct"}};
 const char* io_mode_name(IoMode mode);
 
 struct LoadOptions {

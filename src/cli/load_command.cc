@@ -115,8 +115,8 @@ void add_load_command(CLI::App& app) {
                 "Print XXH3-64 of each rank tensor: rank, name, dtype, shape, hash");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
-  const std::map<std::string, IoMode> io_modes{
-      {"auto", IoMode::kAuto}, {"pread", IoMode::kPread}, {"mmap", IoMode::kMmap}, {"direct", IoMode::kDirect}};
+  std::map<std::string, IoMode> io_modes;
+  for (const auto& [mode, name] : kIoModeNames) io_modes.emplace(name, mode);
   cmd->add_option("--io", options->io,
                   "Read path: auto (pread when the files are in the page cache, else direct), pread, "
                   "mmap, or direct (O_DIRECT with io_uring)")

@@ -319,24 +319,30 @@ class Executor {
   void for_each_segment(const Unit& unit, std::byte* bounce, F&& f) const {
     for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
       const Part& part = parts_[i];
-      if (part.gather == kNoGather) {
-        f(part.dst, part.bytes);
-        continue;
-      }
       if (part.bounce) {
         f(bounce, part.bytes);
         bounce += part.bytes;
-        continue;
+      } else {
+        for_each_destination(part, f);
       }
-      const Gather& gather = gathers_[part.gather];
-      const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
-      for (uint64_t r = part.row_begin - gather.row_begin; r < part.row_end - gather.row_begin;
-           ++r) {
-        for (uint32_t t : gather.tiles) {
-          const Consumer& c = gather.consumers[t];
-          const uint64_t width = (c.col_end - c.col_begin) * esize;
-          f(c.dst + r * width, width);
-        }
+    }
+  }
+
+  // Calls f(dst, bytes) for each destination of a part read straight into place, in file order:
+  // the part's one destination, or each row's column blocks.
+  template <class F>
+  void for_each_destination(const Part& part, F&& f) const {
+    if (part.gather == kNoGather) {
+      f(part.dst, part.bytes);
+      return;
+    }
+    const Gather& gather = gathers_[part.gather];
+    const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
+    for (uint64_t r = part.row_begin - gather.row_begin; r < part.row_end - gather.row_begin; ++r) {
+      for (uint32_t t : gather.tiles) {
+        const Consumer& c = gather.consumers[t];
+        const uint64_t width = (c.col_end - c.col_begin) * esize;
+        f(c.dst + r * width, width);
       }
     }
   }
@@ -379,10 +385,7 @@ class Executor {
         src += part.bytes;
         continue;
       }
-      Unit one = unit;  // the part alone, so that its segments are walked with their own offsets
-      one.part_begin = i;
-      one.part_end = i + 1;
-      for_each_segment(one, nullptr, [&](std::byte* dst, uint64_t bytes) {
+      for_each_destination(part, [&](std::byte* dst, uint64_t bytes) {
         std::memcpy(dst, src, bytes);
         src += bytes;
       });
@@ -594,15 +597,8 @@ void check_rank(const Plan& plan, int r) {
 }  // namespace
 
 const char* io_mode_name(IoMode mode) {
-  switch (mode) {
-    case IoMode::kAuto:
-      return "auto";
-    case IoMode::kPread:
-      return "pread";
-    case IoMode::kMmap:
-      return "mmap";
-    case IoMode::kDirect:
-      return "direct";
+  for (const auto& [known, name] : kIoModeNames) {
+    if (known == mode) return name;
   }
   return "?";
 }

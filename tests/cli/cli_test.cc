@@ -3,12 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "run_command.h"
+#include "shardload/checkpoint.h"
+#include "shardload/loader.h"
+#include "shardload/plan.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
 
@@ -135,6 +140,63 @@ TEST(CliTest, BadArgumentsGiveOneLineErrors) {
   expect_one_line_error(shardload({"make-tiny", "--arch", "llama", "--out", dir.file("m"),
                                    "--layers", "0"}),
                         "zero layers");
+}
+
+// `load --checksum` prints one line per exported rank tensor, with the hashes an in-process load
+// gives, then its summary. The command ends without freeing its weights (std::_Exit): this also
+// checks that none of its output is lost.
+TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
+  TempDir dir;
+  TinyOptions options;
+  options.arch = "qwen3_moe";
+  options.out = dir.file("model");
+  options.seed = 3;
+  make_tiny(options);
+  const CommandResult result = shardload(
+      {"load", options.out, "--tp", "4", "--ep", "2", "--checksum", "--threads", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+
+  const Checkpoint ckpt = Checkpoint::open(options.out);
+  ParallelConfig parallel;
+  parallel.tp = 4;
+  parallel.ep = 2;
+  const Plan plan = make_plan(ckpt, parallel);
+  std::string expected;
+  size_t lines = 0;
+  for (const RankWeights& weights : load_ranks(ckpt, plan)) {
+    for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
+      if (!param.exported()) continue;
+      const TensorView view = param_view(weights, param);
+      expected += fmt::format("{}\t{}\t{}\t[{}]\t{}\n", weights.rank, param.name,
+                              dtype_name(view.dtype), fmt::join(view.shape, ","),
+                              xxh3_hex(view.data));
+      ++lines;
+    }
+  }
+  EXPECT_GT(lines, 100u);
+  ASSERT_EQ(result.out.substr(0, expected.size()), expected);
+  const std::string summary = result.out.substr(expected.size());
+  EXPECT_EQ(summary.rfind("loaded 4 ranks of Qwen3MoeForCausalLM (tp=4 ep=2)", 0), 0u) << summary;
+  EXPECT_EQ(summary.find('\n'), summary.size() - 1) << summary;
+}
+
+// `shardload serve` runs shardload-serve from its own directory: usage and help come from the
+// server's program, and a shardload without it beside says so in one line.
+TEST(CliTest, ServeRunsTheServerProgramBesideIt) {
+  const CommandResult usage = shardload({"serve"});
+  expect_one_line_error(usage, "serve without a model");
+  EXPECT_EQ(usage.exit_code, 2);
+  const CommandResult help = shardload({"serve", "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("Usage: shardload serve"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--staging-bytes"), std::string::npos) << help.out;
+
+  TempDir dir;
+  const std::string alone = dir.file("shardload");
+  std::filesystem::copy_file(SHARDLOAD_BIN, alone);
+  const CommandResult missing = run_command({alone, "serve", dir.file("model"), "--name", "x"});
+  expect_one_line_error(missing, "no shardload-serve beside shardload");
+  EXPECT_NE(missing.err.find(dir.file("shardload-serve")), std::string::npos) << missing.err;
 }
 
 TEST(CliTest, MakeTinyWritesEveryFamilyAndInspectValidatesIt) {
