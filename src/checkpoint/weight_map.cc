@@ -88,20 +88,31 @@ class IndexReader {
     if (!std::is_sorted(entries_.begin(), entries_.end(), by_name)) {
       std::stable_sort(entries_.begin(), entries_.end(), by_name);
     }
+    // Only the files the kept names point to are the model's: one named only by an overwritten
+    // duplicate is ignored, as Python's json (and so transformers) ignores it.
+    std::vector<bool> used(shard_names_.size(), false);
+    size_t kept = 0;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (i + 1 < entries_.size() && entries_[i + 1].first == entries_[i].first) continue;
+      used[entries_[i].second] = true;
+      if (kept != i) entries_[kept] = std::move(entries_[i]);
+      ++kept;
+    }
+    entries_.resize(kept);
     WeightMap out;
-    out.shards = shard_names_;
+    for (uint32_t i = 0; i < shard_names_.size(); ++i) {
+      if (used[i]) out.shards.push_back(shard_names_[i]);
+    }
     std::sort(out.shards.begin(), out.shards.end());
     std::vector<uint32_t> sorted_id(shard_names_.size());
     for (uint32_t i = 0; i < shard_names_.size(); ++i) {
+      if (!used[i]) continue;
       sorted_id[i] = static_cast<uint32_t>(
           std::lower_bound(out.shards.begin(), out.shards.end(), shard_names_[i]) -
           out.shards.begin());
     }
     out.tensors.reserve(entries_.size());
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      if (i + 1 < entries_.size() && entries_[i + 1].first == entries_[i].first) continue;
-      out.tensors.emplace_back(std::move(entries_[i].first), sorted_id[entries_[i].second]);
-    }
+    for (auto& [name, shard] : entries_) out.tensors.emplace_back(std::move(name), sorted_id[shard]);
     return out;
   }
 

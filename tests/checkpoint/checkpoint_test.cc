@@ -108,6 +108,28 @@ TEST(CheckpointTest, IgnoresSafetensorsTheIndexDoesNotNameWithAWarning) {
   EXPECT_NE(ckpt.warnings()[0].find("consolidated.safetensors"), std::string::npos);
 }
 
+// JSON keeps the last of repeated keys: a file named only by an overwritten entry is not part of
+// the model (here a stale shard holding an old copy of c), as with Python's json.
+TEST(CheckpointTest, AFileNamedOnlyByAnOverwrittenIndexEntryIsIgnored) {
+  TempDir dir;
+  write_file(dir.file("config.json"), R"({"architectures": ["LlamaForCausalLM"]})");
+  write_shard(dir.file("model-00001-of-00002.safetensors"), {"a", "b"});
+  write_shard(dir.file("model-00002-of-00002.safetensors"), {"c"});
+  write_shard(dir.file("stale.safetensors"), {"c"});
+  write_file(dir.file("model.safetensors.index.json"),
+             R"({"weight_map": {"a": "model-00001-of-00002.safetensors",)"
+             R"( "b": "model-00001-of-00002.safetensors", "c": "stale.safetensors",)"
+             R"( "c": "model-00002-of-00002.safetensors"}})");
+  const Checkpoint ckpt = Checkpoint::open(dir.path().string());
+  ASSERT_EQ(ckpt.files().size(), 2u);
+  const Checkpoint::Entry* c = ckpt.find("c");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(ckpt.files()[c->file].path(), dir.file("model-00002-of-00002.safetensors"));
+  ASSERT_EQ(ckpt.warnings().size(), 1u);
+  EXPECT_NE(ckpt.warnings()[0].find("ignoring stale.safetensors"), std::string::npos)
+      << ckpt.warnings()[0];
+}
+
 TEST(CheckpointTest, RejectsAnIndexNamingAMissingFile) {
   TempDir dir;
   write_sharded_model(dir);

@@ -173,12 +173,7 @@ TEST(DirectReaderTest, UnalignedRangesComeBackExactWithSeveralInFlight) {
   std::vector<std::byte> bytes(3 * 1024 * 1024 + 123);
   std::mt19937_64 rng(7);
   for (std::byte& b : bytes) b = static_cast<std::byte>(rng());
-  {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
-    ::close(fd);
-  }
+  ::shardload::testing::write_file(path, bytes);
   load::UniqueFd fd;
   fd.reset(load::open_direct(path));
   if (fd.get() < 0) GTEST_SKIP() << "no O_DIRECT on this file system";
@@ -211,13 +206,7 @@ TEST(DirectReaderTest, UnalignedRangesComeBackExactWithSeveralInFlight) {
 TEST(DirectReaderTest, ARangePastTheEndIsAnIoError) {
   TempDir dir;
   const std::string path = dir.file("short.bin");
-  {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    std::vector<char> data(10000, 'x');
-    ASSERT_EQ(::write(fd, data.data(), data.size()), 10000);
-    ::close(fd);
-  }
+  ::shardload::testing::write_file(path, std::string(10000, 'x'));
   load::UniqueFd fd;
   fd.reset(load::open_direct(path));
   if (fd.get() < 0) GTEST_SKIP() << "no O_DIRECT on this file system";
