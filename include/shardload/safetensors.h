@@ -26,6 +26,7 @@ struct TensorInfo {
   uint64_t begin = 0;
   uint64_t end = 0;
   uint64_t nbytes() const { return end - begin; }
+  bool operator==(const TensorInfo&) const = default;
 };
 
 // A fully validated safetensors header.
@@ -38,6 +39,7 @@ struct SafetensorsHeader {
   // nullptr when absent.
   const TensorInfo* find(std::string_view name) const;
   uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
+  bool operator==(const SafetensorsHeader&) const = default;
 
   // Transparent hashing lets find() look a string_view up without building a std::string.
   // Deliberately not noexcept: libstdc++ then keeps each name's hash in its node instead of

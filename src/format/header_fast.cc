@@ -1,7 +1,7 @@
 // The common case of a header, read with simdjson's DOM parser: a valid document of tensor entries
 // and string metadata. It declines (nullopt) whenever the text is anything else, so that the event
-// parser (header_json.cc) decides, with its messages, what is wrong. A 6.7k-tensor header takes
-// ~10 ms through the events and ~1 ms here.
+// parser (header_json.cc) decides, with its messages, what is wrong. A 6.7k-tensor header took
+// 10-16 ms through the events and 1.5-2.2 ms here (measured 2026-12-01).
 #include <simdjson.h>
 
 #include <optional>
