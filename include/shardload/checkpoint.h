@@ -13,6 +13,10 @@
 
 namespace shardload {
 
+namespace checkpoint {
+struct WeightMap;
+}
+
 // A Hugging Face checkpoint: a directory with config.json and either one model.safetensors or shards named by
 // model.safetensors.index.json, or a single .safetensors file. Opening validates every file header, the index
 // (every weight_map tensor exists in the file it names, no tensor in two files) and collects warnings (e.g. a
@@ -22,6 +26,7 @@ class Checkpoint {
   struct Entry {
     size_t file;  // index into files()
     const TensorInfo* info;
+    uint32_t index;  // position in tensor_names()
   };
 
   static Checkpoint open(const std::string& path, IoBackend backend = IoBackend::kPread);
@@ -39,6 +44,10 @@ class Checkpoint {
   const Entry& at(std::string_view name) const;  // throws Error(kTensorNotFound)
 
  private:
+  bool take_index_names(checkpoint::WeightMap& weight_map);
+  void check_tensors(const checkpoint::WeightMap& weight_map, bool indexed);
+  void sort_names();
+
   std::string path_;
   bool is_directory_ = false;
   nlohmann::json config_;

@@ -44,6 +44,22 @@ std::vector<std::string> safetensors_in(const fs::path& dir) {
   return names;
 }
 
+// One file's header, or why it could not be opened (rethrown only if the model uses the file).
+struct OpenResult {
+  std::optional<SafetensorsFile> file;
+  std::exception_ptr failed;
+};
+
+OpenResult open_file(const std::string& path, IoBackend backend) {
+  OpenResult result;
+  try {
+    result.file.emplace(SafetensorsFile::open(path, backend));
+  } catch (...) {
+    result.failed = std::current_exception();
+  }
+  return result;
+}
+
 }  // namespace
 
 const Checkpoint::Entry* Checkpoint::find(std::string_view name) const {
@@ -69,6 +85,9 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   std::vector<std::string> shard_files;  // paths, in the order files_ will hold them
   checkpoint::WeightMap weight_map;
   const bool indexed = fs::is_directory(status) && fs::exists(fs::path(path) / kIndexFile);
+  // Headers parsed while the index is read (a MoE index and its shard headers each take
+  // milliseconds): the directory's files, of which the index then keeps those it names.
+  std::vector<OpenResult> early;
   if (!fs::is_directory(status)) {
     shard_files.push_back(path);
   } else {
@@ -86,7 +105,20 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
     const std::vector<std::string> present = safetensors_in(dir);
     std::vector<std::string> used;
     if (indexed) {
-      weight_map = checkpoint::read_weight_map((dir / kIndexFile).string());
+      early.resize(present.size());
+      std::exception_ptr index_failed;
+      parallel_for(present.size() + 1, 0, [&](size_t i, int) {
+        if (i == 0) {
+          try {
+            weight_map = checkpoint::read_weight_map((dir / kIndexFile).string());
+          } catch (...) {
+            index_failed = std::current_exception();
+          }
+          return;
+        }
+        early[i - 1] = open_file((dir / present[i - 1]).string(), backend);
+      });
+      if (index_failed) std::rethrow_exception(index_failed);
       used = weight_map.shards;
       for (uint32_t s = 0; s < used.size(); ++s) {
         if (!std::binary_search(present.begin(), present.end(), used[s])) {
@@ -97,6 +129,15 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
                        .field = "weight_map", .found = used[s]});
         }
       }
+      // Keep the used files' results, in the order of `used` (both lists are sorted).
+      std::vector<OpenResult> kept;
+      for (size_t i = 0, u = 0; i < present.size() && u < used.size(); ++i) {
+        if (present[i] == used[u]) {
+          kept.push_back(std::move(early[i]));
+          ++u;
+        }
+      }
+      early = std::move(kept);
     } else if (std::binary_search(present.begin(), present.end(), std::string(kSingleFile))) {
       used.push_back(std::string(kSingleFile));
     } else if (present.size() == 1) {
@@ -120,32 +161,62 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
 
   // Headers are parsed in parallel (a MoE shard's header lists thousands of tensors); every file is
   // tried and the first failing one in order is reported, as a sequential open would.
-  std::vector<std::optional<SafetensorsFile>> opened(shard_files.size());
-  std::vector<std::exception_ptr> failed(shard_files.size());
-  parallel_for(shard_files.size(), 0, [&](size_t i, int) {
-    try {
-      opened[i].emplace(SafetensorsFile::open(shard_files[i], backend));
-    } catch (...) {
-      failed[i] = std::current_exception();
-    }
-  });
-  ckpt.files_.reserve(opened.size());
-  for (size_t i = 0; i < opened.size(); ++i) {
-    if (failed[i]) std::rethrow_exception(failed[i]);
-    ckpt.files_.push_back(std::move(*opened[i]));
+  if (early.empty()) {
+    early.resize(shard_files.size());
+    parallel_for(shard_files.size(), 0,
+                 [&](size_t i, int) { early[i] = open_file(shard_files[i], backend); });
+  }
+  ckpt.files_.reserve(early.size());
+  for (OpenResult& result : early) {
+    if (result.failed) std::rethrow_exception(result.failed);
+    ckpt.files_.push_back(std::move(*result.file));
   }
   size_t tensor_count = 0;
   for (const SafetensorsFile& file : ckpt.files_) tensor_count += file.header().tensors.size();
   ckpt.entries_.reserve(tensor_count);
+  bool unique = true;  // no tensor in two files
   for (size_t f = 0; f < ckpt.files_.size(); ++f) {
-    const SafetensorsFile& file = ckpt.files_[f];
+    for (const TensorInfo& info : ckpt.files_[f].header().tensors) {
+      unique &= ckpt.entries_.emplace(info.name, Entry{f, &info, 0}).second;
+    }
+  }
+  if (unique && indexed && ckpt.take_index_names(weight_map)) return ckpt;
+  if (!unique || indexed) {
+    ckpt.entries_.clear();
+    ckpt.check_tensors(weight_map, indexed);  // throws the first problem, in file order
+  }
+  ckpt.sort_names();
+  return ckpt;
+}
+
+// The common case, checked in one pass: the index names exactly the headers' tensors, each in its
+// file (files_[s] is the index's shard s: both are in sorted file-name order). The index's names are
+// then tensor_names() as they are, sorted.
+bool Checkpoint::take_index_names(checkpoint::WeightMap& weight_map) {
+  if (weight_map.tensors.size() != entries_.size()) return false;
+  for (size_t i = 0; i < weight_map.tensors.size(); ++i) {
+    const auto& [name, shard] = weight_map.tensors[i];
+    const auto it = entries_.find(name);
+    if (it == entries_.end() || it->second.file != shard) return false;
+    it->second.index = static_cast<uint32_t>(i);
+  }
+  names_.reserve(weight_map.tensors.size());
+  for (auto& entry : weight_map.tensors) names_.push_back(std::move(entry.first));
+  return true;
+}
+
+// Every tensor in one file only and, with an index, in the file the index names; every index entry
+// in its file. Throws the first problem in file order (entries_ is rebuilt from scratch).
+void Checkpoint::check_tensors(const checkpoint::WeightMap& weight_map, bool indexed) {
+  for (size_t f = 0; f < files_.size(); ++f) {
+    const SafetensorsFile& file = files_[f];
     const std::string shard_name = fs::path(file.path()).filename().string();
     for (const TensorInfo& info : file.header().tensors) {
-      auto [it, inserted] = ckpt.entries_.emplace(info.name, Entry{f, &info});
+      auto [it, inserted] = entries_.emplace(info.name, Entry{f, &info, 0});
       if (!inserted) {
         throw Error(ErrorKind::kIndex, "tensor is in two files",
                     {.file = file.path(), .tensor = info.name,
-                     .expected = fs::path(ckpt.files_[it->second.file].path()).filename().string(),
+                     .expected = fs::path(files_[it->second.file].path()).filename().string(),
                      .found = shard_name});
       }
       if (indexed) {
@@ -164,16 +235,26 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
     }
   }
   for (const auto& [name, shard] : weight_map.tensors) {
-    if (!ckpt.entries_.contains(name)) {
+    if (!entries_.contains(name)) {
       throw Error(ErrorKind::kIndex, "tensor named by the index is missing from its file",
-                  {.file = (fs::path(path) / weight_map.shards[shard]).string(), .tensor = name,
+                  {.file = (fs::path(path_) / weight_map.shards[shard]).string(), .tensor = name,
                    .field = "weight_map"});
     }
   }
-  ckpt.names_.reserve(ckpt.entries_.size());
-  for (const auto& [name, entry] : ckpt.entries_) ckpt.names_.emplace_back(name);
-  std::sort(ckpt.names_.begin(), ckpt.names_.end());
-  return ckpt;
+}
+
+// tensor_names() sorted, and each entry's index into it.
+void Checkpoint::sort_names() {
+  std::vector<std::pair<std::string_view, Entry*>> order;
+  order.reserve(entries_.size());
+  for (auto& [name, entry] : entries_) order.emplace_back(name, &entry);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  names_.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    names_.emplace_back(order[i].first);
+    order[i].second->index = static_cast<uint32_t>(i);
+  }
 }
 
 }  // namespace shardload

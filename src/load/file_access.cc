@@ -33,6 +33,21 @@ void MappedFile::map(const SafetensorsFile& file) {
   data = static_cast<const std::byte*>(p);
 }
 
+MappedRange::~MappedRange() {
+  if (base_ != nullptr) ::munmap(base_, length_);
+}
+
+bool MappedRange::map(int fd, uint64_t offset, uint64_t bytes) {
+  constexpr uint64_t kBlock = uint64_t{2} << 20;
+  const uint64_t first = offset / kBlock * kBlock;
+  length_ = static_cast<size_t>((offset + bytes - first + kBlock - 1) / kBlock * kBlock);
+  void* p = ::mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
+  if (p == MAP_FAILED) return false;
+  base_ = p;
+  data_ = static_cast<const std::byte*>(p) + (offset - first);
+  return true;
+}
+
 namespace {
 
 // cachestat(2), Linux 6.5+; Debian 12's headers predate it, so the layout is spelled out here.

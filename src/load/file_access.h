@@ -40,6 +40,24 @@ struct MappedFile {
   uint64_t size = 0;
 };
 
+// A read-only shared mapping of file bytes [offset, offset + bytes), widened to whole 2 MiB
+// blocks so that the page cache's huge folios map as huge pages. Nothing is checked against the
+// file's size: a read past its end raises SIGBUS (see sigbus_guard.h).
+class MappedRange {
+ public:
+  MappedRange() = default;
+  ~MappedRange();
+  MappedRange(const MappedRange&) = delete;
+  MappedRange& operator=(const MappedRange&) = delete;
+  bool map(int fd, uint64_t offset, uint64_t bytes);  // false: the kernel refused (data() null)
+  const std::byte* data() const { return data_; }     // the byte at `offset`
+
+ private:
+  void* base_ = nullptr;
+  size_t length_ = 0;
+  const std::byte* data_ = nullptr;
+};
+
 // Fraction of the files' bytes now in the page cache; nothing is read or faulted. Through
 // cachestat(2) (one call per file), or where the kernel lacks it (before 6.5) mincore over a
 // mapping, which walks every page: ~10 ms per GB here. Files neither can query count as not cached.

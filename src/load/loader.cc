@@ -22,6 +22,7 @@
 #include "format/posix_io.h"
 #include "load/direct_reader.h"
 #include "load/file_access.h"
+#include "load/sigbus_guard.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
 
@@ -35,6 +36,7 @@ constexpr unsigned kDirectDepth = 4;                   // O_DIRECT reads in flig
 constexpr int kDirectThreads = 4;  // threads reading O_DIRECT: bounds their slots to 256 MiB
 
 using load::MappedFile;
+using load::MappedRange;
 using load::page_cache_fraction;
 using load::UniqueFd;
 
@@ -438,7 +440,9 @@ class Executor {
   }
 
   // Page cache: segment units are one preadv straight into their destinations (one kernel copy
-  // per byte), gather units one pread into a per-thread bounce buffer.
+  // per byte). Units with bounce parts are copied out of a mapping of their file range instead
+  // (one copy, where a pread into a bounce buffer and the copy out of it are two), or, where the
+  // kernel refuses the mapping, read into a per-thread bounce buffer.
   void run_pread(int threads) {
     std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
     std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
@@ -447,6 +451,15 @@ class Executor {
       check_cancel();
       const Unit& unit = units_[i];
       const int fd = ckpt_.files()[unit.file].fd();
+      std::vector<float>& thread_scratch = scratch[static_cast<size_t>(thread)];
+      if (unit.bounce_bytes > 0) {
+        MappedRange range;
+        if (range.map(fd, unit.file_offset, unit.bytes)) {
+          consume_mapped(unit, range.data(), thread_scratch);
+          report(unit);
+          return;
+        }
+      }
       std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
       if (buffer.size() < unit.bounce_bytes) buffer.resize(unit.bounce_bytes);
       std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
@@ -455,13 +468,25 @@ class Executor {
         iov.push_back({dst, bytes});
       });
       format::preadv_exact(fd, iov, unit.file_offset, where(unit));
-      finish_unit(unit, buffer.data(), scratch[static_cast<size_t>(thread)]);
+      finish_unit(unit, buffer.data(), thread_scratch);
       report(unit);
     });
   }
 
+  // consume() out of a mapping of the unit's file bytes at `src`. A file that shrank under the
+  // mapping (or a page the kernel cannot read in) raises SIGBUS, reported as Error(kIo) here.
+  void consume_mapped(const Unit& unit, const std::byte* src, std::vector<float>& scratch) const {
+    fault::before_read(unit.bytes, where(unit));
+    const bool read = load::read_mapped_guarded(src, unit.bytes, [&] { consume(unit, src, scratch); });
+    if (!read) {
+      throw Error(ErrorKind::kIo, "the file ended under its mapping (was it truncated while loading?)",
+                  where(unit));
+    }
+    fault::after_read(unit.bytes);
+  }
+
   // mmap: copies out of a read-only mapping of each file (page faults on the file instead of
-  // read calls). A file truncated under the mapping raises SIGBUS: auto never picks this path.
+  // read calls), guarded against SIGBUS like the page-cache path's mapped units.
   void run_mmap(int threads, const std::vector<uint32_t>& files) {
     std::vector<MappedFile> maps(ckpt_.files().size());
     for (uint32_t f : files) maps[f].map(ckpt_.files()[f]);
@@ -473,9 +498,7 @@ class Executor {
       if (unit.file_offset + unit.bytes > map.size) {
         throw Error(ErrorKind::kIo, "unexpected end of file (was it truncated?)", where(unit));
       }
-      fault::before_read(unit.bytes, where(unit));
-      consume(unit, map.data + unit.file_offset, scratch[static_cast<size_t>(thread)]);
-      fault::after_read(unit.bytes);
+      consume_mapped(unit, map.data + unit.file_offset, scratch[static_cast<size_t>(thread)]);
       report(unit);
     });
   }

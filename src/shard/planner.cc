@@ -1,8 +1,6 @@
 // Turns a checkpoint, its architecture table and a layout into per-rank block copies.
 #include <algorithm>
 #include <map>
-#include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -69,6 +67,8 @@ struct Instance {
 std::string with_suffix(const std::string& weight_name, std::string_view suffix) {
   return weight_name.substr(0, weight_name.size() - std::string_view("weight").size()) + std::string(suffix);
 }
+
+constexpr uint32_t kMissing = UINT32_MAX;  // no checkpoint tensor / no source id yet
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -181,17 +181,33 @@ class Planner {
   // Every checkpoint tensor is consumed by a parameter or skipped by a stated rule; every source exists
   // with the shape config.json implies and a dtype shardload can convert.
   void check_consumed() {
-    source_ids_.reserve(ckpt_.tensor_names().size());
-    // Names only (views into instances_): a MoE model has tens of thousands of sources.
-    std::unordered_set<std::string_view> expected;
-    for (const Instance& inst : instances_) {
-      for (const auto* table : {&inst.sources, &inst.weight_scales, &inst.input_scales}) {
-        for (const auto& names : *table) expected.insert(names.begin(), names.end());
+    // First the checkpoint position of every name (one lookup each: a MoE model has tens of
+    // thousands of sources), in the id tables; kMissing for a name the checkpoint lacks.
+    std::vector<bool> consumed(ckpt_.tensor_names().size(), false);
+    entry_of_tensor_.assign(consumed.size(), nullptr);
+    const auto locate = [&](const std::vector<std::vector<std::string>>& table,
+                            std::vector<std::vector<uint32_t>>& ids) {
+      for (const auto& names : table) {
+        std::vector<uint32_t>& row = ids.emplace_back();
+        row.reserve(names.size());
+        for (const std::string& name : names) {
+          const Checkpoint::Entry* entry = ckpt_.find(name);
+          row.push_back(entry == nullptr ? kMissing : entry->index);
+          if (entry == nullptr) continue;
+          consumed[entry->index] = true;
+          entry_of_tensor_[entry->index] = entry;
+        }
       }
+    };
+    for (Instance& inst : instances_) {
+      locate(inst.sources, inst.source_ids);
+      locate(inst.weight_scales, inst.weight_scale_ids);
+      locate(inst.input_scales, inst.input_scale_ids);
     }
     const arch::ArchTable& table = arch::table_for(model().family);
-    for (const std::string& name : ckpt_.tensor_names()) {
-      if (expected.contains(name)) continue;
+    for (size_t i = 0; i < consumed.size(); ++i) {
+      if (consumed[i]) continue;
+      const std::string& name = ckpt_.tensor_names()[i];
       const auto skip = std::find_if(table.skips.begin(), table.skips.end(),
                                      [&](const arch::SkipRule& s) { return s.matches(name, model()); });
       if (skip == table.skips.end()) {
@@ -201,7 +217,9 @@ class Planner {
       }
       plan_.skipped.push_back(name);
     }
-    // In table order, so that the first missing tensor reported is the first a reader would look for.
+    // Then the ids into Plan::sources, in table order, so that the first missing tensor reported is
+    // the first a reader would look for.
+    source_of_tensor_.assign(consumed.size(), kMissing);
     for (Instance& inst : instances_) {
       std::vector<Shape> shapes;  // per part: what config.json implies
       std::vector<Shape> scale_shapes;
@@ -216,19 +234,22 @@ class Planner {
         }
         shapes.push_back(shape);
       }
-      for (const auto& names : inst.sources) {
-        std::vector<uint32_t>& ids = inst.source_ids.emplace_back();
-        for (size_t k = 0; k < names.size(); ++k) ids.push_back(source_index(names[k], shapes[k]));
-      }
-      for (const auto& names : inst.weight_scales) {
-        std::vector<uint32_t>& ids = inst.weight_scale_ids.emplace_back();
-        for (size_t k = 0; k < names.size(); ++k) {
-          ids.push_back(source_index(names[k], scale_shapes[k]));
+      for (size_t x = 0; x < inst.sources.size(); ++x) {
+        for (size_t k = 0; k < inst.sources[x].size(); ++k) {
+          inst.source_ids[x][k] = source_index(inst.sources[x][k], inst.source_ids[x][k], shapes[k]);
         }
       }
-      for (const auto& names : inst.input_scales) {
-        std::vector<uint32_t>& ids = inst.input_scale_ids.emplace_back();
-        for (const std::string& name : names) ids.push_back(source_index(name, Shape{}));
+      for (size_t x = 0; x < inst.weight_scales.size(); ++x) {
+        for (size_t k = 0; k < inst.weight_scales[x].size(); ++k) {
+          inst.weight_scale_ids[x][k] =
+              source_index(inst.weight_scales[x][k], inst.weight_scale_ids[x][k], scale_shapes[k]);
+        }
+      }
+      for (size_t x = 0; x < inst.input_scales.size(); ++x) {
+        for (size_t k = 0; k < inst.input_scales[x].size(); ++k) {
+          inst.input_scale_ids[x][k] =
+              source_index(inst.input_scales[x][k], inst.input_scale_ids[x][k], Shape{});
+        }
       }
       if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
         for (const auto& ids : inst.source_ids) {
@@ -243,14 +264,15 @@ class Planner {
     return entry == nullptr ? ckpt_.path() : ckpt_.files()[entry->file].path();
   }
 
-  uint32_t source_index(const std::string& name, const Shape& expected_shape) {
-    auto [it, inserted] = source_ids_.emplace(name, static_cast<uint32_t>(plan_.sources.size()));
-    if (!inserted) return it->second;
-    const Checkpoint::Entry* entry = ckpt_.find(name);
-    if (entry == nullptr) {
+  // The Plan::sources id of checkpoint tensor `tensor` (kMissing: absent), added at its first use.
+  uint32_t source_index(const std::string& name, uint32_t tensor, const Shape& expected_shape) {
+    if (tensor == kMissing) {
       throw Error(ErrorKind::kTensorNotFound, "missing from the checkpoint",
                   {.file = ckpt_.path(), .tensor = name, .expected = shape_text(expected_shape)});
     }
+    if (source_of_tensor_[tensor] != kMissing) return source_of_tensor_[tensor];
+    source_of_tensor_[tensor] = static_cast<uint32_t>(plan_.sources.size());
+    const Checkpoint::Entry* entry = entry_of_tensor_[tensor];
     const TensorInfo& info = *entry->info;
     const SafetensorsFile& file = ckpt_.files()[entry->file];
     const bool scalar_as_one = expected_shape.empty() && info.shape == Shape{1};
@@ -270,7 +292,7 @@ class Planner {
     source.rows = info.shape.empty() ? 1 : info.shape[0];
     source.cols = info.shape.size() <= 1 ? 1 : shape_numel(Shape(info.shape.begin() + 1, info.shape.end()));
     plan_.sources.push_back(std::move(source));
-    return it->second;
+    return source_of_tensor_[tensor];
   }
 
   void require_fp8(const PlanSource& src) const {
@@ -563,8 +585,9 @@ class Planner {
   const Checkpoint& ckpt_;
   Plan plan_;
   std::vector<Instance> instances_;
-  // Views into instances_' names, which stay in place once instantiate() is done.
-  std::unordered_map<std::string_view, uint32_t> source_ids_;
+  // Checkpoint tensor (position in tensor_names()) -> Plan::sources id, kMissing until used.
+  std::vector<uint32_t> source_of_tensor_;
+  std::vector<const Checkpoint::Entry*> entry_of_tensor_;  // by position in tensor_names()
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/fault_injection.h"
 #include "load/direct_reader.h"
 #include "load/file_access.h"
 #include "shardload/error.h"
@@ -162,6 +163,36 @@ TEST(IoModeErrorTest, DirectReadOfATruncatedFileNamesFileAndTensor) {
       EXPECT_EQ(e.file(), victim) << io_mode_name(io);
       EXPECT_FALSE(e.tensor().empty()) << io_mode_name(io);
     }
+  }
+}
+
+// A file cut short while the loader copies out of a mapping of it raises SIGBUS in the copy: the
+// load fails with an I/O error naming the file and a tensor, and the process goes on.
+TEST(IoModeErrorTest, AFileTruncatedWhileMappedIsAnIoError) {
+  for (IoMode io : {IoMode::kPread, IoMode::kMmap}) {
+    TempDir dir;
+    const Checkpoint ckpt = Checkpoint::open(make_model(dir, "llama"));
+    ParallelConfig parallel;
+    parallel.dtype = DType::kF32;  // a cast: the page-cache path copies every unit out of a mapping
+    const Plan plan = make_plan(ckpt, parallel);
+    LoadStats stats;
+    load_with(ckpt, plan, io, 1, &stats);
+    ASSERT_GE(stats.read_requests, 2u);  // a unit after the one that truncates
+    fault::after_bytes_read(1, [&] {
+      for (const SafetensorsFile& file : ckpt.files()) {
+        ASSERT_EQ(truncate(file.path().c_str(), static_cast<off_t>(file.header().data_start)), 0);
+      }
+    });
+    try {
+      load_with(ckpt, plan, io, 1);
+      FAIL() << io_mode_name(io) << ": a truncated file loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo) << io_mode_name(io);
+      EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+      EXPECT_FALSE(e.file().empty()) << io_mode_name(io);
+      EXPECT_FALSE(e.tensor().empty()) << io_mode_name(io);
+    }
+    fault::after_bytes_read(0, nullptr);
   }
 }
 
