@@ -66,6 +66,7 @@ struct Gather {
   uint64_t row_begin;
   uint64_t row_end;
   std::vector<Consumer> consumers;
+  bool plain = false;  // every consumer takes the source dtype, undivided: rows are only copied
   // Scatter plan, when every consumer takes the source dtype unchanged and the distinct column
   // blocks tile the row: each row is read by one preadv straight into the consumers of `tiles` (in
   // column order), and a consumer repeating a tile's columns (a replica) copies them from that
@@ -268,6 +269,10 @@ class Executor {
 
   void plan_scatter(Gather& gather) const {
     const PlanSource& src = plan_.sources[gather.source];
+    gather.plain =
+        std::all_of(gather.consumers.begin(), gather.consumers.end(),
+                    [&](const Consumer& c) { return c.dtype == src.dtype && c.divisor == 1; });
+    if (!gather.plain) return;  // a conversion: bounce
     std::vector<uint32_t> order(gather.consumers.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
@@ -278,7 +283,6 @@ class Executor {
     uint64_t covered = 0;
     for (uint32_t i : order) {
       const Consumer& c = gather.consumers[i];
-      if (c.dtype != src.dtype || c.divisor != 1) return;
       if (!gather.tiles.empty()) {
         const Consumer& last = gather.consumers[gather.tiles.back()];
         if (c.col_begin == last.col_begin && c.col_end == last.col_end) {
@@ -401,10 +405,7 @@ class Executor {
     const PlanSource& src = plan_.sources[gather.source];
     const uint64_t src_esize = dtype_bits(src.dtype) / 8;
     const uint64_t row_bytes = src.cols * src_esize;
-    const bool plain =
-        std::all_of(gather.consumers.begin(), gather.consumers.end(),
-                    [&](const Consumer& c) { return c.dtype == src.dtype && c.divisor == 1; });
-    if (plain) {
+    if (gather.plain) {
       copy_block_rows(gather, part, src_bytes, src_esize, row_bytes);
       return;
     }
