@@ -1,6 +1,7 @@
 #include "load/file_access.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,28 +10,13 @@
 #include <cerrno>
 
 #include "format/posix_io.h"
+#include "load/sigbus_guard.h"
 
 namespace shardload::load {
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
-}
-
-MappedFile::~MappedFile() {
-  if (data != nullptr) ::munmap(const_cast<std::byte*>(data), size);
-}
-
-void MappedFile::map(const SafetensorsFile& file) {
-  struct stat st {};
-  if (::fstat(file.fd(), &st) != 0)
-    throw format::io_error("cannot stat", errno, {.file = file.path()});
-  size = static_cast<uint64_t>(st.st_size);  // now, not at open: the file may have shrunk since
-  if (size == 0) return;
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd(), 0);
-  if (p == MAP_FAILED) throw format::io_error("cannot mmap", errno, {.file = file.path()});
-  ::madvise(p, size, MADV_SEQUENTIAL);
-  data = static_cast<const std::byte*>(p);
 }
 
 MappedRange::~MappedRange() {
@@ -86,6 +72,28 @@ std::optional<uint64_t> cached_bytes_mincore(int fd, uint64_t size) {
   }
   ::munmap(p, size);
   return cached;
+}
+
+bool maps_as_huge_pages(const SafetensorsFile& file) {
+  constexpr uint64_t kBlock = uint64_t{2} << 20;
+  constexpr uint64_t kProbe = 2 * kBlock;
+  if (file.file_size() < 2 * kProbe) return false;
+  const uint64_t offset = file.file_size() / 2 / kBlock * kBlock;
+  MappedRange range;
+  if (!range.map(file.fd(), offset, kProbe)) return false;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  rusage before{};
+  rusage after{};
+  const bool touched = read_mapped_guarded(range.data(), kProbe, [&] {
+    ::getrusage(RUSAGE_THREAD, &before);
+    for (uint64_t at = 0; at < kProbe; at += page) {
+      (void)*reinterpret_cast<const volatile unsigned char*>(range.data() + at);
+    }
+    ::getrusage(RUSAGE_THREAD, &after);
+  });
+  if (!touched) return false;  // the file shrank since it was opened: the load will say so
+  const long faults = after.ru_minflt + after.ru_majflt - before.ru_minflt - before.ru_majflt;
+  return faults <= static_cast<long>(kProbe / kBlock);
 }
 
 double page_cache_fraction(const std::vector<const SafetensorsFile*>& files) {

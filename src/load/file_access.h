@@ -27,19 +27,6 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// A read-only shared mapping of a whole checkpoint file as it is now, advised for sequential
-// reading.
-struct MappedFile {
-  MappedFile() = default;
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  void map(const SafetensorsFile& file);  // throws Error(kIo)
-
-  const std::byte* data = nullptr;
-  uint64_t size = 0;
-};
-
 // A read-only shared mapping of file bytes [offset, offset + bytes), widened to whole 2 MiB
 // blocks so that the page cache's huge folios map as huge pages. Nothing is checked against the
 // file's size: a read past its end raises SIGBUS (see sigbus_guard.h).
@@ -57,6 +44,14 @@ class MappedRange {
   size_t length_ = 0;
   const std::byte* data_ = nullptr;
 };
+
+// Whether the file's cached pages map as 2 MiB pages (the page cache holds them in 2 MiB folios, as
+// readahead of a sequential read leaves them): 4 MiB from the middle of the file are mapped and
+// touched, and the thread's page faults counted (2 with huge mappings, 64 or more without).
+// Copying out of such a mapping is a plain memcpy, cheaper than a read's per-folio walk; out of
+// 4 KiB mappings every 64 KiB is a page fault. Touches only cached pages' mappings when the file is
+// cached (the caller's condition); false for files under 4 MiB.
+bool maps_as_huge_pages(const SafetensorsFile& file);
 
 // Fraction of the files' bytes now in the page cache; nothing is read or faulted. Through
 // cachestat(2) (one call per file), or where the kernel lacks it (before 6.5) mincore over a

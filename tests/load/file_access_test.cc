@@ -1,5 +1,5 @@
 // Page-cache residency: cachestat(2) and the mincore fallback count the same pages, on a file
-// evicted and then read in part.
+// evicted and then read in part; the huge-mapping probe.
 #include "load/file_access.h"
 
 #include <fcntl.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shardload/safetensors.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -60,6 +61,16 @@ TEST(PageCacheResidencyTest, AnEmptyFileHasNothingCached) {
     EXPECT_EQ(*by_cachestat, 0u);
   }
   ::close(fd);
+}
+
+// The probe maps and touches 4 MiB from the middle of a file: smaller files never map as huge pages,
+// and probing never changes what a load reads.
+TEST(HugeMappingProbeTest, FilesUnder8MiBAreNeverHuge) {
+  TempDir dir;
+  const std::string path = dir.file("small.safetensors");
+  const std::vector<std::byte> data(7 * kMiB, std::byte{'x'});
+  write_safetensors(path, {{"x", DType::kU8, {data.size()}, data}});
+  EXPECT_FALSE(load::maps_as_huge_pages(SafetensorsFile::open(path)));
 }
 
 }  // namespace
