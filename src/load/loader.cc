@@ -136,6 +136,17 @@ class Executor {
     }
   }
 
+  // Whether the files' cached pages map as huge pages, judged on at most 4 of them spread over the
+  // list (files read the same way are cached the same way; a probe costs up to 64 page faults).
+  static bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files) {
+    constexpr size_t kProbes = 4;
+    const size_t step = std::max<size_t>(1, (files.size() + kProbes - 1) / kProbes);
+    for (size_t i = 0; i < files.size(); i += step) {
+      if (!load::maps_as_huge_pages(*files[i])) return false;
+    }
+    return !files.empty();
+  }
+
   // Splits the work into units in file order, so that reads stay sequential, and merges
   // neighbouring segment units into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
@@ -190,11 +201,7 @@ class Executor {
       if (io == IoMode::kDirect && !open_direct_files(files, /*required=*/false))
         io = IoMode::kPread;
       // Cached in 2 MiB folios: a copy out of a mapping is a memcpy, cheaper than a read's walk.
-      if (io == IoMode::kPread &&
-          std::all_of(used.begin(), used.end(),
-                      [](const SafetensorsFile* file) { return load::maps_as_huge_pages(*file); })) {
-        io = IoMode::kMmap;
-      }
+      if (io == IoMode::kPread && maps_as_huge_pages(used)) io = IoMode::kMmap;
     } else if (io == IoMode::kDirect) {
       open_direct_files(files, /*required=*/true);
     }
