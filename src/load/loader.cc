@@ -76,6 +76,7 @@ struct Gather {
 };
 
 constexpr uint32_t kNoGather = UINT32_MAX;
+constexpr uint32_t kNoCopies = UINT32_MAX;
 
 // A piece of work: one file range, tiled in order by the parts parts_[part_begin, part_end). Parts
 // are read straight into their destinations, except bounce parts (casts, divided biases, column
@@ -98,6 +99,7 @@ struct Unit {
 struct Part {
   std::byte* dst = nullptr;
   uint64_t bytes = 0;
+  uint32_t copies = kNoCopies;  // a direct part's other destinations (copies_), filled after the read
   uint32_t gather = kNoGather;
   bool bounce = false;
   uint64_t row_begin = 0;
@@ -227,20 +229,35 @@ class Executor {
     const PlanSource& src = plan_.sources[piece.source];
     const uint64_t esize = dtype_bits(src.dtype) / 8;
     const bool whole_rows = piece.col_begin == 0 && piece.col_end == src.cols;
+    const auto key = std::make_tuple(piece.source, piece.row_begin, piece.row_end);
     if (whole_rows && src.dtype == param.dtype && piece.divisor == 1) {
-      const uint64_t begin = src.file_offset + piece.row_begin * src.cols * esize;
+      std::byte* dst = param_base + piece.dst_offset;
       const uint64_t bytes = piece.rows() * src.cols * esize;
+      // The same rows already read for another rank (replicated norms, kv heads shared by ranks):
+      // copied from there once read, so that each file byte is read once and neighbours still merge.
+      auto [first, inserted] = direct_part_ids_.emplace(key, static_cast<uint32_t>(parts_.size()));
+      if (!inserted) {
+        for (uint64_t at = 0, p = first->second; at < bytes; at += kDirectChunk, ++p) {
+          Part& part = parts_[p];
+          if (part.copies == kNoCopies) {
+            part.copies = static_cast<uint32_t>(copies_.size());
+            copies_.emplace_back();
+          }
+          copies_[part.copies].push_back(dst + at);
+        }
+        return;
+      }
+      const uint64_t begin = src.file_offset + piece.row_begin * src.cols * esize;
       for (uint64_t at = 0; at < bytes; at += kDirectChunk) {
         const uint64_t n = std::min(kDirectChunk, bytes - at);
         Unit& unit =
             units_.emplace_back(Unit{piece.source, static_cast<uint32_t>(src.file), begin + at, n});
         unit.part_begin = parts_.size();
-        parts_.push_back({.dst = param_base + piece.dst_offset + at, .bytes = n});
+        parts_.push_back({.dst = dst + at, .bytes = n});
         unit.part_end = parts_.size();
       }
       return;
     }
-    const auto key = std::make_tuple(piece.source, piece.row_begin, piece.row_end);
     auto [it, inserted] = gather_ids_.emplace(key, static_cast<uint32_t>(gathers_.size()));
     if (inserted) {
       Gather& gather = gathers_.emplace_back();
@@ -377,10 +394,14 @@ class Executor {
     copy_replicas(unit);
   }
 
-  // Replicated column blocks of the unit's scatter rows: copied from the tile that was read.
+  // Replicas, once the unit is read: other ranks' copies of a direct part, and replicated column
+  // blocks of scatter rows (copied from the tile that was read).
   void copy_replicas(const Unit& unit) const {
     for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
       const Part& part = parts_[i];
+      if (part.copies != kNoCopies) {
+        for (std::byte* dst : copies_[part.copies]) std::memcpy(dst, part.dst, part.bytes);
+      }
       if (part.gather == kNoGather || part.bounce) continue;
       const Gather& gather = gathers_[part.gather];
       const uint64_t esize = dtype_bits(plan_.sources[gather.source].dtype) / 8;
@@ -562,6 +583,9 @@ class Executor {
   std::vector<Part> parts_;
   std::vector<Gather> gathers_;
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> gather_ids_;
+  // (source, rows) of a direct part -> its first part in parts_ (before finish() reorders them).
+  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> direct_part_ids_;
+  std::vector<std::vector<std::byte*>> copies_;
   std::vector<UniqueFd> direct_fds_;
   uint64_t total_ = 0;
   uint64_t max_unit_ = 0;

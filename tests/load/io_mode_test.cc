@@ -150,6 +150,27 @@ TEST(IoModeCoalescingTest, NeighbouringSmallTensorsShareReads) {
   EXPECT_LT(stats.read_requests * 10, ckpt.tensor_names().size());
 }
 
+// Ranks that hold the same rows (replicated norms, kv heads shared at tp 4 with 2 kv heads) get them
+// from one read: every byte of the checkpoint is read once.
+TEST(IoModeCoalescingTest, ReplicatedRowsAreReadOnce) {
+  TempDir dir;
+  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "qwen3_moe"));
+  ParallelConfig parallel;
+  parallel.tp = 4;
+  parallel.ep = 2;
+  const Plan plan = make_plan(ckpt, parallel);
+  uint64_t data_bytes = 0;
+  for (const SafetensorsFile& file : ckpt.files()) {
+    data_bytes += file.file_size() - file.header().data_start;
+  }
+  for (IoMode io : {IoMode::kPread, IoMode::kMmap}) {
+    LoadStats stats;
+    load_with(ckpt, plan, io, 2, &stats);
+    EXPECT_EQ(stats.bytes_read, data_bytes) << io_mode_name(io);
+    EXPECT_GT(stats.bytes_written, stats.bytes_read) << io_mode_name(io);  // replicas written
+  }
+}
+
 TEST(IoModeErrorTest, DirectReadOfATruncatedFileNamesFileAndTensor) {
   TempDir dir;
   const Checkpoint ckpt = Checkpoint::open(make_model(dir, "llama"));
