@@ -13,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <tuple>
 
 #include "core/fault_injection.h"
@@ -153,6 +152,8 @@ class Executor {
   // neighbouring segment units into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
   void finish() {
+    add_direct_units();
+    add_gathers();
     for (uint32_t g = 0; g < gathers_.size(); ++g) add_gather_units(g);
     std::sort(units_.begin(), units_.end(), [](const Unit& a, const Unit& b) {
       return std::tie(a.file, a.file_offset) < std::tie(b.file, b.file_offset);
@@ -227,46 +228,76 @@ class Executor {
  private:
   void add_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base) {
     const PlanSource& src = plan_.sources[piece.source];
-    const uint64_t esize = dtype_bits(src.dtype) / 8;
     const bool whole_rows = piece.col_begin == 0 && piece.col_end == src.cols;
-    const auto key = std::make_tuple(piece.source, piece.row_begin, piece.row_end);
     if (whole_rows && src.dtype == param.dtype && piece.divisor == 1) {
-      std::byte* dst = param_base + piece.dst_offset;
-      const uint64_t bytes = piece.rows() * src.cols * esize;
-      // The same rows already read for another rank (replicated norms, kv heads shared by ranks):
-      // copied from there once read, so that each file byte is read once and neighbours still merge.
-      auto [first, inserted] = direct_part_ids_.emplace(key, static_cast<uint32_t>(parts_.size()));
-      if (!inserted) {
-        for (uint64_t at = 0, p = first->second; at < bytes; at += kDirectChunk, ++p) {
-          Part& part = parts_[p];
-          if (part.copies == kNoCopies) {
-            part.copies = static_cast<uint32_t>(copies_.size());
-            copies_.emplace_back();
-          }
-          copies_[part.copies].push_back(dst + at);
-        }
-        return;
+      direct_pieces_.push_back({piece.source, piece.row_begin, piece.row_end,
+                                param_base + piece.dst_offset});
+      return;
+    }
+    gather_pieces_.push_back({piece.source, piece.row_begin, piece.row_end,
+                              {param_base + piece.dst_offset, piece.col_begin, piece.col_end,
+                               param.dtype, piece.divisor}});
+  }
+
+  // The gathers: pieces of the same source rows grouped by sorting (stable: consumers keep the
+  // order they were added in).
+  void add_gathers() {
+    std::stable_sort(gather_pieces_.begin(), gather_pieces_.end(),
+                     [](const GatherPiece& a, const GatherPiece& b) {
+                       return std::tie(a.source, a.row_begin, a.row_end) <
+                              std::tie(b.source, b.row_begin, b.row_end);
+                     });
+    for (size_t i = 0; i < gather_pieces_.size(); ++i) {
+      const GatherPiece& piece = gather_pieces_[i];
+      if (i == 0 || piece.source != gathers_.back().source ||
+          piece.row_begin != gathers_.back().row_begin || piece.row_end != gathers_.back().row_end) {
+        Gather& gather = gathers_.emplace_back();
+        gather.source = piece.source;
+        gather.row_begin = piece.row_begin;
+        gather.row_end = piece.row_end;
       }
-      const uint64_t begin = src.file_offset + piece.row_begin * src.cols * esize;
+      gathers_.back().consumers.push_back(piece.consumer);
+    }
+  }
+
+
+  // Units of the whole-row pieces, in chunks of up to kDirectChunk. Ranks that hold the same rows
+  // (replicated norms, kv heads shared by ranks) get them from one read: the first rank's part is
+  // read, the others copied from it once the unit is done, so that each file byte is read once and
+  // neighbours still merge. Grouped by sorting (stable: the first rank added reads).
+  void add_direct_units() {
+    std::stable_sort(direct_pieces_.begin(), direct_pieces_.end(),
+                     [](const DirectPiece& a, const DirectPiece& b) {
+                       return std::tie(a.source, a.row_begin, a.row_end) <
+                              std::tie(b.source, b.row_begin, b.row_end);
+                     });
+    for (size_t i = 0; i < direct_pieces_.size();) {
+      const DirectPiece& first = direct_pieces_[i];
+      const PlanSource& src = plan_.sources[first.source];
+      const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
+      const uint64_t bytes = (first.row_end - first.row_begin) * row_bytes;
+      const uint64_t begin = src.file_offset + first.row_begin * row_bytes;
+      size_t end = i + 1;
+      while (end < direct_pieces_.size() && direct_pieces_[end].source == first.source &&
+             direct_pieces_[end].row_begin == first.row_begin &&
+             direct_pieces_[end].row_end == first.row_end) {
+        ++end;
+      }
       for (uint64_t at = 0; at < bytes; at += kDirectChunk) {
         const uint64_t n = std::min(kDirectChunk, bytes - at);
         Unit& unit =
-            units_.emplace_back(Unit{piece.source, static_cast<uint32_t>(src.file), begin + at, n});
+            units_.emplace_back(Unit{first.source, static_cast<uint32_t>(src.file), begin + at, n});
         unit.part_begin = parts_.size();
-        parts_.push_back({.dst = dst + at, .bytes = n});
+        Part& part = parts_.emplace_back(Part{.dst = first.dst + at, .bytes = n});
+        if (end > i + 1) {
+          part.copies = static_cast<uint32_t>(copies_.size());
+          std::vector<std::byte*>& copies = copies_.emplace_back();
+          for (size_t k = i + 1; k < end; ++k) copies.push_back(direct_pieces_[k].dst + at);
+        }
         unit.part_end = parts_.size();
       }
-      return;
+      i = end;
     }
-    auto [it, inserted] = gather_ids_.emplace(key, static_cast<uint32_t>(gathers_.size()));
-    if (inserted) {
-      Gather& gather = gathers_.emplace_back();
-      gather.source = piece.source;
-      gather.row_begin = piece.row_begin;
-      gather.row_end = piece.row_end;
-    }
-    gathers_[it->second].consumers.push_back({param_base + piece.dst_offset, piece.col_begin,
-                                              piece.col_end, param.dtype, piece.divisor});
   }
 
   // Units of a gathered row range: a scatter gather becomes segment units (each row read straight
@@ -582,10 +613,23 @@ class Executor {
   std::vector<Unit> units_;
   std::vector<Part> parts_;
   std::vector<Gather> gathers_;
-  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> gather_ids_;
-  // (source, rows) of a direct part -> its first part in parts_ (before finish() reorders them).
-  std::map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> direct_part_ids_;
-  std::vector<std::vector<std::byte*>> copies_;
+  // Pieces read through a gather (casts, divided biases, column blocks), grouped by finish().
+  struct GatherPiece {
+    uint32_t source;
+    uint64_t row_begin;
+    uint64_t row_end;
+    Consumer consumer;
+  };
+  std::vector<GatherPiece> gather_pieces_;
+  // Whole-row pieces in the destination dtype, turned into units by finish().
+  struct DirectPiece {
+    uint32_t source;
+    uint64_t row_begin;
+    uint64_t row_end;
+    std::byte* dst;
+  };
+  std::vector<DirectPiece> direct_pieces_;
+  std::vector<std::vector<std::byte*>> copies_;  // Part::copies
   std::vector<UniqueFd> direct_fds_;
   uint64_t total_ = 0;
   uint64_t max_unit_ = 0;
