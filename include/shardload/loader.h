@@ -24,10 +24,10 @@ struct RankWeights {
 
 // How checkpoint bytes are read.
 enum class IoMode {
-  kAuto,    // kPread when most of the files' bytes are in the page cache, else kDirect (or kPread
-            // where the file system refuses O_DIRECT)
+  kAuto,    // when most of the files' bytes are in the page cache: kMmap if they map as huge
+            // pages, else kPread; otherwise kDirect (kPread where the file system refuses O_DIRECT)
   kPread,   // through the page cache: preadv straight into the rank buffers, one request per file run
-  kMmap,    // copies out of a read-only mapping of each file (a file truncated meanwhile: SIGBUS)
+  kMmap,    // copies each read out of a mapping of its file range (a file truncated meanwhile: Error)
   kDirect,  // O_DIRECT with io_uring: aligned reads, several in flight per thread, no page cache
 };
 // Each read path with its name (`--io`), in one table for the loader's reports and the command line.

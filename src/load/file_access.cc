@@ -13,6 +13,12 @@
 #include "load/sigbus_guard.h"
 
 namespace shardload::load {
+namespace {
+
+// A transparent huge page, and the largest page-cache folio: mappings are widened to it.
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+}  // namespace
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -24,9 +30,8 @@ MappedRange::~MappedRange() {
 }
 
 bool MappedRange::map(int fd, uint64_t offset, uint64_t bytes) {
-  constexpr uint64_t kBlock = uint64_t{2} << 20;
-  const uint64_t first = offset / kBlock * kBlock;
-  length_ = static_cast<size_t>((offset + bytes - first + kBlock - 1) / kBlock * kBlock);
+  const uint64_t first = offset / kHugePage * kHugePage;
+  length_ = static_cast<size_t>((offset + bytes - first + kHugePage - 1) / kHugePage * kHugePage);
   void* p = ::mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
   if (p == MAP_FAILED) return false;
   base_ = p;
@@ -75,10 +80,9 @@ std::optional<uint64_t> cached_bytes_mincore(int fd, uint64_t size) {
 }
 
 bool maps_as_huge_pages(const SafetensorsFile& file) {
-  constexpr uint64_t kBlock = uint64_t{2} << 20;
-  constexpr uint64_t kProbe = 2 * kBlock;
+  constexpr uint64_t kProbe = 2 * kHugePage;
   if (file.file_size() < 2 * kProbe) return false;
-  const uint64_t offset = file.file_size() / 2 / kBlock * kBlock;
+  const uint64_t offset = file.file_size() / 2 / kHugePage * kHugePage;
   MappedRange range;
   if (!range.map(file.fd(), offset, kProbe)) return false;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -93,7 +97,16 @@ bool maps_as_huge_pages(const SafetensorsFile& file) {
   });
   if (!touched) return false;  // the file shrank since it was opened: the load will say so
   const long faults = after.ru_minflt + after.ru_majflt - before.ru_minflt - before.ru_majflt;
-  return faults <= static_cast<long>(kProbe / kBlock);
+  return faults <= static_cast<long>(kProbe / kHugePage);
+}
+
+bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files) {
+  constexpr size_t kProbes = 4;
+  const size_t step = std::max<size_t>(1, (files.size() + kProbes - 1) / kProbes);
+  for (size_t i = 0; i < files.size(); i += step) {
+    if (!maps_as_huge_pages(*files[i])) return false;
+  }
+  return !files.empty();
 }
 
 double page_cache_fraction(const std::vector<const SafetensorsFile*>& files) {

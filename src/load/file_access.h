@@ -50,8 +50,12 @@ class MappedRange {
 // touched, and the thread's page faults counted (2 with huge mappings, 64 or more without).
 // Copying out of such a mapping is a plain memcpy, cheaper than a read's per-folio walk; out of
 // 4 KiB mappings every 64 KiB is a page fault. Touches only cached pages' mappings when the file is
-// cached (the caller's condition); false for files under 4 MiB.
+// cached (the caller's condition); false for files under 8 MiB.
 bool maps_as_huge_pages(const SafetensorsFile& file);
+
+// The same for a checkpoint's files, judged on at most 4 of them spread over the list (files read
+// the same way are cached the same way; a probe costs up to 64 page faults); false for no files.
+bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files);
 
 // Fraction of the files' bytes now in the page cache; nothing is read or faulted. Through
 // cachestat(2) (one call per file), or where the kernel lacks it (before 6.5) mincore over a

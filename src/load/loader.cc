@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <compare>
 #include <cstring>
 #include <tuple>
 
@@ -72,6 +73,15 @@ struct Gather {
   bool scatter = false;
   std::vector<uint32_t> tiles;
   std::vector<std::pair<uint32_t, uint32_t>> replicas;  // (consumer, tile consumer)
+};
+
+// Rows [row_begin, row_end) of a source: pieces with the same rows are read once, for every rank
+// that takes them.
+struct SourceRows {
+  uint32_t source;
+  uint64_t row_begin;
+  uint64_t row_end;
+  auto operator<=>(const SourceRows&) const = default;
 };
 
 constexpr uint32_t kNoGather = UINT32_MAX;
@@ -137,17 +147,6 @@ class Executor {
     }
   }
 
-  // Whether the files' cached pages map as huge pages, judged on at most 4 of them spread over the
-  // list (files read the same way are cached the same way; a probe costs up to 64 page faults).
-  static bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files) {
-    constexpr size_t kProbes = 4;
-    const size_t step = std::max<size_t>(1, (files.size() + kProbes - 1) / kProbes);
-    for (size_t i = 0; i < files.size(); i += step) {
-      if (!load::maps_as_huge_pages(*files[i])) return false;
-    }
-    return !files.empty();
-  }
-
   // Splits the work into units in file order, so that reads stay sequential, and merges
   // neighbouring segment units into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
@@ -204,7 +203,7 @@ class Executor {
       if (io == IoMode::kDirect && !open_direct_files(files, /*required=*/false))
         io = IoMode::kPread;
       // Cached in 2 MiB folios: a copy out of a mapping is a memcpy, cheaper than a read's walk.
-      if (io == IoMode::kPread && maps_as_huge_pages(used)) io = IoMode::kMmap;
+      if (io == IoMode::kPread && load::maps_as_huge_pages(used)) io = IoMode::kMmap;
     } else if (io == IoMode::kDirect) {
       open_direct_files(files, /*required=*/true);
     }
@@ -229,12 +228,12 @@ class Executor {
   void add_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base) {
     const PlanSource& src = plan_.sources[piece.source];
     const bool whole_rows = piece.col_begin == 0 && piece.col_end == src.cols;
+    const SourceRows rows{piece.source, piece.row_begin, piece.row_end};
     if (whole_rows && src.dtype == param.dtype && piece.divisor == 1) {
-      direct_pieces_.push_back({piece.source, piece.row_begin, piece.row_end,
-                                param_base + piece.dst_offset});
+      direct_pieces_.push_back({rows, param_base + piece.dst_offset});
       return;
     }
-    gather_pieces_.push_back({piece.source, piece.row_begin, piece.row_end,
+    gather_pieces_.push_back({rows,
                               {param_base + piece.dst_offset, piece.col_begin, piece.col_end,
                                param.dtype, piece.divisor}});
   }
@@ -243,23 +242,18 @@ class Executor {
   // order they were added in).
   void add_gathers() {
     std::stable_sort(gather_pieces_.begin(), gather_pieces_.end(),
-                     [](const GatherPiece& a, const GatherPiece& b) {
-                       return std::tie(a.source, a.row_begin, a.row_end) <
-                              std::tie(b.source, b.row_begin, b.row_end);
-                     });
+                     [](const GatherPiece& a, const GatherPiece& b) { return a.rows < b.rows; });
     for (size_t i = 0; i < gather_pieces_.size(); ++i) {
       const GatherPiece& piece = gather_pieces_[i];
-      if (i == 0 || piece.source != gathers_.back().source ||
-          piece.row_begin != gathers_.back().row_begin || piece.row_end != gathers_.back().row_end) {
+      if (i == 0 || piece.rows != gather_pieces_[i - 1].rows) {
         Gather& gather = gathers_.emplace_back();
-        gather.source = piece.source;
-        gather.row_begin = piece.row_begin;
-        gather.row_end = piece.row_end;
+        gather.source = piece.rows.source;
+        gather.row_begin = piece.rows.row_begin;
+        gather.row_end = piece.rows.row_end;
       }
       gathers_.back().consumers.push_back(piece.consumer);
     }
   }
-
 
   // Units of the whole-row pieces, in chunks of up to kDirectChunk. Ranks that hold the same rows
   // (replicated norms, kv heads shared by ranks) get them from one read: the first rank's part is
@@ -267,26 +261,19 @@ class Executor {
   // neighbours still merge. Grouped by sorting (stable: the first rank added reads).
   void add_direct_units() {
     std::stable_sort(direct_pieces_.begin(), direct_pieces_.end(),
-                     [](const DirectPiece& a, const DirectPiece& b) {
-                       return std::tie(a.source, a.row_begin, a.row_end) <
-                              std::tie(b.source, b.row_begin, b.row_end);
-                     });
+                     [](const DirectPiece& a, const DirectPiece& b) { return a.rows < b.rows; });
     for (size_t i = 0; i < direct_pieces_.size();) {
       const DirectPiece& first = direct_pieces_[i];
-      const PlanSource& src = plan_.sources[first.source];
+      const PlanSource& src = plan_.sources[first.rows.source];
       const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
-      const uint64_t bytes = (first.row_end - first.row_begin) * row_bytes;
-      const uint64_t begin = src.file_offset + first.row_begin * row_bytes;
+      const uint64_t bytes = (first.rows.row_end - first.rows.row_begin) * row_bytes;
+      const uint64_t begin = src.file_offset + first.rows.row_begin * row_bytes;
       size_t end = i + 1;
-      while (end < direct_pieces_.size() && direct_pieces_[end].source == first.source &&
-             direct_pieces_[end].row_begin == first.row_begin &&
-             direct_pieces_[end].row_end == first.row_end) {
-        ++end;
-      }
+      while (end < direct_pieces_.size() && direct_pieces_[end].rows == first.rows) ++end;
       for (uint64_t at = 0; at < bytes; at += kDirectChunk) {
         const uint64_t n = std::min(kDirectChunk, bytes - at);
         Unit& unit =
-            units_.emplace_back(Unit{first.source, static_cast<uint32_t>(src.file), begin + at, n});
+            units_.emplace_back(Unit{first.rows.source, static_cast<uint32_t>(src.file), begin + at, n});
         unit.part_begin = parts_.size();
         Part& part = parts_.emplace_back(Part{.dst = first.dst + at, .bytes = n});
         if (end > i + 1) {
@@ -615,17 +602,13 @@ class Executor {
   std::vector<Gather> gathers_;
   // Pieces read through a gather (casts, divided biases, column blocks), grouped by finish().
   struct GatherPiece {
-    uint32_t source;
-    uint64_t row_begin;
-    uint64_t row_end;
+    SourceRows rows;
     Consumer consumer;
   };
   std::vector<GatherPiece> gather_pieces_;
   // Whole-row pieces in the destination dtype, turned into units by finish().
   struct DirectPiece {
-    uint32_t source;
-    uint64_t row_begin;
-    uint64_t row_end;
+    SourceRows rows;
     std::byte* dst;
   };
   std::vector<DirectPiece> direct_pieces_;

@@ -234,23 +234,20 @@ class Planner {
         }
         shapes.push_back(shape);
       }
-      for (size_t x = 0; x < inst.sources.size(); ++x) {
-        for (size_t k = 0; k < inst.sources[x].size(); ++k) {
-          inst.source_ids[x][k] = source_index(inst.sources[x][k], inst.source_ids[x][k], shapes[k]);
+      // Part k of every row of a table expects shapes[k]; the id table turns from checkpoint
+      // positions into source ids.
+      const auto resolve = [&](const std::vector<std::vector<std::string>>& table,
+                               std::vector<std::vector<uint32_t>>& ids,
+                               const std::vector<Shape>& part_shapes) {
+        for (size_t x = 0; x < table.size(); ++x) {
+          for (size_t k = 0; k < table[x].size(); ++k) {
+            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k]);
+          }
         }
-      }
-      for (size_t x = 0; x < inst.weight_scales.size(); ++x) {
-        for (size_t k = 0; k < inst.weight_scales[x].size(); ++k) {
-          inst.weight_scale_ids[x][k] =
-              source_index(inst.weight_scales[x][k], inst.weight_scale_ids[x][k], scale_shapes[k]);
-        }
-      }
-      for (size_t x = 0; x < inst.input_scales.size(); ++x) {
-        for (size_t k = 0; k < inst.input_scales[x].size(); ++k) {
-          inst.input_scale_ids[x][k] =
-              source_index(inst.input_scales[x][k], inst.input_scale_ids[x][k], Shape{});
-        }
-      }
+      };
+      resolve(inst.sources, inst.source_ids, shapes);
+      resolve(inst.weight_scales, inst.weight_scale_ids, scale_shapes);
+      resolve(inst.input_scales, inst.input_scale_ids, std::vector<Shape>(shapes.size()));  // scalars
       if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
         for (const auto& ids : inst.source_ids) {
           for (const uint32_t id : ids) require_fp8(plan_.sources[id]);
