@@ -2,13 +2,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "shardload/dtype.h"
@@ -41,16 +39,9 @@ struct SafetensorsHeader {
   uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
   bool operator==(const SafetensorsHeader&) const = default;
 
-  // Transparent hashing lets find() look a string_view up without building a std::string.
-  // Deliberately not noexcept: libstdc++ then keeps each name's hash in its node instead of
-  // rehashing long names on every probe.
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view name) const {
-      return std::hash<std::string_view>{}(name);
-    }
-  };
-  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;  // name -> position
+  // Positions in `tensors`, ordered by name: find() searches it. Filled by the parser; a sorted
+  // vector rather than a hash map, so that a 7k-tensor shard costs no per-name allocation here.
+  std::vector<uint32_t> by_name_;
 };
 
 // Validates the header of a safetensors file of `file_size` bytes whose first bytes are `prefix`

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <string_view>
 #include <unordered_map>
 
 #include "shardload/error.h"
@@ -74,9 +75,7 @@ class IndexReader {
             ErrorKind::kIndex, "weight_map names a path, not a file in the model directory",
             {.file = file_, .tensor = name, .field = "weight_map", .found = std::string(shard)});
       }
-      auto [it, added] = shard_ids_.emplace(shard, static_cast<uint32_t>(shard_names_.size()));
-      if (added) shard_names_.push_back(it->first);
-      entries_.emplace_back(std::move(name), it->second);
+      entries_.emplace_back(std::move(name), shard_id(shard));
     }
     return finish();
   }
@@ -116,10 +115,20 @@ class IndexReader {
     return out;
   }
 
+  // Consecutive entries mostly name the same file: that one is compared before building a key
+  // and hashing it (20k entries of a MoE index).
+  uint32_t shard_id(std::string_view shard) {
+    if (!shard_names_.empty() && shard_names_[last_shard_] == shard) return last_shard_;
+    auto [it, added] = shard_ids_.emplace(shard, static_cast<uint32_t>(shard_names_.size()));
+    if (added) shard_names_.push_back(it->first);
+    return last_shard_ = it->second;
+  }
+
   const std::string& file_;
   std::vector<std::pair<std::string, uint32_t>> entries_;  // (tensor, index into shard_names_)
   std::unordered_map<std::string, uint32_t> shard_ids_;
   std::vector<std::string> shard_names_;
+  uint32_t last_shard_ = 0;
 };
 
 }  // namespace

@@ -42,6 +42,7 @@ bool read_unsigned(dom::element value, uint64_t& out) {
 bool read_shape(dom::element value, Shape& shape) {
   dom::array dims;
   if (value.get_array().get(dims) != simdjson::SUCCESS) return false;
+  shape.reserve(dims.size());
   for (dom::element dim : dims) {
     uint64_t size = 0;
     if (!read_unsigned(dim, size)) return false;
@@ -57,9 +58,26 @@ bool read_offsets(dom::element value, TensorInfo& tensor) {
   return read_unsigned(*it, tensor.begin) && read_unsigned(*++it, tensor.end);
 }
 
+// The dtype named `text`; the last name read is compared first, as a header's tensors mostly share
+// one dtype (parse_dtype compares against every dtype's name in turn).
+struct DTypeReader {
+  std::string_view last_text;
+  DType last = DType::kU8;
+
+  std::optional<DType> read(std::string_view text) {
+    if (text == last_text && !text.empty()) return last;
+    const std::optional<DType> parsed = parse_dtype(text);
+    if (parsed) {
+      last_text = text;
+      last = *parsed;
+    }
+    return parsed;
+  }
+};
+
 // Fills one entry; false when it is not an object with exactly one each of a known dtype, a shape
 // and two offsets (other fields may hold scalars, which the crate ignores).
-bool read_tensor(dom::element value, TensorInfo& tensor) {
+bool read_tensor(dom::element value, TensorInfo& tensor, DTypeReader& dtypes) {
   dom::object fields;
   if (value.get_object().get(fields) != simdjson::SUCCESS) return false;
   bool dtype = false, shape = false, offsets = false;
@@ -67,7 +85,7 @@ bool read_tensor(dom::element value, TensorInfo& tensor) {
     if (field.key == "dtype") {
       std::string_view name;
       if (dtype || field.value.get_string().get(name) != simdjson::SUCCESS) return false;
-      const std::optional<DType> parsed = parse_dtype(name);
+      const std::optional<DType> parsed = dtypes.read(name);
       if (!parsed) return false;
       tensor.dtype = *parsed;
       dtype = true;
@@ -118,8 +136,8 @@ std::optional<SafetensorsHeader> parse_header_json_fast(std::string_view json) {
 
   SafetensorsHeader header;
   header.tensors.reserve(top.size());
-  header.index_.reserve(top.size());
   bool seen_metadata = false;
+  DTypeReader dtypes;
   for (dom::key_value_pair member : top) {
     if (member.key == kMetadataKey) {
       if (seen_metadata || !read_metadata(member.value, header.metadata)) return std::nullopt;
@@ -127,12 +145,10 @@ std::optional<SafetensorsHeader> parse_header_json_fast(std::string_view json) {
       continue;
     }
     TensorInfo& tensor = header.tensors.emplace_back();
-    if (!read_tensor(member.value, tensor)) return std::nullopt;
+    if (!read_tensor(member.value, tensor, dtypes)) return std::nullopt;
     tensor.name = member.key;
-    if (!header.index_.try_emplace(tensor.name, header.tensors.size() - 1).second) {
-      return std::nullopt;
-    }
   }
+  if (!index_tensor_names(header)) return std::nullopt;  // a repeated name: the events report it
   return header;
 }
 

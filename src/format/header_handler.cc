@@ -213,7 +213,7 @@ bool HeaderHandler::on_top_key(const std::string& name) {
                   {.field = std::string(kMetadataKey)});
     }
     seen_metadata_ = true;
-  } else if (!out_.index_.try_emplace(name, out_.tensors.size()).second) {
+  } else if (!names_.insert(name).second) {
     return fail(ErrorKind::kDuplicateTensor, "tensor name appears twice",
                 {.tensor = name, .field = "name"});
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -47,7 +48,7 @@ enum class State {
   kDone,           // after the top-level object
 };
 
-// nlohmann SAX handler that fills a SafetensorsHeader (tensors in text order, index_, metadata).
+// nlohmann SAX handler that fills a SafetensorsHeader (tensors in text order, metadata).
 // Events rather than nlohmann's DOM, which silently keeps the last of duplicate keys.
 class HeaderHandler {
  public:
@@ -116,6 +117,7 @@ class HeaderHandler {
   size_t skip_depth_ = 0;
   bool at_metadata_ = false;  // the current top-level key is __metadata__
   bool seen_metadata_ = false;
+  std::unordered_set<std::string> names_;  // tensor names so far: a repeat is an error
   std::map<std::string, std::string>::iterator metadata_slot_;
   TensorInfo tensor_;  // the entry being read
   Field field_ = Field::kIgnored;

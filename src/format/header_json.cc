@@ -1,6 +1,9 @@
 #include "format/header_json.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "format/header_handler.h"
@@ -32,7 +35,22 @@ SafetensorsHeader parse_header_json_events(std::string_view json, std::string_vi
   HeaderHandler handler(file, header);
   nlohmann::json::sax_parse(json.data(), json.data() + json.size(), &handler);
   handler.throw_if_failed();
+  index_tensor_names(header);  // names are unique: the handler refuses a repeated one
   return header;
+}
+
+bool index_tensor_names(SafetensorsHeader& header) {
+  const std::vector<TensorInfo>& tensors = header.tensors;
+  std::vector<uint32_t>& order = header.by_name_;
+  order.resize(tensors.size());
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  const auto by_name = [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; };
+  // Writers often list tensors by name already (the crate: by dtype alignment, then name).
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) {
+    std::sort(order.begin(), order.end(), by_name);
+  }
+  const auto same_name = [&](uint32_t a, uint32_t b) { return tensors[a].name == tensors[b].name; };
+  return std::adjacent_find(order.begin(), order.end(), same_name) == order.end();
 }
 
 }  // namespace shardload::format

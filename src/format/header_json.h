@@ -13,14 +13,17 @@ inline constexpr std::string_view kMetadataKey = "__metadata__";
 // document before interpreting it), then the structure of every entry: tensor entries are objects
 // with a known dtype, a shape of non-negative integers and two integer data_offsets (other fields
 // are ignored, as the crate does); no name appears twice; __metadata__ is null or a
-// string-to-string map. Returns tensors in document order, with index_ mapping each name to that
-// order. Offsets and sizes are left to the caller. Throws Error.
+// string-to-string map. Returns tensors in document order, with by_name_ ordering them by name.
+// Offsets and sizes are left to the caller. Throws Error.
 // Fast for the common case (parse_header_json_fast), the event parser for everything else.
 SafetensorsHeader parse_header_json(std::string_view json, std::string_view file);
 
 // The same result as parse_header_json for a header whose text is plain (no escapes, no "-0") and
 // valid, read with simdjson's DOM; nullopt for every other text, valid or not.
 std::optional<SafetensorsHeader> parse_header_json_fast(std::string_view json);
+
+// Fills header.by_name_ (positions of header.tensors, ordered by name); false when a name repeats.
+bool index_tensor_names(SafetensorsHeader& header);
 
 // parse_header_json through nlohmann's SAX events alone: the reference for every text, and the one
 // that says what is wrong.

@@ -114,8 +114,9 @@ uint64_t validate_offsets(const std::vector<TensorInfo>& tensors, std::string_vi
 }  // namespace
 
 const TensorInfo* SafetensorsHeader::find(std::string_view name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &tensors[it->second];
+  const auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                                   [&](uint32_t i, std::string_view n) { return tensors[i].name < n; });
+  return it != by_name_.end() && tensors[*it].name == name ? &tensors[*it] : nullptr;
 }
 
 SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, uint64_t file_size,
@@ -175,12 +176,10 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, ui
   const auto by_offsets = [](const TensorInfo& a, const TensorInfo& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   };
-  // The crate writes in offset order, so the index built in text order usually stands.
+  // The crate writes in offset order, so the name order built in text order usually stands.
   if (!std::is_sorted(header.tensors.begin(), header.tensors.end(), by_offsets)) {
     std::sort(header.tensors.begin(), header.tensors.end(), by_offsets);
-    for (size_t i = 0; i < header.tensors.size(); ++i) {
-      header.index_.find(header.tensors[i].name)->second = i;
-    }
+    format::index_tensor_names(header);
   }
 
   const uint64_t data_bytes = validate_offsets(header.tensors, file);

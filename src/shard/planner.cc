@@ -1,6 +1,9 @@
 // Turns a checkpoint, its architecture table and a layout into per-rank block copies.
 #include <algorithm>
+#include <charconv>
+#include <functional>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -20,11 +23,21 @@ using arch::When;
 
 std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-std::string replace_all(std::string text, std::string_view from, std::string_view to) {
-  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
+// prefix + pattern with every "{E}" replaced by `expert`, built in one allocation (a MoE model
+// names tens of thousands of sources).
+std::string source_name(std::string_view prefix, std::string_view pattern, size_t expert) {
+  constexpr std::string_view kHole = "{E}";
+  char digits[24];
+  const std::string_view number(digits, std::to_chars(digits, digits + sizeof digits, expert).ptr);
+  std::string name;
+  name.reserve(prefix.size() + pattern.size() + number.size());
+  name.append(prefix);
+  for (size_t at = pattern.find(kHole); at != std::string_view::npos; at = pattern.find(kHole)) {
+    name.append(pattern.substr(0, at)).append(number);
+    pattern.remove_prefix(at + kHole.size());
   }
-  return text;
+  name.append(pattern);
+  return name;  // not `return name.append(...)`: that copies the string
 }
 
 bool applies(When when, const ModelConfig& m, int layer) {
@@ -50,7 +63,8 @@ struct Instance {
   int layer = -1;      // -1: a model-level parameter
   int moe_layer = -1;  // row of physical_to_logical for expert parameters
   std::string target;
-  // sources[x][k]: part k for logical expert x (one row for non-expert parameters).
+  // sources[x][k]: part k for logical expert x (one row for non-expert parameters). Each name
+  // moves into its PlanSource once resolved (the id tables below then stand for it).
   std::vector<std::vector<std::string>> sources;
   // FP8 checkpoints: the scale tensors of each source, like `sources` (empty when not quantized).
   std::vector<std::vector<std::string>> weight_scales;
@@ -64,8 +78,12 @@ struct Instance {
 };
 
 // "X.weight" -> "X.<suffix>", "X.w13_weight" -> "X.w13_<suffix>".
-std::string with_suffix(const std::string& weight_name, std::string_view suffix) {
-  return weight_name.substr(0, weight_name.size() - std::string_view("weight").size()) + std::string(suffix);
+std::string with_suffix(std::string_view weight_name, std::string_view suffix) {
+  weight_name.remove_suffix(std::string_view("weight").size());
+  std::string name;
+  name.reserve(weight_name.size() + suffix.size());
+  name.append(weight_name).append(suffix);
+  return name;
 }
 
 constexpr uint32_t kMissing = UINT32_MAX;  // no checkpoint tensor / no source id yet
@@ -135,10 +153,12 @@ class Planner {
     const std::string_view scale_suffix =
         plan_.quantization == Quantization::kFp8Block ? "weight_scale_inv" : "weight_scale";
     const size_t experts = rule.group == Group::kExpert ? model().experts : 1;
+    inst.sources.reserve(experts);
     for (size_t x = 0; x < experts; ++x) {
       std::vector<std::string>& names = inst.sources.emplace_back();
+      names.reserve(rule.parts.size());
       for (const Part& part : rule.parts) {
-        names.push_back(prefix + replace_all(part.source, "{E}", std::to_string(x)));
+        names.push_back(source_name(prefix, part.source, x));
       }
       if (!checkpoint_scales) continue;
       std::vector<std::string>& scales = inst.weight_scales.emplace_back();
@@ -187,6 +207,7 @@ class Planner {
     entry_of_tensor_.assign(consumed.size(), nullptr);
     const auto locate = [&](const std::vector<std::vector<std::string>>& table,
                             std::vector<std::vector<uint32_t>>& ids) {
+      ids.reserve(table.size());
       for (const auto& names : table) {
         std::vector<uint32_t>& row = ids.emplace_back();
         row.reserve(names.size());
@@ -220,6 +241,7 @@ class Planner {
     // Then the ids into Plan::sources, in table order, so that the first missing tensor reported is
     // the first a reader would look for.
     source_of_tensor_.assign(consumed.size(), kMissing);
+    plan_.sources.reserve(consumed.size());
     for (Instance& inst : instances_) {
       std::vector<Shape> shapes;  // per part: what config.json implies
       std::vector<Shape> scale_shapes;
@@ -235,8 +257,8 @@ class Planner {
         shapes.push_back(shape);
       }
       // Part k of every row of a table expects shapes[k]; the id table turns from checkpoint
-      // positions into source ids.
-      const auto resolve = [&](const std::vector<std::vector<std::string>>& table,
+      // positions into source ids (and a source's name moves into its PlanSource).
+      const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
                                const std::vector<Shape>& part_shapes) {
         for (size_t x = 0; x < table.size(); ++x) {
@@ -261,8 +283,9 @@ class Planner {
     return entry == nullptr ? ckpt_.path() : ckpt_.files()[entry->file].path();
   }
 
-  // The Plan::sources id of checkpoint tensor `tensor` (kMissing: absent), added at its first use.
-  uint32_t source_index(const std::string& name, uint32_t tensor, const Shape& expected_shape) {
+  // The Plan::sources id of checkpoint tensor `tensor` (kMissing: absent), added at its first use,
+  // which takes `name` (later uses of the tensor find its name in the PlanSource).
+  uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape) {
     if (tensor == kMissing) {
       throw Error(ErrorKind::kTensorNotFound, "missing from the checkpoint",
                   {.file = ckpt_.path(), .tensor = name, .expected = shape_text(expected_shape)});
@@ -284,10 +307,13 @@ class Planner {
                    .expected = "F16, BF16, F32, F64, F8_E4M3 or F8_E5M2",
                    .found = std::string(dtype_name(info.dtype))});
     }
-    PlanSource source{name, entry->file, file.header().data_start + info.begin, info.dtype,
+    PlanSource source{std::move(name), entry->file, file.header().data_start + info.begin, info.dtype,
                       info.shape, 0, 0};
     source.rows = info.shape.empty() ? 1 : info.shape[0];
-    source.cols = info.shape.size() <= 1 ? 1 : shape_numel(Shape(info.shape.begin() + 1, info.shape.end()));
+    // The header parser checked that the whole product fits in 64 bits.
+    source.cols = info.shape.size() <= 1 ? 1
+                                         : std::accumulate(info.shape.begin() + 1, info.shape.end(), uint64_t{1},
+                                                           std::multiplies<>());
     plan_.sources.push_back(std::move(source));
     return source_of_tensor_[tensor];
   }
@@ -389,14 +415,13 @@ class Planner {
     std::vector<Block> blocks;
     uint64_t rows = 0;
     uint64_t cols = 0;
-    const std::vector<std::string>& first = inst.sources.front();
     const std::vector<uint32_t>& first_ids = inst.source_ids.front();
     for (size_t k = 0; k < rule.parts.size(); ++k) {
       const Block b = cut(rule.parts[k], source(first_ids[k]), group, group_rank, inst.target);
       const uint64_t block_cols = b.col_end - b.col_begin;
       if (k > 0 && block_cols != cols) {
         throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
-                    {.tensor = first[k], .field = inst.target, .expected = std::to_string(cols),
+                    {.tensor = source(first_ids[k]).name, .field = inst.target, .expected = std::to_string(cols),
                      .found = std::to_string(block_cols)});
       }
       cols = block_cols;
@@ -502,7 +527,6 @@ class Planner {
                               const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
     const uint64_t br = model().block_rows;
     const uint64_t bc = model().block_cols;
-    const std::vector<std::string>& first = inst.sources.front();
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
                      const char* dim) {
       if (begin == 0 && end == full) return;
@@ -522,8 +546,8 @@ class Planner {
     for (size_t k = 0; k < blocks.size(); ++k) {
       const Block& b = blocks[k];
       const PlanSource& src = source(inst.source_ids.front()[k]);
-      check(b.row_begin, b.row_end, src.rows, br, first[k], "rows");
-      check(b.col_begin, b.col_end, src.cols, bc, first[k], "columns");
+      check(b.row_begin, b.row_end, src.rows, br, src.name, "rows");
+      check(b.col_begin, b.col_end, src.cols, bc, src.name, "columns");
       part_row0.push_back(grid_rows);
       grid_rows += ceil_div(b.out_rows, br);
       grid_cols = ceil_div(b.col_end - b.col_begin, bc);

@@ -156,6 +156,30 @@ TEST(HeaderValid, SortsTensorsByOffsetAndIndexesThem) {
   EXPECT_EQ(header.find(""), nullptr);
 }
 
+// find() searches the names in sorted order, whatever order the text and the offsets give them:
+// here offsets run against the names, and dtypes alternate.
+TEST(HeaderValid, FindsEveryNameInAnyOrder) {
+  std::string json = "{";
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) {
+    names.push_back(fmt::format("layer.{}.w", 39 - i));
+    if (i > 0) json += ",";
+    json += tensor(names.back(), i % 2 == 0 ? "U8" : "I8", "[2]", 2 * i, 2 * i + 2);
+  }
+  json += "}";
+  const SafetensorsHeader header = parse(file_bytes(json, 80));
+  ASSERT_EQ(header.tensors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorInfo* info = header.find(names[i]);
+    ASSERT_NE(info, nullptr) << names[i];
+    EXPECT_EQ(info, &header.tensors[i]);
+    EXPECT_EQ(info->dtype, i % 2 == 0 ? DType::kU8 : DType::kI8);
+  }
+  EXPECT_EQ(header.find("layer.4.v"), nullptr);
+  EXPECT_EQ(header.find("layer.40.w"), nullptr);
+  EXPECT_EQ(header.find("layer"), nullptr);
+}
+
 TEST(HeaderValid, ZeroSizeTensorsAnywhere) {
   const std::string json =
       "{" + tensor("empty_first", "F32", "[0,4]", 0, 0) + "," + tensor("w", "F16", "[2]", 0, 4) +
