@@ -3,6 +3,30 @@
 #include "shardload/plan.h"
 
 namespace shardload {
+namespace {
+
+std::string_view role_name(ParamRole role) {
+  switch (role) {
+    case ParamRole::kData: return "data";
+    case ParamRole::kWeightScale: return "weight_scale";
+    case ParamRole::kInputScale: return "input_scale";
+    case ParamRole::kWeightScaleParts: return "weight_scale_parts";
+    case ParamRole::kInputScaleParts: return "input_scale_parts";
+    case ParamRole::kDynamicSource: return "dynamic_source";
+  }
+  return "unknown";
+}
+
+std::string_view post_name(PostProcess post) {
+  switch (post) {
+    case PostProcess::kNone: return "none";
+    case PostProcess::kFp8Requantize: return "fp8_requantize";
+    case PostProcess::kFp8Quantize: return "fp8_quantize";
+  }
+  return "unknown";
+}
+
+}  // namespace
 
 nlohmann::json Plan::to_json(bool with_pieces) const {
   nlohmann::json out;
@@ -12,6 +36,7 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
   out["ep_size"] = parallel.ep;
   out["moe_tp_size"] = moe_tp;
   out["dtype"] = dtype_name(dtype);
+  out["quantization"] = quantization_name(quantization);
   out["physical_experts"] = physical_experts;
   out["physical_to_logical_map"] = physical_to_logical;
   out["skipped"] = skipped;
@@ -24,9 +49,19 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
                         {"read_bytes", rank.read_bytes},
                         {"params", nlohmann::json::array()}};
     for (const PlanParam& param : rank.params) {
-      nlohmann::json p = {{"name", param.name},     {"dtype", dtype_name(param.dtype)},
-                          {"shape", param.shape},   {"offset", param.offset},
-                          {"bytes", param.nbytes}};
+      // Internal parameters (FP8 scale parts, a dynamic-FP8 float32 source) feed their module's
+      // post-processing and are not exported; role and module say which is which.
+      nlohmann::json p = {{"name", param.name},
+                          {"dtype", dtype_name(param.dtype)},
+                          {"shape", param.shape},
+                          {"offset", param.offset},
+                          {"bytes", param.nbytes},
+                          {"role", role_name(param.role)},
+                          {"exported", param.exported()}};
+      if (param.module < modules.size()) {  // a plan assembled by hand may have no modules
+        p["module"] = modules[param.module].name;
+        p["post"] = post_name(modules[param.module].post);
+      }
       if (with_pieces) {
         p["pieces"] = nlohmann::json::array();
         for (const PlanPiece& piece : param.pieces) {
