@@ -59,50 +59,49 @@ std::map<std::string, std::set<std::string>> roles_and_posts(const json& out) {
   return seen;
 }
 
-TEST(PlanJson, StaticFp8NamesTheScalePartsAsInternal) {
+// The tiny model planned at `tp` (dynamic FP8 when `quantize_fp8`), its JSON checked against the
+// plan: the plan's quantization and the roles it names.
+struct JsonRoles {
+  std::string quantization;
+  std::map<std::string, std::set<std::string>> roles;  // role -> post-processing names
+};
+
+JsonRoles plan_roles(const std::string& quant, int tp, bool quantize_fp8) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "fp8"));
+  const Checkpoint ckpt = Checkpoint::open(make_model(dir, quant));
   ParallelConfig parallel;
-  parallel.tp = 2;
+  parallel.tp = tp;
+  parallel.quantize_fp8 = quantize_fp8;
   const Plan plan = make_plan(ckpt, parallel);
   const json out = plan.to_json(/*with_pieces=*/false);
-  EXPECT_EQ(out["quantization"], "fp8");
   expect_json_matches_plan(plan, out);
-  const auto seen = roles_and_posts(out);
-  ASSERT_TRUE(seen.contains("weight_scale_parts"));
-  EXPECT_EQ(seen.at("weight_scale_parts"), std::set<std::string>{"fp8_requantize"});
-  EXPECT_TRUE(seen.contains("weight_scale"));
-  EXPECT_TRUE(seen.at("data").contains("none"));  // norms, embeddings, the router
-  EXPECT_FALSE(seen.contains("dynamic_source"));
+  return {out["quantization"], roles_and_posts(out)};
+}
+
+TEST(PlanJson, StaticFp8NamesTheScalePartsAsInternal) {
+  const JsonRoles got = plan_roles("fp8", 2, false);
+  EXPECT_EQ(got.quantization, "fp8");
+  ASSERT_TRUE(got.roles.contains("weight_scale_parts"));
+  EXPECT_EQ(got.roles.at("weight_scale_parts"), std::set<std::string>{"fp8_requantize"});
+  EXPECT_TRUE(got.roles.contains("weight_scale"));
+  EXPECT_TRUE(got.roles.at("data").contains("none"));  // norms, embeddings, the router
+  EXPECT_FALSE(got.roles.contains("dynamic_source"));
 }
 
 TEST(PlanJson, DynamicFp8NamesTheFloatSourceAsInternal) {
-  TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "none"));
-  ParallelConfig parallel;
-  parallel.tp = 2;
-  parallel.quantize_fp8 = true;
-  const Plan plan = make_plan(ckpt, parallel);
-  const json out = plan.to_json(/*with_pieces=*/false);
-  EXPECT_EQ(out["quantization"], "fp8-dynamic");
-  expect_json_matches_plan(plan, out);
-  const auto seen = roles_and_posts(out);
-  ASSERT_TRUE(seen.contains("dynamic_source"));
-  EXPECT_EQ(seen.at("dynamic_source"), std::set<std::string>{"fp8_quantize"});
-  EXPECT_FALSE(seen.contains("weight_scale_parts"));
+  const JsonRoles got = plan_roles("none", 2, true);
+  EXPECT_EQ(got.quantization, "fp8-dynamic");
+  ASSERT_TRUE(got.roles.contains("dynamic_source"));
+  EXPECT_EQ(got.roles.at("dynamic_source"), std::set<std::string>{"fp8_quantize"});
+  EXPECT_FALSE(got.roles.contains("weight_scale_parts"));
 }
 
 TEST(PlanJson, UnquantizedParametersAreAllExportedData) {
-  TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "none"));
-  const Plan plan = make_plan(ckpt, ParallelConfig{});
-  const json out = plan.to_json(/*with_pieces=*/false);
-  EXPECT_EQ(out["quantization"], "none");
-  expect_json_matches_plan(plan, out);
-  const auto seen = roles_and_posts(out);
-  EXPECT_EQ(seen.size(), 1u);
-  ASSERT_TRUE(seen.contains("data"));
-  EXPECT_EQ(seen.at("data"), std::set<std::string>{"none"});
+  const JsonRoles got = plan_roles("none", 1, false);
+  EXPECT_EQ(got.quantization, "none");
+  EXPECT_EQ(got.roles.size(), 1u);
+  ASSERT_TRUE(got.roles.contains("data"));
+  EXPECT_EQ(got.roles.at("data"), std::set<std::string>{"none"});
 }
 
 }  // namespace
