@@ -1,9 +1,9 @@
 #include "format/header_json.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <numeric>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "format/header_handler.h"
