@@ -307,13 +307,12 @@ class Planner {
                    .expected = "F16, BF16, F32, F64, F8_E4M3 or F8_E5M2",
                    .found = std::string(dtype_name(info.dtype))});
     }
-    PlanSource source{std::move(name), entry->file, file.header().data_start + info.begin, info.dtype,
-                      info.shape, 0, 0};
+    PlanSource source{std::move(name), entry->file, file.header().data_start + info.begin,
+                      info.dtype, info.shape, 0, 0};
     source.rows = info.shape.empty() ? 1 : info.shape[0];
-    // The header parser checked that the whole product fits in 64 bits.
-    source.cols = info.shape.size() <= 1 ? 1
-                                         : std::accumulate(info.shape.begin() + 1, info.shape.end(), uint64_t{1},
-                                                           std::multiplies<>());
+    // Every dimension after the first; the header parser checked that the product fits in 64 bits.
+    const auto col_dims = info.shape.begin() + (info.shape.empty() ? 0 : 1);
+    source.cols = std::accumulate(col_dims, info.shape.end(), uint64_t{1}, std::multiplies<>());
     plan_.sources.push_back(std::move(source));
     return source_of_tensor_[tensor];
   }
@@ -421,7 +420,9 @@ class Planner {
       const uint64_t block_cols = b.col_end - b.col_begin;
       if (k > 0 && block_cols != cols) {
         throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
-                    {.tensor = source(first_ids[k]).name, .field = inst.target, .expected = std::to_string(cols),
+                    {.tensor = source(first_ids[k]).name,
+                     .field = inst.target,
+                     .expected = std::to_string(cols),
                      .found = std::to_string(block_cols)});
       }
       cols = block_cols;

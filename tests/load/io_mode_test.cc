@@ -160,9 +160,7 @@ TEST(IoModeCoalescingTest, ReplicatedRowsAreReadOnce) {
   parallel.ep = 2;
   const Plan plan = make_plan(ckpt, parallel);
   uint64_t data_bytes = 0;
-  for (const SafetensorsFile& file : ckpt.files()) {
-    data_bytes += file.file_size() - file.header().data_start;
-  }
+  for (const SafetensorsFile& file : ckpt.files()) data_bytes += file.header().data_bytes();
   for (IoMode io : {IoMode::kPread, IoMode::kMmap}) {
     LoadStats stats;
     load_with(ckpt, plan, io, 2, &stats);
