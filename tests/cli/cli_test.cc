@@ -178,6 +178,12 @@ TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
   const std::string summary = result.out.substr(expected.size());
   EXPECT_EQ(summary.rfind("loaded 4 ranks of Qwen3MoeForCausalLM (tp=4 ep=2)", 0), 0u) << summary;
   EXPECT_EQ(summary.find('\n'), summary.size() - 1) << summary;
+  // The whole load's seconds close the line: bench/run times loads by them.
+  const size_t total = summary.rfind("; total ");
+  ASSERT_NE(total, std::string::npos) << summary;
+  const std::string seconds = summary.substr(total + 8);
+  EXPECT_EQ(seconds.find('.'), seconds.size() - 8) << summary;  // "<s>.dddd s\n"
+  EXPECT_GT(std::stod(seconds), 0.0) << summary;
 }
 
 // `shardload serve` runs shardload-serve from its own directory: usage and help come from the
