@@ -9,7 +9,7 @@ if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
   set terminal png size 1400,700 noenhanced
 }
 set output out
-set title "Whole-process load rate by case, 2 threads (bars: median of runs; Python: best of runs)"
+set title "Load rate by case, timed inside each process, 2 threads (bars: median of runs; Python: best of runs)"
 set ylabel "GB/s"
 set style data histograms
 set style histogram clustered gap 1
