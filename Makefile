@@ -24,8 +24,12 @@ demo: build
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the header fuzzer.
 test: test-asan fuzz
 
+# -O1 and line tables only (file:line in sanitizer reports, no variable info): ASan's recommended
+# optimization, and on 2 cores the build took 527 s against 840 s with -O2 -g, the tests 46 s against 41 s.
+SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
 test-asan: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 
