@@ -59,13 +59,14 @@ std::map<std::string, std::set<std::string>> roles_and_posts(const json& out) {
   return seen;
 }
 
-// The tiny model planned at `tp` (dynamic FP8 when `quantize_fp8`), its JSON checked against the
-// plan: the plan's quantization and the roles it names.
+// What a plan's JSON says: its quantization and the roles it names.
 struct JsonRoles {
   std::string quantization;
   std::map<std::string, std::set<std::string>> roles;  // role -> post-processing names
 };
 
+// The tiny model planned at `tp` (dynamic FP8 when `quantize_fp8`), its JSON checked against
+// the plan.
 JsonRoles plan_roles(const std::string& quant, int tp, bool quantize_fp8) {
   TempDir dir;
   const Checkpoint ckpt = Checkpoint::open(make_model(dir, quant));
