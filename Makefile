@@ -21,7 +21,7 @@ demo: build
 	build/shardload load $(DEMO_MODEL) --tp 4 --ep 2
 	build/shardload export $(DEMO_MODEL) --tp 4 --ep 2 --out build/tiny-qwen3-moe-tp4-ep2 --overwrite
 
-# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the header fuzzer.
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzz targets.
 test: test-asan fuzz
 
 # -O1 and line tables only (file:line in sanitizer reports, no variable info): ASan's recommended
@@ -33,13 +33,22 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 
+# Every entry point that parses untrusted bytes has a libFuzzer target: the safetensors header
+# (FUZZ_SECONDS), then each JSON reader (JSON_FUZZ_SECONDS each) from a shared seed corpus.
+JSON_FUZZ_SECONDS ?= 20
+JSON_FUZZ_TARGETS := config_json_fuzz expert_map_fuzz expert_load_fuzz request_body_fuzz shm_manifest_fuzz
 fuzz: deps
 	CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_FUZZ=ON \
 	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF
-	cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz
+	cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz $(JSON_FUZZ_TARGETS)
 	mkdir -p build-fuzz/corpus
 	build-fuzz/fuzz/safetensors_header_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  build-fuzz/corpus fuzz/corpus
+	set -e; for target in $(JSON_FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus-$$target; \
+	  build-fuzz/fuzz/$$target -max_total_time=$(JSON_FUZZ_SECONDS) -max_len=8192 \
+	    build-fuzz/corpus-$$target fuzz/corpus_json; \
+	done
 
 bench: build
 	bash bench/run_convert.sh

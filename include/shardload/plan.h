@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,9 @@ struct ParallelConfig {
 
 // Reads {"physical_to_logical_map": [[...], ...]}. Throws Error(kInvalidArgument) naming the file.
 std::vector<std::vector<int>> read_expert_map(const std::string& path);
+// The same from the file's text; `source` names it in errors.
+std::vector<std::vector<int>> parse_expert_map_text(std::string_view text,
+                                                    const std::string& source);
 
 // The map itself, [[...], ...]: a list of rows of expert indices (`file` only names the source in errors,
 // e.g. an expert-map file, a request or a manifest). Throws Error(kInvalidArgument).

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <exception>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "checkpoint/weight_map.h"
+#include "core/json_input.h"
 #include "core/parallel_for.h"
 #include "shardload/error.h"
 
@@ -20,18 +19,6 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kIndexFile = "model.safetensors.index.json";
 constexpr std::string_view kSingleFile = "model.safetensors";
-
-nlohmann::json read_json(const fs::path& path, ErrorKind kind) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(kind, "cannot open", {.file = path.string()});
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(kind, fmt::format("invalid JSON: {}", e.what()), {.file = path.string()});
-  }
-}
 
 std::vector<std::string> safetensors_in(const fs::path& dir) {
   std::vector<std::string> names;
@@ -94,7 +81,8 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
     ckpt.is_directory_ = true;
     const fs::path dir(path);
     if (fs::exists(dir / "config.json")) {
-      ckpt.config_ = read_json(dir / "config.json", ErrorKind::kConfig);
+      ckpt.config_ = read_json_file((dir / "config.json").string(), ErrorKind::kConfig,
+                                    kConfigJsonLimits, "config.json");
       if (!ckpt.config_.is_object()) {
         throw Error(ErrorKind::kConfig, "config.json is not a JSON object",
                     {.file = (dir / "config.json").string()});

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/json_input.h"
 #include "shardload/error.h"
 
 namespace shardload::checkpoint {
@@ -41,12 +42,14 @@ class IndexReader {
   explicit IndexReader(const std::string& file) : file_(file) {}
 
   WeightMap read() {
+    const std::string text =
+        read_bounded_file(file_, ErrorKind::kIndex, kDataJsonLimits.max_bytes, "the index");
+    check_json_depth(text, kDataJsonLimits.max_depth, ErrorKind::kIndex, file_);
     dom::parser parser;
     dom::element doc;
-    if (const simdjson::error_code error = parser.load(file_).get(doc);
+    // simdjson's messages are its own words, never the text.
+    if (const simdjson::error_code error = parser.parse(simdjson::padded_string(text)).get(doc);
         error != simdjson::SUCCESS) {
-      if (error == simdjson::IO_ERROR)
-        throw Error(ErrorKind::kIndex, "cannot open", {.file = file_});
       throw Error(ErrorKind::kIndex,
                   fmt::format("invalid JSON: {}", simdjson::error_message(error)), {.file = file_});
     }
@@ -111,7 +114,8 @@ class IndexReader {
           out.shards.begin());
     }
     out.tensors.reserve(entries_.size());
-    for (auto& [name, shard] : entries_) out.tensors.emplace_back(std::move(name), sorted_id[shard]);
+    for (auto& [name, shard] : entries_)
+      out.tensors.emplace_back(std::move(name), sorted_id[shard]);
     return out;
   }
 

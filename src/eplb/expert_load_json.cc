@@ -2,11 +2,7 @@
 // a crash.
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <system_error>
-
+#include "core/json_input.h"
 #include "shardload/eplb.h"
 #include "shardload/error.h"
 
@@ -14,17 +10,6 @@ namespace shardload {
 namespace {
 
 constexpr const char* kField = "expert_load";
-
-// Long rows would swamp the one-line message, so only their start is shown.
-std::string brief(const nlohmann::json& value) {
-  std::string text = value.dump();
-  constexpr size_t kMax = 40;
-  if (text.size() > kMax) {
-    text.resize(kMax);
-    text += "...";
-  }
-  return text;
-}
 
 [[noreturn]] void malformed(std::string message, std::string expected, std::string found) {
   throw Error(ErrorKind::kInvalidArgument, std::move(message),
@@ -34,34 +19,30 @@ std::string brief(const nlohmann::json& value) {
 }  // namespace
 
 std::vector<std::vector<double>> parse_expert_load(std::string_view json_text) {
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("invalid JSON: {}", e.what()));
-  }
+  const nlohmann::json parsed =
+      parse_json(json_text, ErrorKind::kInvalidArgument, {}, kDataJsonLimits);
   if (!parsed.is_object()) {
     throw Error(ErrorKind::kInvalidArgument, "load statistics are not a JSON object",
-                {.expected = R"({"expert_load": [[...], ...]})", .found = brief(parsed)});
+                {.expected = R"({"expert_load": [[...], ...]})", .found = brief_json(parsed)});
   }
   const auto it = parsed.find(kField);
   if (it == parsed.end()) {
     throw Error(ErrorKind::kInvalidArgument, "no expert_load member",
-                {.expected = R"({"expert_load": [[...], ...]})", .found = brief(parsed)});
+                {.expected = R"({"expert_load": [[...], ...]})", .found = brief_json(parsed)});
   }
-  if (!it->is_array()) malformed("not a list of layers", "[[...], ...]", brief(*it));
+  if (!it->is_array()) malformed("not a list of layers", "[[...], ...]", brief_json(*it));
   std::vector<std::vector<double>> load;
   load.reserve(it->size());
   for (size_t l = 0; l < it->size(); ++l) {
     const nlohmann::json& row = (*it)[l];
     if (!row.is_array())
-      malformed(fmt::format("layer {} is not a list", l), "a list of numbers", brief(row));
+      malformed(fmt::format("layer {} is not a list", l), "a list of numbers", brief_json(row));
     std::vector<double>& out = load.emplace_back();
     out.reserve(row.size());
     for (size_t e = 0; e < row.size(); ++e) {
       if (!row[e].is_number()) {
         malformed(fmt::format("layer {} expert {} is not a number", l, e), "a number",
-                  brief(row[e]));
+                  brief_json(row[e]));
       }
       out.push_back(row[e].get<double>());
     }
@@ -70,17 +51,10 @@ std::vector<std::vector<double>> parse_expert_load(std::string_view json_text) {
 }
 
 std::vector<std::vector<double>> read_expert_load(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorKind::kIo, "cannot read load statistics: is a directory", {.file = path});
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kIo, "cannot open load statistics", {.file = path});
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::kIo, "cannot read load statistics", {.file = path});
+  const std::string text =
+      read_bounded_file(path, ErrorKind::kIo, kDataJsonLimits.max_bytes, "load statistics");
   try {
-    return parse_expert_load(text.str());
+    return parse_expert_load(text);
   } catch (const Error& e) {
     throw e.with_file(path);
   }

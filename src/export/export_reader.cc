@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_input.h"
 #include "core/parallel_for.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -19,15 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json read_manifest(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kIo, "cannot open", {.file = path.string()});
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kConfig, fmt::format("invalid JSON: {}", e.what()), {.file = path.string()});
-  }
+  return read_json_file(path.string(), ErrorKind::kConfig, kDataJsonLimits, "shardload.json");
 }
 
 }  // namespace

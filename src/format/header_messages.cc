@@ -47,11 +47,14 @@ std::string Value::describe() const {
 }
 
 bool HeaderHandler::parse_error(size_t position, const std::string&, const Json::exception& error) {
-  // The parser's own message quotes the token it stopped at, which may be as long as the header.
-  const std::string_view what = error.what();
-  std::string message(cut(what, kParserMessageBytes));
-  if (message.size() < what.size()) message += "...";
-  return syntax_error(position, std::move(message));
+  // The parser's message goes on to quote the token it stopped at ("; last read: '...'"): bytes of
+  // a file that is not a header. Only its own words before that are kept.
+  std::string_view what = error.what();
+  if (const size_t colon = what.find(": "); colon != std::string_view::npos) {
+    what.remove_prefix(colon + 2);
+  }
+  what = what.substr(0, what.find("; last read:"));
+  return syntax_error(position, std::string(cut(what, kParserMessageBytes)));
 }
 
 bool HeaderHandler::syntax_error(size_t position, std::string message) {

@@ -139,18 +139,20 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, ui
   }
   const uint64_t n = format::load_length(prefix.data());
   if (n > kMaxHeaderBytes) {
+    // The length is the file's first 8 bytes: a file that is not safetensors at all (a link to
+    // someone else's file) must not have them printed, so only the bound is named.
     throw Error(ErrorKind::kHeaderTooLarge, "header length is above the 100,000,000-byte cap",
                 {.file = file_name,
                  .field = "header_length",
                  .expected = fmt::format("at most {}", kMaxHeaderBytes),
-                 .found = fmt::format("{}", n)});
+                 .found = fmt::format("more than {}", kMaxHeaderBytes)});
   }
   if (n > file_size - kLengthBytes) {
     throw Error(ErrorKind::kHeaderLength, "header runs past the end of the file",
                 {.file = file_name,
                  .field = "header_length",
                  .expected = fmt::format("at most {}", file_size - kLengthBytes),
-                 .found = fmt::format("{}", n)});
+                 .found = fmt::format("more than {}", file_size - kLengthBytes)});
   }
   if (prefix.size() - kLengthBytes < n) {
     throw Error(ErrorKind::kHeaderLength, "only part of the header was read",
@@ -164,8 +166,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, ui
     throw Error(ErrorKind::kHeaderUtf8, "header is not valid UTF-8",
                 {.file = file_name,
                  .field = "header",
-                 .found = fmt::format("byte 0x{:02x} at file offset {}",
-                                      static_cast<uint8_t>(json[*bad]), kLengthBytes + *bad)});
+                 .found = fmt::format("an invalid UTF-8 sequence at file offset {}",
+                                      kLengthBytes + *bad)});
   }
 
   SafetensorsHeader header = format::parse_header_json(json, file);

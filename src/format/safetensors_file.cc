@@ -26,7 +26,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, IoBackend backend
   SafetensorsFile file;  // its destructor closes what is opened here if validation throws
   file.path_ = path;
   file.backend_ = backend;
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as a shard would block open() until a writer came; it is refused
+  // below instead. On a regular file the flag changes nothing.
+  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (file.fd_ < 0) throw format::io_error("cannot open", errno, {.file = path});
   struct stat st {};
   if (::fstat(file.fd_, &st) != 0) throw format::io_error("cannot stat", errno, {.file = path});

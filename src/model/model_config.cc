@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_input.h"
 #include "model/quantization_config.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
@@ -43,14 +44,45 @@ const json* field(const json& config, const char* name) {
   return it == config.end() || it->is_null() ? nullptr : &*it;
 }
 
+// The largest value a size in config.json may take: far above any real model (DeepSeek-V3: hidden
+// 7168, vocab 129280, 256 experts, 61 layers), and low enough that the products the planner forms
+// (experts x 2 x intermediate x hidden x 4 bytes at most) stay below 2^64.
+struct SizeLimit {
+  std::string_view field;
+  uint64_t max;
+};
+constexpr uint64_t kMaxConfigSize = uint64_t{1} << 24;  // any size not listed below
+constexpr SizeLimit kSizeLimits[] = {
+    {"hidden_size", uint64_t{1} << 20},         {"vocab_size", uint64_t{1} << 26},
+    {"num_hidden_layers", 100000},              {"num_attention_heads", uint64_t{1} << 16},
+    {"num_key_value_heads", uint64_t{1} << 16}, {"head_dim", uint64_t{1} << 16},
+    {"num_experts", uint64_t{1} << 16},         {"num_local_experts", uint64_t{1} << 16},
+    {"n_routed_experts", uint64_t{1} << 16},    {"moe_num_experts", uint64_t{1} << 16},
+    {"n_shared_experts", 1024},                 {"moe_num_shared_experts", 1024},
+    {"n_group", uint64_t{1} << 16},
+};
+
+uint64_t size_limit(std::string_view name) {
+  for (const SizeLimit& limit : kSizeLimits) {
+    if (limit.field == name) return limit.max;
+  }
+  return kMaxConfigSize;
+}
+
 uint64_t get_uint(const json& config, const char* name, std::optional<uint64_t> fallback = {}) {
   const json* value = field(config, name);
   if (value == nullptr) {
     if (fallback) return *fallback;
     throw config_error("required field missing", name, "a non-negative integer");
   }
-  if (!value->is_number_integer() || value->get<int64_t>() < 0) {
-    throw config_error("not a non-negative integer", name, "a non-negative integer", value->dump());
+  if (!value->is_number_integer() || (!value->is_number_unsigned() && value->get<int64_t>() < 0)) {
+    throw config_error("not a non-negative integer", name, "a non-negative integer",
+                       brief_json(*value));
+  }
+  const uint64_t max = size_limit(name);
+  if (value->get<uint64_t>() > max) {
+    throw config_error("size out of range", name, fmt::format("at most {}", max),
+                       brief_json(*value));
   }
   return value->get<uint64_t>();
 }
@@ -64,7 +96,7 @@ uint64_t get_positive(const json& config, const char* name, std::optional<uint64
 bool get_bool(const json& config, const char* name, bool fallback) {
   const json* value = field(config, name);
   if (value == nullptr) return fallback;
-  if (!value->is_boolean()) throw config_error("not a boolean", name, "true or false", value->dump());
+  if (!value->is_boolean()) throw config_error("not a boolean", name, "true or false", brief_json(*value));
   return value->get<bool>();
 }
 
@@ -72,7 +104,7 @@ DType parse_torch_dtype(const json& config) {
   const json* value = field(config, "torch_dtype");
   if (value == nullptr) value = field(config, "dtype");
   if (value == nullptr) return DType::kBF16;
-  const std::string name = value->is_string() ? value->get<std::string>() : value->dump();
+  const std::string name = value->is_string() ? value->get<std::string>() : brief_json(*value);
   if (name == "bfloat16") return DType::kBF16;
   if (name == "float16" || name == "half") return DType::kF16;
   if (name == "float32" || name == "float") return DType::kF32;
@@ -95,7 +127,7 @@ Family parse_family(const json& config, std::string& architecture) {
 bool in_list(const json& config, const char* name, int layer) {
   const json* list = field(config, name);
   if (list == nullptr) return false;
-  if (!list->is_array()) throw config_error("not a list", name, "a list of layer indices", list->dump());
+  if (!list->is_array()) throw config_error("not a list", name, "a list of layer indices", brief_json(*list));
   return std::any_of(list->begin(), list->end(),
                      [&](const json& v) { return v.is_number_integer() && v.get<int>() == layer; });
 }
@@ -186,7 +218,6 @@ ModelConfig ModelConfig::from_json(const json& c) {
   m.hidden = get_positive(c, "hidden_size");
   m.vocab = get_positive(c, "vocab_size");
   const uint64_t layers = get_positive(c, "num_hidden_layers");
-  if (layers > 100000) throw config_error("too many layers", "num_hidden_layers", "<= 100000", std::to_string(layers));
   m.layers = static_cast<int>(layers);
   m.heads = get_positive(c, "num_attention_heads");
   m.kv_heads = get_positive(c, "num_key_value_heads", m.heads);

@@ -1,6 +1,7 @@
 // quantization_config of config.json: the FP8 formats of ../shared/spec/layout.md, anything else refused.
 #include <fmt/format.h>
 
+#include "core/json_input.h"
 #include "model/quantization_config.h"
 #include "shardload/error.h"
 
@@ -8,6 +9,9 @@ namespace shardload {
 namespace {
 
 using json = nlohmann::json;
+
+// Real checkpoints use 128; a block larger than any tensor dimension would make no sense.
+constexpr uint64_t kMaxBlockSize = uint64_t{1} << 20;
 
 Error quant_error(std::string message, std::string field, std::string expected, std::string found) {
   return Error(ErrorKind::kConfig, std::move(message),
@@ -34,20 +38,20 @@ void read_quantization(const json& config, ModelConfig& m) {
   if (!q.is_object()) throw quant_error("not a JSON object", "", "object", q.type_name());
   const auto method = q.find("quant_method");
   const std::string name = method == q.end() ? "(missing)" : method->is_string() ? method->get<std::string>()
-                                                                                  : method->dump();
+                                                                                  : brief_json(*method);
   if (name != "fp8") {
     throw quant_error("unsupported quantization method", "quant_method", "fp8", name);
   }
   const auto scheme = q.find("activation_scheme");
   const std::string activations =
       scheme == q.end() || scheme->is_null() ? "dynamic" : scheme->is_string() ? scheme->get<std::string>()
-                                                                               : scheme->dump();
+                                                                               : brief_json(*scheme);
   if (activations != "static" && activations != "dynamic") {
     throw quant_error("unknown activation scheme", "activation_scheme", "static or dynamic", activations);
   }
   m.static_activations = activations == "static";
   if (const auto fmt_it = q.find("fmt"); fmt_it != q.end() && *fmt_it != "e4m3") {
-    throw quant_error("unsupported FP8 format", "fmt", "e4m3", fmt_it->dump());
+    throw quant_error("unsupported FP8 format", "fmt", "e4m3", brief_json(*fmt_it));
   }
   const auto block = q.find("weight_block_size");
   if (block == q.end() || block->is_null()) {
@@ -55,8 +59,9 @@ void read_quantization(const json& config, ModelConfig& m) {
     return;
   }
   if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_unsigned() ||
-      !(*block)[1].is_number_unsigned() || (*block)[0] == 0 || (*block)[1] == 0) {
-    throw quant_error("not two positive integers", "weight_block_size", "[rows, cols]", block->dump());
+      !(*block)[1].is_number_unsigned() || (*block)[0] == 0 || (*block)[1] == 0 ||
+      (*block)[0].get<uint64_t>() > kMaxBlockSize || (*block)[1].get<uint64_t>() > kMaxBlockSize) {
+    throw quant_error("not two positive integers", "weight_block_size", fmt::format("[rows, cols], each 1-{}", kMaxBlockSize), brief_json(*block));
   }
   m.quantization = Quantization::kFp8Block;
   m.block_rows = (*block)[0].get<uint64_t>();

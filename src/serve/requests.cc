@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "shardload/eplb.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
@@ -12,19 +13,13 @@ namespace shardload::serve {
 namespace {
 
 Error bad_member(const char* member, std::string expected, const nlohmann::json& found) {
-  std::string shown = found.dump();
-  if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
   return Error(ErrorKind::kInvalidArgument, "bad request member",
-               {.field = member, .expected = std::move(expected), .found = std::move(shown)});
+               {.field = member, .expected = std::move(expected), .found = brief_json(found, 80)});
 }
 
 nlohmann::json parse_object(std::string_view body) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("malformed JSON: {}", e.what()));
-  }
+  nlohmann::json json =
+      parse_json(body, ErrorKind::kInvalidArgument, "request body", kRequestJsonLimits);
   if (!json.is_object()) throw bad_member("(body)", "a JSON object", json);
   return json;
 }

@@ -1,10 +1,9 @@
 // Layout checks that run before any I/O, with the messages a user of vLLM or SGLang expects.
-#include <fstream>
-#include <set>
-#include <sstream>
-
 #include <fmt/format.h>
 
+#include <set>
+
+#include "core/json_input.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
 
@@ -18,25 +17,25 @@ namespace {
 }  // namespace
 
 std::vector<std::vector<int>> read_expert_map(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kInvalidArgument, "cannot open expert map", {.file = path});
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("invalid JSON: {}", e.what()), {.file = path});
-  }
+  return parse_expert_map_text(
+      read_bounded_file(path, ErrorKind::kInvalidArgument, kDataJsonLimits.max_bytes, "expert map"),
+      path);
+}
+
+std::vector<std::vector<int>> parse_expert_map_text(std::string_view text,
+                                                    const std::string& source) {
+  const nlohmann::json parsed =
+      parse_json(text, ErrorKind::kInvalidArgument, source, kDataJsonLimits);
   const auto it = parsed.is_object() ? parsed.find("physical_to_logical_map") : parsed.end();
   if (it == parsed.end()) {
     throw Error(ErrorKind::kInvalidArgument, "no physical_to_logical_map list",
-                {.file = path, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
+                {.file = source, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
   }
-  return parse_expert_map(*it, path);
+  return parse_expert_map(*it, source);
 }
 
-std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows, const std::string& file) {
+std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows,
+                                               const std::string& file) {
   if (!rows.is_array()) {
     throw Error(ErrorKind::kInvalidArgument, "no physical_to_logical_map list",
                 {.file = file, .field = "physical_to_logical_map", .expected = "[[...], ...]"});
@@ -45,13 +44,13 @@ std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows, const
   for (const nlohmann::json& row : rows) {
     if (!row.is_array()) {
       throw Error(ErrorKind::kInvalidArgument, "a row is not a list",
-                  {.file = file, .field = "physical_to_logical_map", .found = row.dump()});
+                  {.file = file, .field = "physical_to_logical_map", .found = brief_json(row)});
     }
     std::vector<int>& out = map.emplace_back();
     for (const nlohmann::json& v : row) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
         throw Error(ErrorKind::kInvalidArgument, "an entry is not an expert index",
-                    {.file = file, .field = "physical_to_logical_map", .found = v.dump()});
+                    {.file = file, .field = "physical_to_logical_map", .found = brief_json(v)});
       }
       out.push_back(v.get<int>());
     }
@@ -66,7 +65,8 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
   if (ep < 1) invalid(fmt::format("ep={} must be at least 1", ep));
   if (tp % ep != 0) invalid(fmt::format("ep={} does not divide tp={}", ep, tp));
   const uint64_t t = static_cast<uint64_t>(tp);
-  if (m.heads % t != 0) invalid(fmt::format("tp={} does not divide {} attention heads", tp, m.heads));
+  if (m.heads % t != 0)
+    invalid(fmt::format("tp={} does not divide {} attention heads", tp, m.heads));
   const bool mla = m.family == Family::kDeepseekV2 || m.family == Family::kDeepseekV3;
   if (!mla) {
     if (t >= m.kv_heads && t % m.kv_heads != 0) {
@@ -86,7 +86,8 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
   }
   if (!m.is_moe() || m.moe_layer_count() == 0) {
     if (ep > 1) invalid(fmt::format("ep={} needs a model with experts", ep));
-    if (p.redundant_experts.value_or(0) != 0) invalid("--redundant-experts needs a model with experts");
+    if (p.redundant_experts.value_or(0) != 0)
+      invalid("--redundant-experts needs a model with experts");
     if (!p.expert_map.empty()) invalid("--expert-map needs a model with experts");
     return;
   }
@@ -106,17 +107,20 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
   if (!p.expert_map.empty()) {
     const size_t layers = static_cast<size_t>(m.moe_layer_count());
     if (p.expert_map.size() != layers) {
-      invalid(fmt::format("the expert map has {} rows for {} MoE layers", p.expert_map.size(), layers));
+      invalid(
+          fmt::format("the expert map has {} rows for {} MoE layers", p.expert_map.size(), layers));
     }
     physical = p.expert_map.front().size();
     if (physical < m.experts) {
       invalid(fmt::format("the expert map has {} physical experts, fewer than {} logical", physical,
                           m.experts));
     }
-    if (p.redundant_experts && static_cast<uint64_t>(*p.redundant_experts) != physical - m.experts) {
-      invalid(fmt::format("--redundant-experts {} disagrees with the expert map ({} physical - {} "
-                          "logical = {})",
-                          *p.redundant_experts, physical, m.experts, physical - m.experts));
+    if (p.redundant_experts &&
+        static_cast<uint64_t>(*p.redundant_experts) != physical - m.experts) {
+      invalid(
+          fmt::format("--redundant-experts {} disagrees with the expert map ({} physical - {} "
+                      "logical = {})",
+                      *p.redundant_experts, physical, m.experts, physical - m.experts));
     }
     for (size_t layer = 0; layer < p.expert_map.size(); ++layer) {
       const std::vector<int>& row = p.expert_map[layer];
@@ -127,8 +131,8 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
       std::set<int> seen;
       for (int logical : row) {
         if (logical < 0 || static_cast<uint64_t>(logical) >= m.experts) {
-          invalid(fmt::format("expert map row {} names expert {}, but the model has {} experts", layer,
-                              logical, m.experts));
+          invalid(fmt::format("expert map row {} names expert {}, but the model has {} experts",
+                              layer, logical, m.experts));
         }
         seen.insert(logical);
       }
