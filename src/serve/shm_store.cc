@@ -126,9 +126,10 @@ void ShmStore::open_or_load(const ServeOptions& options) {
         // The bytes were post-processed by the server that wrote them.
         live_.ranks.push_back({static_cast<int>(r), files_[r].map_data(),
                                std::vector<uint8_t>(live_.plan.modules.size(), 1)});
-        // Files of a server that predates the header's version word get it now.
-        publish_version(files_[r].header(), live_.version);
       }
+      // Written again so that it gets this directory's file mode, and the headers the version
+      // (files of a server that predates the header's version word have none).
+      write_manifest(false);
       reused_ = true;
       note_ = fmt::format("reusing {} (version {})", dir(), live_.version);
       return;

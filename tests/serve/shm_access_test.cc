@@ -113,7 +113,7 @@ TEST_F(ShmAccessTest, ADirectoryPreCreatedByAnotherUserIsRefused) {
   EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;  // the owner found
   EXPECT_NE(err.find("uid 0"), std::string::npos) << err;      // the owner expected
   EXPECT_EQ(lstat_of(cleanup.dir()).st_uid, kNobody);
-  EXPECT_EQ(read_file(planted), "planted\n");
+  EXPECT_TRUE(read_file(planted) == "planted\n") << "the planted manifest was overwritten";
   EXPECT_FALSE(fs::exists(cleanup.dir() + "/rank-0.bin"));
 }
 
@@ -181,6 +181,84 @@ TEST_F(ShmAccessTest, ASymlinkedRankFileIsReplacedNotWrittenThrough) {
   const struct stat st = lstat_of(cleanup.dir() + "/rank-0.bin");
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(mapped_checksums(cleanup.dir()), expected_checksums(second_, layout(2, 2)));
+  stop(server);
+}
+
+// A link left at the old fixed temporary name of the manifest is neither written through nor
+// renamed into place: temporary manifests have unique names and are created exclusively.
+TEST_F(ShmAccessTest, TheManifestIsNeverWrittenThroughALink) {
+  const std::string name = unique_name("manifestlink");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string victim = elsewhere.file("victim.txt");
+  write_file(victim, std::string_view("victim"));
+  fs::create_symlink(victim, cleanup.dir() + "/manifest.json.tmp");
+
+  ServerProcess server(args(first_, name));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  const HttpReply reply = post(port, "/update_weights_from_disk", {{"model_path", second_}});
+  EXPECT_EQ(reply.status, 200) << reply.text;
+  EXPECT_EQ(read_file(victim), "victim");
+  EXPECT_TRUE(S_ISREG(lstat_of(cleanup.dir() + "/manifest.json").st_mode));
+  EXPECT_EQ(read_manifest(cleanup.dir())["version"], 1);
+  stop(server);
+}
+
+// A manifest that is a link (to a copy that matches) is not followed: the start reloads.
+TEST_F(ShmAccessTest, AManifestThatIsALinkIsNotRead) {
+  const std::string name = unique_name("manifestread");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string copy = elsewhere.file("manifest.json");
+  fs::copy_file(cleanup.dir() + "/manifest.json", copy);
+  fs::remove(cleanup.dir() + "/manifest.json");
+  fs::create_symlink(copy, cleanup.dir() + "/manifest.json");
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reloading: no usable manifest.json: " + cleanup.dir() +
+                              "/manifest.json is a symbolic link"),
+            std::string::npos)
+      << server.output();
+  stop(server);
+}
+
+// A manifest above the 64 MiB bound is not read (a start never parses an unbounded file).
+TEST_F(ShmAccessTest, AnOversizedManifestIsNotRead) {
+  const std::string name = unique_name("manifestbig");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const std::string manifest = read_file(cleanup.dir() + "/manifest.json");
+  // The same JSON after 64 MiB of white space: valid, and matching, but too long to read.
+  write_file(cleanup.dir() + "/manifest.json", std::string(size_t{64} << 20, ' ') + manifest);
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reloading: manifest.json is larger than"), std::string::npos)
+      << server.output();
+  stop(server);
+}
+
+// A kept directory of this user whose modes let others read (as an older server left them under a
+// 022 umask) is reused with its modes set again: 0700 and 0600.
+TEST_F(ShmAccessTest, AReusedDirectoryGetsItsModesSetAgain) {
+  const std::string name = unique_name("remode");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const std::vector<std::string> files = {"/manifest.json", "/rank-0.bin", "/rank-1.bin"};
+  ASSERT_EQ(::chmod(cleanup.dir().c_str(), 0755), 0);
+  for (const std::string& file : files) ASSERT_EQ(::chmod((cleanup.dir() + file).c_str(), 0644), 0);
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reusing"), std::string::npos) << server.output();
+  EXPECT_EQ(lstat_of(cleanup.dir()).st_mode & 07777, 0700u);
+  for (const std::string& file : files) {
+    EXPECT_EQ(lstat_of(cleanup.dir() + file).st_mode & 07777, 0600u) << file;
+  }
   stop(server);
 }
 
