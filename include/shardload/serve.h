@@ -15,11 +15,16 @@ namespace shardload {
 inline constexpr uint64_t kShmHeaderBytes = 4096;
 inline constexpr std::string_view kShmMagic = "SHLDSHM1";  // bytes 0-7 of every rank file
 inline constexpr uint64_t kShmSequenceOffset = 8;  // little-endian uint64, odd while committing
+// Extensions after the sequence word (layout.md keeps bytes 0-15 as they were). Both little-endian
+// uint64 words, written with atomic stores: the version the bytes belong to once no update is in
+// progress, and 1 from before the first commit group of an update (or a load) until after the last
+// one and the manifest, else 0. A reader wanting a snapshot of the whole update checks both.
+inline constexpr uint64_t kShmVersionOffset = 16;
+inline constexpr uint64_t kShmUpdateFlagOffset = 24;
 inline constexpr std::string_view kShmManifestFormat = "shardload-shm/1";
 
 // /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]
-// and not
-// "." or "..", so that it can never name a path outside /dev/shm.
+// and not "." or "..", so that it can never name a path outside /dev/shm.
 std::string shm_dir(std::string_view name);
 
 struct ServeOptions {
@@ -31,6 +36,10 @@ struct ServeOptions {
   bool keep = false;           // leave the shared memory when the server object is destroyed
   int threads = 0;             // loader and update threads; 0: one per core
   uint64_t staging_bytes = 0;  // bound on staged update bytes; 0: every update is one atomic commit
+
+  // Who may read the shared memory. Empty: only this user (directory 0700, files 0600). A group
+  // name: its members too (directory 0750, files 0640, owned by that group).
+  std::string shm_group;
 };
 
 // The weight server: rank weights in shared memory that other processes map, updated in place

@@ -1,13 +1,13 @@
 #include "serve/manifest.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
@@ -47,31 +47,84 @@ nlohmann::json make_manifest(std::string_view name, const LiveModel& live,
           {"ranks", manifest_ranks(live.plan)}};
 }
 
-void write_manifest(const std::string& dir, const nlohmann::json& manifest) {
-  const std::string path = dir + "/manifest.json";
-  const std::string temp = dir + "/manifest.json.tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << manifest.dump(1) << "\n";
-    out.close();
-    if (!out) throw Error(ErrorKind::kIo, "cannot write the manifest", {.file = temp});
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    throw Error(ErrorKind::kIo, fmt::format("rename to {} failed: {}", path, std::strerror(errno)),
-                {.file = temp});
-  }
+namespace {
+
+Error io_error(const std::string& what, const std::string& path) {
+  return Error(ErrorKind::kIo, fmt::format("{} failed: {}", what, std::strerror(errno)),
+               {.file = path});
 }
 
-std::optional<nlohmann::json> read_manifest(const std::string& dir, std::string* why) {
-  const std::string path = dir + "/manifest.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *why = "no manifest.json";
+// Writes all of `text` to `fd` (a short write is retried, EINTR too).
+bool write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// A temporary name no other writer uses: the pid and a counter make it unique between servers and
+// within one; O_EXCL catches what is left of a killed server with the same pid.
+int create_temp(const ShmDir& dir, std::string* name) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    *name = fmt::format("{}{}-{}", kManifestTempPrefix, ::getpid(), counter++);
+    const int fd = dir.create_file(*name, /*replace=*/false);
+    if (fd >= 0) return fd;
+  }
+  throw Error(ErrorKind::kIo, "no free temporary manifest name", {.file = dir.file_path(*name)});
+}
+
+}  // namespace
+
+void write_manifest(const ShmDir& dir, const nlohmann::json& manifest) {
+  std::string temp;
+  const int fd = create_temp(dir, &temp);
+  const std::string text = manifest.dump(1) + "\n";
+  const bool written = write_all(fd, text) && ::fsync(fd) == 0;
+  const int write_errno = errno;
+  ::close(fd);
+  if (!written) {
+    ::unlinkat(dir.fd(), temp.c_str(), 0);
+    errno = write_errno;
+    throw io_error("writing the manifest", dir.file_path(temp));
+  }
+  if (::renameat(dir.fd(), temp.c_str(), dir.fd(), "manifest.json") != 0) {
+    const Error error = io_error("rename to manifest.json", dir.file_path(temp));
+    ::unlinkat(dir.fd(), temp.c_str(), 0);
+    throw error;
+  }
+  // The rename itself is durable only once the directory is.
+  if (::fsync(dir.fd()) != 0) throw io_error("fsync", dir.path());
+}
+
+std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why) {
+  std::string open_why;
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  const int fd = dir.open_own_file("manifest.json", O_RDONLY | O_NONBLOCK, &open_why);
+  if (fd < 0) {
+    *why = "no usable manifest.json: " + open_why;
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json manifest = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+    ::close(fd);
+    *why = fmt::format("manifest.json is larger than {} bytes", kMaxManifestBytes);
+    return std::nullopt;
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object()) {
     *why = "manifest.json is not a JSON object";
     return std::nullopt;

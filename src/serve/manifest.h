@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "serve/shm_dir.h"
 #include "shardload/plan.h"
 #include "shardload/reload.h"
 
@@ -20,12 +21,20 @@ nlohmann::json manifest_ranks(const Plan& plan);
 // ended but before the manifest caught up is not mistaken for a clean one on restart.
 nlohmann::json make_manifest(std::string_view name, const LiveModel& live, bool update_in_progress);
 
-// Writes DIR/manifest.json through a temporary file and a rename: a reader sees the old manifest or
-// the new one, never a part. Throws Error(kIo).
-void write_manifest(const std::string& dir, const nlohmann::json& manifest);
+// Temporary manifests are DIR/manifest.json.tmp-*: a server killed while writing one leaves it, and
+// the next load removes it.
+inline constexpr std::string_view kManifestTempPrefix = "manifest.json.tmp-";
+// Bound on what read_manifest reads: far above any real layout's tensor table.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{64} << 20;
 
-// DIR/manifest.json parsed; nullopt, with the reason in `why`, when it is missing or not a JSON
-// object.
-std::optional<nlohmann::json> read_manifest(const std::string& dir, std::string* why);
+// Writes DIR/manifest.json through a new temporary file of a unique name (created exclusively,
+// never through a link, with the directory's file mode), synced, renamed over the old one, and the
+// directory synced: a reader, or a restart after a crash, sees the old manifest or the new one,
+// never a part. Throws Error(kIo).
+void write_manifest(const ShmDir& dir, const nlohmann::json& manifest);
+
+// DIR/manifest.json parsed; nullopt, with the reason in `why`, when it is missing, not a regular
+// file of this user, larger than kMaxManifestBytes or not a JSON object.
+std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why);
 
 }  // namespace shardload::serve

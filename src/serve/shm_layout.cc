@@ -35,8 +35,14 @@ static_assert(std::endian::native == std::endian::little, "the sequence word is 
 
 namespace {
 
-uint64_t* sequence_word(std::byte* header) {
-  return reinterpret_cast<uint64_t*>(header + kShmSequenceOffset);
+uint64_t* header_word(std::byte* header, uint64_t offset) {
+  return reinterpret_cast<uint64_t*>(header + offset);
+}
+
+uint64_t* sequence_word(std::byte* header) { return header_word(header, kShmSequenceOffset); }
+
+std::atomic_ref<uint64_t> word_at(const std::byte* header, uint64_t offset) {
+  return std::atomic_ref<uint64_t>(*header_word(const_cast<std::byte*>(header), offset));
 }
 
 }  // namespace
@@ -62,9 +68,30 @@ void end_sequence(std::byte* header) {
   if (value % 2 == 1) word.store(value + 1, std::memory_order_release);
 }
 
+uint64_t load_version(const std::byte* header) {
+  return word_at(header, kShmVersionOffset).load(std::memory_order_acquire);
+}
+
+bool load_update_in_progress(const std::byte* header) {
+  return word_at(header, kShmUpdateFlagOffset).load(std::memory_order_acquire) != 0;
+}
+
+void set_update_in_progress(std::byte* header) {
+  word_at(header, kShmUpdateFlagOffset).store(1, std::memory_order_seq_cst);
+  // No tensor byte of the update may become visible before the flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void publish_version(std::byte* header, uint64_t version) {
+  word_at(header, kShmVersionOffset).store(version, std::memory_order_release);
+  word_at(header, kShmUpdateFlagOffset).store(0, std::memory_order_release);
+}
+
 void init_header(std::byte* header) {
   std::memcpy(header, kShmMagic.data(), kShmMagic.size());
-  std::atomic_ref<uint64_t>(*sequence_word(header)).store(0, std::memory_order_release);
+  for (uint64_t offset : {kShmSequenceOffset, kShmVersionOffset, kShmUpdateFlagOffset}) {
+    word_at(header, offset).store(0, std::memory_order_release);
+  }
 }
 
 bool has_magic(const std::byte* header) {

@@ -18,7 +18,16 @@ uint64_t load_sequence(const std::byte* header);
 void begin_sequence(std::byte* header);
 void end_sequence(std::byte* header);
 
-// Writes the magic and a zero sequence word into a new header page.
+// The header's version word and update-in-progress flag (kShmVersionOffset, kShmUpdateFlagOffset).
+// set_update_in_progress(true) is a full barrier before the commit groups that follow;
+// publish_version stores the version, then clears the flag with release order, so a reader that
+// sees the flag clear (acquire) sees the version of the bytes.
+uint64_t load_version(const std::byte* header);
+bool load_update_in_progress(const std::byte* header);
+void set_update_in_progress(std::byte* header);
+void publish_version(std::byte* header, uint64_t version);
+
+// Writes the magic and zero words into a new header page.
 void init_header(std::byte* header);
 bool has_magic(const std::byte* header);
 

@@ -48,36 +48,32 @@ void ShmRankFile::close() {
   fd_ = -1;
 }
 
-ShmRankFile ShmRankFile::open_existing(const std::string& path, std::string* why) {
+ShmRankFile ShmRankFile::open_existing(const ShmDir& dir, const std::string& name,
+                                       std::string* why) {
   ShmRankFile file;
-  file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (file.fd_ < 0) {
-    *why = fmt::format("{} cannot be opened ({})", path, std::strerror(errno));
-    return {};
-  }
+  file.path_ = dir.file_path(name);
+  file.fd_ = dir.open_own_file(name, O_RDWR, why);
+  if (file.fd_ < 0) return {};
   struct stat st {};
-  if (fstat(file.fd_, &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<uint64_t>(st.st_size) < kShmHeaderBytes) {
-    *why = fmt::format("{} is not a rank file of at least {} bytes", path, kShmHeaderBytes);
+  if (fstat(file.fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) < kShmHeaderBytes) {
+    *why = fmt::format("{} is not a rank file of at least {} bytes", file.path_, kShmHeaderBytes);
     return {};
   }
   file.file_bytes_ = static_cast<uint64_t>(st.st_size);
   try {
+    dir.apply_file_access(file.fd_, name);
     file.header_ = AlignedBuffer::map_file(file.fd_, 0, kShmHeaderBytes);
   } catch (const Error& e) {
-    *why = fmt::format("{} cannot be mapped ({})", path, e.what());
+    *why = fmt::format("{} cannot be used ({})", file.path_, e.what());
     return {};
   }
   return file;
 }
 
-ShmRankFile ShmRankFile::create(const std::string& path, uint64_t data_bytes) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw io_error("unlink", path);
+ShmRankFile ShmRankFile::create(const ShmDir& dir, const std::string& name, uint64_t data_bytes) {
   ShmRankFile file;
-  file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (file.fd_ < 0) throw io_error("create", path);
+  file.path_ = dir.file_path(name);
+  file.fd_ = dir.create_file(name, /*replace=*/true);
   file.file_bytes_ = kShmHeaderBytes + data_bytes;
   // Reserving every page now turns a full /dev/shm into an error here rather than a SIGBUS on the
   // first write to a page tmpfs cannot back. The pages read as zero, as the loader expects of a new
@@ -85,7 +81,7 @@ ShmRankFile ShmRankFile::create(const std::string& path, uint64_t data_bytes) {
   const int rc = ::posix_fallocate(file.fd_, 0, static_cast<off_t>(file.file_bytes_));
   if (rc != 0) {
     errno = rc;
-    throw io_error(fmt::format("reserving {} bytes", file.file_bytes_), path);
+    throw io_error(fmt::format("reserving {} bytes", file.file_bytes_), file.path_);
   }
   file.header_ = AlignedBuffer::map_file(file.fd_, 0, kShmHeaderBytes);
   init_header(file.header_.data());

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "serve/shm_dir.h"
 #include "shardload/tensor.h"
 
 namespace shardload::serve {
@@ -16,13 +17,15 @@ class ShmRankFile {
   ShmRankFile(ShmRankFile&& other) noexcept;
   ShmRankFile& operator=(ShmRankFile&& other) noexcept;
 
-  // Opens an existing file read-write and maps its header. Returns an empty file (valid() false)
-  // and says why in `why` when it is absent, shorter than the header or unreadable.
-  static ShmRankFile open_existing(const std::string& path, std::string* why);
-  // A new file of kShmHeaderBytes + data_bytes zero bytes with a fresh header (magic, word 0). Any
-  // file at that path is unlinked first, so a process still mapping it keeps the old bytes instead
-  // of faulting on a shrunk file. Throws Error(kIo).
-  static ShmRankFile create(const std::string& path, uint64_t data_bytes);
+  // Opens DIR/NAME read-write and maps its header, only when it is a file this user created (a
+  // regular file with one link, not a symbolic link); its mode is set again to the directory's.
+  // Returns an empty file (valid() false) and says why in `why` when it is absent, someone else's,
+  // shorter than the header or unreadable.
+  static ShmRankFile open_existing(const ShmDir& dir, const std::string& name, std::string* why);
+  // A new file DIR/NAME of kShmHeaderBytes + data_bytes zero bytes with a fresh header (magic, zero
+  // words). Any entry of that name is unlinked first, so a process still mapping it keeps the old
+  // bytes instead of faulting on a shrunk file. Throws Error(kIo).
+  static ShmRankFile create(const ShmDir& dir, const std::string& name, uint64_t data_bytes);
 
   bool valid() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }

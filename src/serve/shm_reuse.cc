@@ -51,6 +51,9 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
     if (load_sequence(files[r].header()) % 2 != 0) {
       return fmt::format("sequence word of rank {} is odd (killed during a commit)", r);
     }
+    if (load_update_in_progress(files[r].header())) {
+      return fmt::format("header of rank {} says an update was in progress (killed during it)", r);
+    }
   }
   if (manifest.value("update_in_progress", false)) {
     return "the manifest says an update was in progress when the server stopped";

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/shm_dir.h"
 #include "serve/shm_rank_file.h"
 #include "shardload/checkpoint.h"
 #include "shardload/reload.h"
@@ -14,9 +15,12 @@ namespace shardload::serve {
 // whose tensor area is the live rank buffer, and the manifest kept in step with the live model.
 class ShmStore {
  public:
-  // Locks the directory (a second server on the same NAME is refused), then reuses what it holds
-  // when the manifest matches and every sequence word is even, or loads the checkpoint into it. A
-  // failed start removes the directory unless options.keep. Throws Error.
+  // Opens the directory safely (ShmDir: refused when it is a link, another user's or writable by
+  // others), locks it (a second server on the same NAME is refused), then reuses what it holds when
+  // the manifest matches and every header is clean, or loads the checkpoint into it with a version
+  // above every one the directory shows (versions never go back while the directory lives). A
+  // failed start removes the directory unless options.keep (a refused one is left alone). Throws
+  // Error.
   explicit ShmStore(const ServeOptions& options);
   ~ShmStore();
   ShmStore(const ShmStore&) = delete;
@@ -24,25 +28,29 @@ class ShmStore {
 
   LiveModel& live() { return live_; }
   const LiveModel& live() const { return live_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_.path(); }
   const std::string& note() const { return note_; }
   bool reused() const { return reused_; }
 
   // Update options whose begin/end hooks move every rank's sequence word (odd during each commit
   // group).
   UpdateOptions update_options();
-  // Rewrites the manifest from the live model. Throws Error(kIo).
-  void write_manifest(bool update_in_progress) const;
-  // Deletes the directory and its files (the mappings here stay valid until destruction).
+  // Rewrites the manifest from the live model, then the headers: with update_in_progress, sets
+  // every rank's flag (before the first commit group); without, publishes the live version and
+  // clears it (after the last). Throws Error(kIo).
+  void write_manifest(bool update_in_progress);
+  // Deletes the directory and its files, following no link (the mappings here stay valid until
+  // destruction).
   void remove() const;
 
  private:
   void open_or_load(const ServeOptions& options);
-  void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path);
+  void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
+            uint64_t version);
+  void remove_leftovers(size_t ranks) const;
 
   std::string name_;
-  std::string dir_;
-  int lock_fd_ = -1;
+  ShmDir dir_;
   std::string note_;
   bool reused_ = false;
   int threads_ = 0;

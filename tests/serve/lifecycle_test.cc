@@ -94,14 +94,15 @@ TEST_F(ServeLifecycleTest, KeptMemoryIsReusedByAMatchingRestartAndReloadedOtherw
     EXPECT_EQ(mapped_checksums(cleanup.dir()), second_sums);
     stop(server);
   }
-  // Another model: reloaded, with one line saying why, and version 0 again.
+  // Another model: reloaded, with one line saying why; the version goes on from the kept one (a
+  // reader that mapped the files must never see it go back).
   {
     ServerProcess server(args(first_, name, 2, 2));
     const int port = server.wait_for_port();
     ASSERT_GT(port, 0);
     EXPECT_NE(server.out().find("reloading: manifest model_path"), std::string::npos)
         << server.output();
-    EXPECT_EQ(served_version(port), 0u);
+    EXPECT_EQ(served_version(port), 2u);
     EXPECT_EQ(mapped_checksums(cleanup.dir()), expected_checksums(first_, layout(2, 2)));
     stop(server);
   }
@@ -173,21 +174,29 @@ TEST_F(ServeLifecycleTest, APortInUseFailsTheStartAndLeavesNoSharedMemory) {
 }
 
 // The server is killed while a commit is paused with the sequence word odd (the test-only fault
-// hook SHARDLOAD_FAULT=commit_pause_ms). A reader sees the odd word and knows the bytes are torn; a
-// restart sees it too and reloads, ending with even words and the checkpoint's bytes.
+// hook SHARDLOAD_FAULT=commit_pause_ms), after three updates. A reader sees the odd word and the
+// header's update flag and knows the bytes are torn; a restart sees them too and reloads, ending
+// with even words, the checkpoint's bytes and a version above every one served before (3), so that
+// readers comparing versions never see one come back.
 TEST_F(ServeLifecycleTest, SigkillDuringACommitIsDetectedAndReloadedOnRestart) {
   const std::string name = unique_name("sigkill");
   const ShmCleanup cleanup(name);
   const Checksums first_sums = expected_checksums(first_, layout(2, 2));
   {
-    ServerProcess server(args(first_, name, 2, 2), {"SHARDLOAD_FAULT=commit_pause_ms:3000"});
+    ServerProcess server(args(first_, name, 2, 2), {"SHARDLOAD_FAULT=commit_pause_ms:1000"});
     const int port = server.wait_for_port();
     ASSERT_GT(port, 0);
+    for (int i = 0; i < 3; ++i) {
+      const std::string& model = i % 2 == 0 ? second_ : first_;
+      ASSERT_EQ(post(port, "/update_weights_from_disk", {{"model_path", model}}).status, 200);
+    }
     const MappedRankFile rank0(cleanup.dir() + "/rank-0.bin");
     ASSERT_EQ(rank0.sequence() % 2, 0u);
+    EXPECT_EQ(rank0.version(), 3u);
+    EXPECT_EQ(rank0.update_in_progress(), 0u);
     // The update never answers: the server dies under it (the client then sees a closed
     // connection).
-    std::thread update([&] { post(port, "/update_weights_from_disk", {{"model_path", second_}}); });
+    std::thread update([&] { post(port, "/update_weights_from_disk", {{"model_path", first_}}); });
     const auto deadline = Clock::now() + kRequestTimeout;
     while (rank0.sequence() % 2 == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
     const uint64_t at_kill = rank0.sequence();
@@ -196,7 +205,9 @@ TEST_F(ServeLifecycleTest, SigkillDuringACommitIsDetectedAndReloadedOnRestart) {
     update.join();
     ASSERT_EQ(at_kill % 2, 1u) << "the commit never started\n" << server.output();
     EXPECT_EQ(rank0.sequence(), at_kill);  // nobody ended the commit
+    EXPECT_EQ(rank0.update_in_progress(), 1u);
     EXPECT_EQ(read_manifest(cleanup.dir())["update_in_progress"], true);
+    EXPECT_EQ(read_manifest(cleanup.dir())["version"], 3);
   }
   ServerProcess server(args(first_, name, 2, 2));
   const int port = server.wait_for_port();
@@ -207,11 +218,43 @@ TEST_F(ServeLifecycleTest, SigkillDuringACommitIsDetectedAndReloadedOnRestart) {
   for (const char* file : {"/rank-0.bin", "/rank-1.bin"}) {
     const MappedRankFile mapped(cleanup.dir() + file);
     EXPECT_EQ(mapped.sequence() % 2, 0u) << file;
+    EXPECT_EQ(mapped.version(), 4u) << file;
+    EXPECT_EQ(mapped.update_in_progress(), 0u) << file;
   }
-  EXPECT_EQ(served_version(port), 0u);
+  EXPECT_EQ(served_version(port), 4u);
+  EXPECT_EQ(read_manifest(cleanup.dir())["version"], 4);
   EXPECT_EQ(read_manifest(cleanup.dir())["update_in_progress"], false);
   EXPECT_EQ(mapped_checksums(cleanup.dir()), first_sums);
   EXPECT_EQ(endpoint_checksums(port), first_sums);
+  // The next update goes on from there.
+  const HttpReply reply = post(port, "/update_weights_from_disk", {{"model_path", second_}});
+  ASSERT_EQ(reply.status, 200) << reply.text;
+  EXPECT_EQ(reply.body["version"], 5);
+  stop(server);
+}
+
+// A restart after SIGKILL with no manifest left (killed while a load rewrote the directory) still
+// goes on from the version in the rank headers.
+TEST_F(ServeLifecycleTest, AReloadWithoutAManifestContinuesFromTheHeaderVersion) {
+  const std::string name = unique_name("nomanifest");
+  const ShmCleanup cleanup(name);
+  {
+    ServerProcess server(args(first_, name, 2, 2, {"--keep"}));
+    const int port = server.wait_for_port();
+    ASSERT_GT(port, 0);
+    for (int i = 0; i < 2; ++i) {
+      const std::string& model = i % 2 == 0 ? second_ : first_;
+      ASSERT_EQ(post(port, "/update_weights_from_disk", {{"model_path", model}}).status, 200);
+    }
+    stop(server);
+  }
+  std::filesystem::remove(cleanup.dir() + "/manifest.json");
+  ServerProcess server(args(first_, name, 2, 2));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  EXPECT_NE(server.out().find("reloading: no usable manifest.json"), std::string::npos)
+      << server.output();
+  EXPECT_EQ(served_version(port), 3u);
   stop(server);
 }
 

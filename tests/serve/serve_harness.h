@@ -221,6 +221,15 @@ class MappedRankFile {
     return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmSequenceOffset),
                            __ATOMIC_ACQUIRE);
   }
+  // The header's version word and update-in-progress flag (after the sequence word).
+  uint64_t version() const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmVersionOffset),
+                           __ATOMIC_ACQUIRE);
+  }
+  uint64_t update_in_progress() const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmUpdateFlagOffset),
+                           __ATOMIC_ACQUIRE);
+  }
   std::span<const std::byte> bytes(uint64_t offset, uint64_t n) const {
     return {data_ + offset, n};
   }

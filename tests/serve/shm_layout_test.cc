@@ -61,5 +61,26 @@ TEST(ShmLayoutTest, AWordLeftOddStaysOddUntilACommitEnds) {
   EXPECT_EQ(serve::load_sequence(page), 2u);
 }
 
+// The extensions after the sequence word: the version at byte 16, the update flag at byte 24, both
+// little-endian words; bytes 0-15 stay as layout.md has them.
+TEST(ShmLayoutTest, HeaderCarriesTheVersionAndTheUpdateFlag) {
+  alignas(4096) std::byte page[4096] = {};
+  serve::init_header(page);
+  EXPECT_EQ(serve::load_version(page), 0u);
+  EXPECT_FALSE(serve::load_update_in_progress(page));
+  serve::set_update_in_progress(page);
+  EXPECT_TRUE(serve::load_update_in_progress(page));
+  EXPECT_EQ(std::to_integer<int>(page[kShmUpdateFlagOffset]), 1);
+  serve::begin_sequence(page);
+  serve::end_sequence(page);
+  serve::publish_version(page, 0x0102);
+  EXPECT_FALSE(serve::load_update_in_progress(page));
+  EXPECT_EQ(serve::load_version(page), 0x0102u);
+  EXPECT_EQ(std::to_integer<int>(page[kShmVersionOffset]), 0x02);  // the low byte first
+  EXPECT_EQ(std::to_integer<int>(page[kShmVersionOffset + 1]), 0x01);
+  EXPECT_EQ(std::memcmp(page, "SHLDSHM1", 8), 0);
+  EXPECT_EQ(serve::load_sequence(page), 2u);
+}
+
 }  // namespace
 }  // namespace shardload

@@ -28,6 +28,7 @@ struct ServeCommandOptions {
   bool keep = false;
   int threads = 0;
   std::string staging_bytes = "0";
+  std::string shm_group;
 };
 
 // SIGTERM and SIGINT are blocked in every thread (the mask is inherited, so it is set before any
@@ -80,6 +81,7 @@ void run_serve(const ServeCommandOptions& options) {
   serve.keep = options.keep;
   serve.threads = options.threads;
   serve.staging_bytes = options.staging_bytes == "0" ? 0 : parse_byte_size(options.staging_bytes);
+  serve.shm_group = options.shm_group;
   // A bad name is refused before the checkpoint is read.
   const std::string dir = shm_dir(serve.name);
   {
@@ -129,6 +131,9 @@ void add_serve_options(CLI::App& cmd) {
          "--staging-bytes", options->staging_bytes,
          "Bound on the bytes an update stages (K/M/G suffixes); 0: one atomic commit per update")
       ->capture_default_str();
+  cmd.add_option("--shm-group", options->shm_group,
+                 "Let this group read the shared memory (directory 0750, files 0640); default: "
+                 "this user only (0700, 0600)");
   cmd.callback([options] { run_serve(*options); });
 }
 

@@ -1,0 +1,318 @@
+// /dev/shm is writable by every local user: the server must never use a directory, file or link
+// someone else put at its name, and must let only this user (or the --shm-group) read its weights.
+// The hostile user and the readers are real processes run as nobody/nogroup (setpriv); the tests
+// run as root in CI.
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "run_command.h"
+#include "serve_harness.h"
+
+namespace shardload::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uid_t kNobody = 65534;
+
+// Runs `argv` as nobody, with `gid` as its only group.
+CommandResult as_nobody(std::vector<std::string> argv, gid_t gid = kNobody) {
+  std::vector<std::string> full = {"/usr/bin/setpriv", fmt::format("--reuid={}", kNobody),
+                                   fmt::format("--regid={}", gid), "--clear-groups"};
+  full.insert(full.end(), argv.begin(), argv.end());
+  return run_command(full);
+}
+
+std::string group_name(gid_t gid) {
+  const struct group* found = getgrgid(gid);
+  return found == nullptr ? std::to_string(gid) : found->gr_name;
+}
+
+struct stat lstat_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st;
+}
+
+class ShmAccessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new TempDir();
+    first_ = make_moe_model(*models_, "first", 31);
+    second_ = make_moe_model(*models_, "second", 32);
+  }
+  static void TearDownTestSuite() { delete models_; }
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (as in CI)";
+  }
+
+  static std::vector<std::string> args(const std::string& model, const std::string& name,
+                                       std::vector<std::string> more = {}) {
+    std::vector<std::string> out = {model, "--tp",   "2", "--ep",      "2", "--name",
+                                    name,  "--port", "0", "--threads", "2"};
+    out.insert(out.end(), more.begin(), more.end());
+    return out;
+  }
+
+  // The exit code of a start that must be refused; nullopt (and a failure) when it listens.
+  static std::optional<int> refused_start(ServerProcess& server) {
+    const auto deadline = Clock::now() + kStartTimeout;
+    while (Clock::now() < deadline) {
+      if (const auto code = server.wait_exit(std::chrono::seconds(0))) return code;
+      if (server.out().find("listening on") != std::string::npos) {
+        ADD_FAILURE() << "the server started\n" << server.output();
+        return std::nullopt;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "the server neither started nor exited\n" << server.output();
+    return std::nullopt;
+  }
+
+  static void stop(ServerProcess& server) {
+    server.signal(SIGTERM);
+    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  }
+
+  // Runs a server with --keep on `model` until it listens, then stops it: the directory stays.
+  static void keep_directory(const std::string& model, const std::string& name) {
+    ServerProcess server(args(model, name, {"--keep"}));
+    ASSERT_GT(server.wait_for_port(), 0);
+    stop(server);
+  }
+
+  static TempDir* models_;
+  static std::string first_;
+  static std::string second_;
+};
+
+TempDir* ShmAccessTest::models_ = nullptr;
+std::string ShmAccessTest::first_;
+std::string ShmAccessTest::second_;
+
+// Another user made the directory first (and could still write into it): refused, untouched.
+TEST_F(ShmAccessTest, ADirectoryPreCreatedByAnotherUserIsRefused) {
+  const std::string name = unique_name("foreign");
+  const ShmCleanup cleanup(name);
+  const std::string planted = cleanup.dir() + "/manifest.json";
+  ASSERT_EQ(as_nobody({"mkdir", "-m", "0777", cleanup.dir()}).exit_code, 0);
+  ASSERT_EQ(as_nobody({"sh", "-c", "echo planted > " + planted}).exit_code, 0);
+
+  ServerProcess server(args(first_, name));
+  EXPECT_EQ(refused_start(server), 1);
+  const std::string err = server.err();
+  EXPECT_NE(err.find(cleanup.dir()), std::string::npos) << err;
+  EXPECT_NE(err.find("owned by another user"), std::string::npos) << err;
+  EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;  // the owner found
+  EXPECT_NE(err.find("uid 0"), std::string::npos) << err;      // the owner expected
+  EXPECT_EQ(lstat_of(cleanup.dir()).st_uid, kNobody);
+  EXPECT_TRUE(read_file(planted) == "planted\n") << "the planted manifest was overwritten";
+  EXPECT_FALSE(fs::exists(cleanup.dir() + "/rank-0.bin"));
+}
+
+// The name is a link to a directory outside /dev/shm: refused, and nothing is written there.
+TEST_F(ShmAccessTest, ASymlinkedDirectoryIsRefusedAndItsTargetUntouched) {
+  const std::string name = unique_name("dirlink");
+  const ShmCleanup cleanup(name);
+  const TempDir target;
+  write_file(target.file("keep.txt"), std::string_view("victim"));
+  ASSERT_EQ(as_nobody({"ln", "-s", target.path().string(), cleanup.dir()}).exit_code, 0);
+
+  ServerProcess server(args(first_, name));
+  EXPECT_EQ(refused_start(server), 1);
+  EXPECT_NE(server.err().find("symbolic link"), std::string::npos) << server.err();
+  EXPECT_TRUE(fs::is_symlink(cleanup.dir()));
+  std::vector<std::string> entries;
+  for (const auto& entry : fs::directory_iterator(target.path())) {
+    entries.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(entries, std::vector<std::string>{"keep.txt"});
+  EXPECT_EQ(read_file(target.file("keep.txt")), "victim");
+}
+
+// A directory of this user that others may write to (here a link to a file of the right size was
+// planted in it): refused before any file in it is opened, and the link's target is not written.
+TEST_F(ShmAccessTest, ADirectoryOthersCanWriteIsRefusedAndAPlantedLinkNotWrittenThrough) {
+  const std::string name = unique_name("openmode");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string victim = elsewhere.file("victim.bin");
+  fs::copy_file(cleanup.dir() + "/rank-0.bin", victim);  // another file system: no rename
+  fs::remove(cleanup.dir() + "/rank-0.bin");
+  fs::permissions(cleanup.dir(), fs::perms::all);
+  ASSERT_EQ(as_nobody({"ln", "-s", victim, cleanup.dir() + "/rank-0.bin"}).exit_code, 0);
+  const std::string before = read_file(victim);
+
+  // Another model: a server that accepted the directory would load it in place, through the link.
+  ServerProcess server(args(second_, name));
+  EXPECT_EQ(refused_start(server), 1);
+  EXPECT_NE(server.err().find("writable by group or others"), std::string::npos) << server.err();
+  EXPECT_TRUE(read_file(victim) == before) << "the server wrote through the planted link";
+}
+
+// A rank file that is a link in the server's own directory is never opened: it is replaced by a
+// new file and its target keeps its bytes.
+TEST_F(ShmAccessTest, ASymlinkedRankFileIsReplacedNotWrittenThrough) {
+  const std::string name = unique_name("filelink");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string victim = elsewhere.file("victim.bin");
+  fs::copy_file(cleanup.dir() + "/rank-0.bin", victim);  // another file system: no rename
+  fs::remove(cleanup.dir() + "/rank-0.bin");
+  fs::create_symlink(victim, cleanup.dir() + "/rank-0.bin");
+  const std::string before = read_file(victim);
+
+  ServerProcess server(args(second_, name));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  EXPECT_NE(server.out().find("reloading: " + cleanup.dir() + "/rank-0.bin is a symbolic link"),
+            std::string::npos)
+      << server.output();
+  EXPECT_TRUE(read_file(victim) == before) << "the server wrote through the planted link";
+  const struct stat st = lstat_of(cleanup.dir() + "/rank-0.bin");
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(mapped_checksums(cleanup.dir()), expected_checksums(second_, layout(2, 2)));
+  stop(server);
+}
+
+// A link left at the old fixed temporary name of the manifest is neither written through nor
+// renamed into place: temporary manifests have unique names and are created exclusively.
+TEST_F(ShmAccessTest, TheManifestIsNeverWrittenThroughALink) {
+  const std::string name = unique_name("manifestlink");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string victim = elsewhere.file("victim.txt");
+  write_file(victim, std::string_view("victim"));
+  fs::create_symlink(victim, cleanup.dir() + "/manifest.json.tmp");
+
+  ServerProcess server(args(first_, name));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  const HttpReply reply = post(port, "/update_weights_from_disk", {{"model_path", second_}});
+  EXPECT_EQ(reply.status, 200) << reply.text;
+  EXPECT_EQ(read_file(victim), "victim");
+  EXPECT_TRUE(S_ISREG(lstat_of(cleanup.dir() + "/manifest.json").st_mode));
+  EXPECT_EQ(read_manifest(cleanup.dir())["version"], 1);
+  stop(server);
+}
+
+// A manifest that is a link (to a copy that matches) is not followed: the start reloads.
+TEST_F(ShmAccessTest, AManifestThatIsALinkIsNotRead) {
+  const std::string name = unique_name("manifestread");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const TempDir elsewhere;
+  const std::string copy = elsewhere.file("manifest.json");
+  fs::copy_file(cleanup.dir() + "/manifest.json", copy);
+  fs::remove(cleanup.dir() + "/manifest.json");
+  fs::create_symlink(copy, cleanup.dir() + "/manifest.json");
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reloading: no usable manifest.json: " + cleanup.dir() +
+                              "/manifest.json is a symbolic link"),
+            std::string::npos)
+      << server.output();
+  stop(server);
+}
+
+// A manifest above the 64 MiB bound is not read (a start never parses an unbounded file).
+TEST_F(ShmAccessTest, AnOversizedManifestIsNotRead) {
+  const std::string name = unique_name("manifestbig");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const std::string manifest = read_file(cleanup.dir() + "/manifest.json");
+  // The same JSON after 64 MiB of white space: valid, and matching, but too long to read.
+  write_file(cleanup.dir() + "/manifest.json", std::string(size_t{64} << 20, ' ') + manifest);
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reloading: manifest.json is larger than"), std::string::npos)
+      << server.output();
+  stop(server);
+}
+
+// A kept directory of this user whose modes let others read (as an older server left them under a
+// 022 umask) is reused with its modes set again: 0700 and 0600.
+TEST_F(ShmAccessTest, AReusedDirectoryGetsItsModesSetAgain) {
+  const std::string name = unique_name("remode");
+  const ShmCleanup cleanup(name);
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const std::vector<std::string> files = {"/manifest.json", "/rank-0.bin", "/rank-1.bin"};
+  ASSERT_EQ(::chmod(cleanup.dir().c_str(), 0755), 0);
+  for (const std::string& file : files) ASSERT_EQ(::chmod((cleanup.dir() + file).c_str(), 0644), 0);
+
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_NE(server.out().find("reusing"), std::string::npos) << server.output();
+  EXPECT_EQ(lstat_of(cleanup.dir()).st_mode & 07777, 0700u);
+  for (const std::string& file : files) {
+    EXPECT_EQ(lstat_of(cleanup.dir() + file).st_mode & 07777, 0600u) << file;
+  }
+  stop(server);
+}
+
+// Without --shm-group only this user can read: directory 0700, files 0600, whatever the umask.
+TEST_F(ShmAccessTest, OtherUsersCannotReadByDefault) {
+  const std::string name = unique_name("private");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(first_, name));
+  ASSERT_GT(server.wait_for_port(), 0);
+  EXPECT_EQ(lstat_of(cleanup.dir()).st_mode & 07777, 0700u);
+  for (const char* file : {"/manifest.json", "/rank-0.bin", "/rank-1.bin"}) {
+    EXPECT_EQ(lstat_of(cleanup.dir() + file).st_mode & 07777, 0600u) << file;
+  }
+  const CommandResult read = as_nobody({"cat", cleanup.dir() + "/manifest.json"});
+  EXPECT_NE(read.exit_code, 0) << read.out;
+  stop(server);
+}
+
+// With --shm-group, a reader of that group (another user) maps the weights as the README shows; a
+// reader outside it cannot.
+TEST_F(ShmAccessTest, ReadersInTheShmGroupCanReadOthersCannot) {
+  const std::string name = unique_name("group");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(first_, name, {"--shm-group", group_name(kNobody)}));
+  ASSERT_GT(server.wait_for_port(), 0) << server.output();
+  const struct stat dir = lstat_of(cleanup.dir());
+  EXPECT_EQ(dir.st_mode & 07777, 0750u);
+  EXPECT_EQ(dir.st_gid, kNobody);
+  for (const char* file : {"/manifest.json", "/rank-0.bin", "/rank-1.bin"}) {
+    const struct stat st = lstat_of(cleanup.dir() + file);
+    EXPECT_EQ(st.st_mode & 07777, 0640u) << file;
+    EXPECT_EQ(st.st_gid, kNobody) << file;
+  }
+  const std::string manifest = read_file(cleanup.dir() + "/manifest.json");
+  const CommandResult in_group = as_nobody({"cat", cleanup.dir() + "/manifest.json"});
+  EXPECT_EQ(in_group.exit_code, 0) << in_group.err;
+  EXPECT_EQ(in_group.out, manifest);
+  const CommandResult header = as_nobody({"head", "-c", "8", cleanup.dir() + "/rank-1.bin"});
+  EXPECT_EQ(header.exit_code, 0) << header.err;
+  EXPECT_EQ(header.out, "SHLDSHM1");
+  // gid 1 (daemon on Debian): not the server's group.
+  const CommandResult outside = as_nobody({"cat", cleanup.dir() + "/manifest.json"}, 1);
+  EXPECT_NE(outside.exit_code, 0) << outside.out;
+  stop(server);
+}
+
+TEST_F(ShmAccessTest, AnUnknownShmGroupIsAUsageError) {
+  const std::string name = unique_name("nogroup");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(first_, name, {"--shm-group", "no-such-group-shardload"}));
+  const std::optional<int> code = refused_start(server);
+  EXPECT_TRUE(code.has_value() && *code != 0);
+  EXPECT_NE(server.err().find("--shm-group"), std::string::npos) << server.err();
+}
+
+}  // namespace
+}  // namespace shardload::testing

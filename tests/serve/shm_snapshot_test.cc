@@ -1,0 +1,154 @@
+// A reader in another process that wants one consistent snapshot of the whole model while updates
+// commit in several groups (--staging-bytes). Per-file sequence words alone let it copy between
+// two groups and accept a mix of old and new tensors; the header's update-in-progress flag and
+// version (README "Weight server") let it refuse every such copy.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "serve_harness.h"
+
+namespace shardload::testing {
+namespace {
+
+struct Stamp {
+  uint64_t sequence = 0;
+  uint64_t version = 0;
+  uint64_t in_progress = 0;
+  bool operator==(const Stamp&) const = default;
+};
+
+std::vector<Stamp> stamps(const std::vector<std::unique_ptr<MappedRankFile>>& files) {
+  std::vector<Stamp> out;
+  for (const auto& file : files) {
+    out.push_back({file->sequence(), file->version(), file->update_in_progress()});
+  }
+  return out;
+}
+
+bool settled(const std::vector<Stamp>& all) {
+  for (const Stamp& stamp : all) {
+    if (stamp.sequence % 2 != 0 || stamp.in_progress != 0) return false;
+  }
+  return true;
+}
+
+// The reader process: the README's whole-update recipe over every rank file, repeated until
+// `stop_path` exists and one more snapshot was accepted. Each accepted snapshot must be all of
+// `old_sums` or all of `new_sums`. Writes "ACCEPTED MIXED" to `result_path`; exits 0 when no
+// snapshot was mixed. Runs in a forked child: no gtest macros, _exit only.
+[[noreturn]] void run_reader(const std::string& dir, const std::string& stop_path,
+                             const std::string& result_path, const Checksums& old_sums,
+                             const Checksums& new_sums) {
+  int accepted = 0;
+  int mixed = 0;
+  try {
+    const nlohmann::json manifest = read_manifest(dir);
+    std::vector<std::unique_ptr<MappedRankFile>> files;
+    for (const nlohmann::json& rank : manifest["ranks"]) {
+      files.push_back(
+          std::make_unique<MappedRankFile>(dir + "/" + rank["file"].get<std::string>()));
+    }
+    int accepted_after_stop = 0;
+    while (accepted_after_stop == 0) {
+      const bool stopping = ::access(stop_path.c_str(), F_OK) == 0;
+      const std::vector<Stamp> before = stamps(files);
+      if (!settled(before)) {
+        std::this_thread::yield();
+        continue;
+      }
+      Checksums snapshot;
+      for (size_t r = 0; r < files.size(); ++r) {
+        const nlohmann::json& rank = manifest["ranks"][r];
+        for (const auto& [name, tensor] : rank["tensors"].items()) {
+          snapshot[checksum_key(rank["rank"].get<int>(), name)] = xxh3_hex(
+              files[r]->bytes(tensor["offset"].get<uint64_t>(), tensor["nbytes"].get<uint64_t>()));
+        }
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (stamps(files) != before) continue;
+      ++accepted;
+      if (stopping) ++accepted_after_stop;
+      if (snapshot != old_sums && snapshot != new_sums) ++mixed;
+    }
+  } catch (...) {
+    _exit(3);
+  }
+  write_file(result_path, fmt::format("{} {}", accepted, mixed));
+  _exit(mixed == 0 ? 0 : 1);
+}
+
+class ShmSnapshotTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new TempDir();
+    first_ = make_moe_model(*models_, "first", 21);
+    second_ = make_moe_model(*models_, "second", 22);
+  }
+  static void TearDownTestSuite() { delete models_; }
+
+  static TempDir* models_;
+  static std::string first_;
+  static std::string second_;
+};
+
+TempDir* ShmSnapshotTest::models_ = nullptr;
+std::string ShmSnapshotTest::first_;
+std::string ShmSnapshotTest::second_;
+
+TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
+  const Checksums first_sums = expected_checksums(first_, layout(2, 2));
+  const Checksums second_sums = expected_checksums(second_, layout(2, 2));
+  const std::string name = unique_name("snapshot");
+  const ShmCleanup cleanup(name);
+  ServerProcess server({first_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0",
+                        "--threads", "2", "--staging-bytes", "256K"});
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+
+  const TempDir work;
+  const std::string stop_path = work.file("stop");
+  const std::string result_path = work.file("result");
+  const pid_t reader = fork();
+  ASSERT_GE(reader, 0);
+  if (reader == 0) run_reader(cleanup.dir(), stop_path, result_path, first_sums, second_sums);
+
+  // Many groups per update, many updates: a reader trusting the sequence words alone copies
+  // between two groups again and again.
+  constexpr int kUpdates = 8;
+  for (int i = 0; i < kUpdates; ++i) {
+    const std::string& model = i % 2 == 0 ? second_ : first_;
+    const HttpReply reply = post(port, "/update_weights_from_disk", {{"model_path", model}});
+    EXPECT_EQ(reply.status, 200) << reply.text;
+  }
+  write_file(stop_path, std::string_view("stop"));
+
+  int status = 0;
+  const auto deadline = Clock::now() + kRequestTimeout;
+  while (waitpid(reader, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(reader, SIGKILL);
+      waitpid(reader, &status, 0);
+      FAIL() << "the reader never accepted a snapshot after the updates";
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "accepted, mixed: " << read_file(result_path);
+
+  // The header tells the whole update apart: every rank at the served version, no update running.
+  for (const char* file : {"/rank-0.bin", "/rank-1.bin"}) {
+    const MappedRankFile mapped(cleanup.dir() + file);
+    EXPECT_EQ(mapped.version(), static_cast<uint64_t>(kUpdates)) << file;
+    EXPECT_EQ(mapped.update_in_progress(), 0u) << file;
+  }
+  EXPECT_EQ(served_version(port), static_cast<uint64_t>(kUpdates));
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+}
+
+}  // namespace
+}  // namespace shardload::testing
