@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/json_input.h"
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
@@ -124,7 +125,19 @@ std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why)
   }
   ::close(fd);
   text.resize(got);
-  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parse_manifest_text(text, why);
+}
+
+std::optional<nlohmann::json> parse_manifest_text(std::string_view text, std::string* why) {
+  nlohmann::json manifest;
+  try {
+    manifest =
+        parse_json(text, ErrorKind::kIo, "manifest.json",
+                   {.max_bytes = kMaxManifestBytes, .max_depth = kRequestJsonLimits.max_depth});
+  } catch (const Error& e) {
+    *why = e.what();
+    return std::nullopt;
+  }
   if (!manifest.is_object()) {
     *why = "manifest.json is not a JSON object";
     return std::nullopt;

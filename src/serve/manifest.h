@@ -36,5 +36,7 @@ void write_manifest(const ShmDir& dir, const nlohmann::json& manifest);
 // DIR/manifest.json parsed; nullopt, with the reason in `why`, when it is missing, not a regular
 // file of this user, larger than kMaxManifestBytes or not a JSON object.
 std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why);
+// The same from the file's text (nesting bounded as every JSON reader's).
+std::optional<nlohmann::json> parse_manifest_text(std::string_view text, std::string* why);
 
 }  // namespace shardload::serve
