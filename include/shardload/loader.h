@@ -86,11 +86,6 @@ enum class PostprocessMode {
 void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vector<uint32_t>& modules,
                          PostprocessMode mode = PostprocessMode::kOnce);
 
-// Post-processes only the expert slots `slots` marks (its size: the module's slot count) of one module,
-// in place, after those slots were rewritten (expert rebalancing); per-rank merged values (static input
-// scales) are recomputed from the whole per-part table. Does not read or change `processed`.
-void postprocess_slots(const Plan& plan, RankWeights& weights, uint32_t module, const std::vector<bool>& slots);
-
 // A view of one parameter of a loaded rank.
 TensorView param_view(const RankWeights& weights, const PlanParam& param);
 

@@ -71,8 +71,7 @@ void fill_slot(std::span<float> merged, uint64_t slots, uint64_t j, float value)
 
 // Static per-tensor FP8: the parts of each slot (q/k/v, gate/up) are brought to their largest scale m,
 // x = float(q) * s_k then q' = fp8(x / m), each step in float32, through a 256-entry table per part.
-void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32_t module,
-                const std::vector<bool>& only_slots = {}) {
+void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32_t module) {
   const std::vector<uint64_t>& part_rows = plan.modules[module].part_rows;
   const uint64_t slots = p.weight_scale_parts->shape[0];
   const uint64_t parts = p.weight_scale_parts->shape[1];
@@ -81,7 +80,6 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
   std::span<float> table = floats(base, *p.weight_scale_parts);
   std::span<float> merged = floats(base, *p.weight_scale);
   for (uint64_t j = 0; j < slots; ++j) {
-    if (!only_slots.empty() && !only_slots[j]) continue;
     float m = 0;
     for (uint64_t k = 0; k < parts; ++k) m = std::max(m, checked_scale(table[j * parts + k], *p.weight_scale_parts));
     uint64_t row = 0;
@@ -107,14 +105,13 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
 
 // Dynamic FP8: per slot (the whole rank tensor, or one expert), s = max(amax, 1e-12) / 448 and
 // q = fp8(w / s) in float32.
-void quantize(const ModuleParams& p, std::byte* base, const std::vector<bool>& only_slots = {}) {
+void quantize(const ModuleParams& p, std::byte* base) {
   const uint64_t slots = p.weight->shape.size() == 3 ? p.weight->shape[0] : 1;
   const uint64_t per_slot = p.weight->nbytes / slots;  // elements: one byte each
   std::span<float> source = floats(base, *p.dynamic_source);
   std::span<float> merged = floats(base, *p.weight_scale);
   auto* q = reinterpret_cast<uint8_t*>(base + p.weight->offset);
   for (uint64_t j = 0; j < slots; ++j) {
-    if (!only_slots.empty() && !only_slots[j]) continue;
     const float s = quantize_fp8_e4m3(source.subspan(j * per_slot, per_slot), {q + j * per_slot, per_slot});
     fill_slot(merged, slots, j, s);
   }
@@ -136,14 +133,6 @@ void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vect
     }
     weights.processed[module] = 1;
   }
-}
-
-void postprocess_slots(const Plan& plan, RankWeights& weights, uint32_t module, const std::vector<bool>& slots) {
-  const PostProcess post = plan.modules.at(module).post;
-  if (post == PostProcess::kNone) return;
-  const ModuleParams params = find_params(plan.ranks.at(static_cast<size_t>(weights.rank)), module);
-  if (post == PostProcess::kFp8Requantize) requantize(plan, params, weights.buffer.data(), module, slots);
-  if (post == PostProcess::kFp8Quantize) quantize(params, weights.buffer.data(), slots);
 }
 
 }  // namespace shardload
