@@ -155,7 +155,7 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
       const reload::Unit& unit = units[group[g]];
       RankWeights& weights = staging.ranks()[unit.rank_index];
       weights.processed[unit.module] = 0;
-      postprocess_modules(plan, weights, {unit.module});
+      postprocess_modules(plan, weights, {unit.module}, PostprocessMode::kOnce, &checkpoint);
     });
     return read;
   };
