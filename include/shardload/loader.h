@@ -81,15 +81,15 @@ enum class PostprocessMode {
   kForceAgain,  // run even on processed modules: only for tests that show what a second pass would break
 };
 
-// Post-processes the listed modules of a loaded rank in place (FP8 requantization and scale merging, dynamic
-// FP8 quantization; ../shared/spec/layout.md) and marks them processed.
-void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vector<uint32_t>& modules,
-                         PostprocessMode mode = PostprocessMode::kOnce);
-
-// Post-processes only the expert slots `slots` marks (its size: the module's slot count) of one module,
-// in place, after those slots were rewritten (expert rebalancing); per-rank merged values (static input
-// scales) are recomputed from the whole per-part table. Does not read or change `processed`.
-void postprocess_slots(const Plan& plan, RankWeights& weights, uint32_t module, const std::vector<bool>& slots);
+// Post-processes the listed modules of a loaded rank in place (FP8 requantization and scale
+// merging, dynamic FP8 quantization; ../shared/spec/layout.md) and marks them processed. Every FP8
+// scale read from the checkpoint (per-tensor weight and input scales, block FP8 weight_scale_inv
+// grids) must be positive and finite: otherwise Error(kInvalidArgument) naming the checkpoint
+// tensor, the block, the expert and, with `checkpoint` (the one the plan was made from), the file.
+void postprocess_modules(const Plan& plan, RankWeights& weights,
+                         const std::vector<uint32_t>& modules,
+                         PostprocessMode mode = PostprocessMode::kOnce,
+                         const Checkpoint* checkpoint = nullptr);
 
 // A view of one parameter of a loaded rank.
 TensorView param_view(const RankWeights& weights, const PlanParam& param);

@@ -95,6 +95,10 @@ struct PlanModule {
   std::string name;  // the rank tensor name of its main parameter
   PostProcess post = PostProcess::kNone;
   std::vector<uint64_t> part_rows;  // rows of each fused part within one slot of the weight
+  // Routed-expert modules: the row of Plan::physical_to_logical that places their slots (the MoE
+  // layer's index among MoE layers); -1 for every other module. Lets expert slots be named and
+  // moved without parsing tensor names.
+  int moe_layer = -1;
 };
 
 // A rank tensor: its name, dtype and shape as ../shared/spec/layout.md gives them, its place in the rank's

@@ -27,8 +27,10 @@ struct WeightFilter {
 // A model loaded once and then updated in place: its plan, one buffer per rank (every rank of the
 // plan, in rank order) and the count of successful updates. Buffers never move or change size.
 struct LiveModel {
-  std::string
-      model_path;  // the checkpoint of the last successful update (rebalancing reads experts here)
+  // The checkpoint of the last successful load or update: what the server reports and its restart
+  // reloads. Nothing reads it after the load: a rebalance moves live bytes, and an update names its
+  // own checkpoint. After a filtered update the live bytes are not all from it.
+  std::string model_path;
   Plan plan;
   std::vector<RankWeights> ranks;
   uint64_t version = 0;
@@ -59,6 +61,7 @@ struct UpdateResult {
   uint64_t changed_bytes = 0;    // live bytes rewritten, summed over ranks
   uint64_t read_bytes = 0;       // checkpoint bytes read
   uint64_t local_bytes = 0;   // rebalancing: expert bytes copied from another slot of the same rank
+  uint64_t remote_bytes = 0;  // rebalancing: expert bytes copied from a slot of another rank
   uint64_t modules = 0;       // (rank, module) pairs rewritten
   uint64_t groups = 0;        // atomic commit groups
   double seconds_stage = 0;   // read, convert, validate, post-process into staging
@@ -83,11 +86,17 @@ LiveModel load_live(const std::string& model_path, const ParallelConfig& paralle
 UpdateResult update_weights(LiveModel& live, const std::string& model_path,
                             const WeightFilter& filter, const UpdateOptions& options = {});
 
-// Applies a new physical-to-logical expert map (one row per MoE layer, P entries) in place: slots
-// whose logical expert is unchanged are not rewritten; an expert the rank already holds in another
-// slot is copied locally; the rest are read from live.model_path. Per-rank merged scales (static
-// FP8 input scales) are recomputed. A map of the wrong shape or naming an unknown expert is
-// rejected before any change.
+// Applies a new physical-to-logical expert map (one row per MoE layer, P entries, every expert
+// placed in every row) in place, moving live bytes only: nothing is read from storage. Slots whose
+// logical expert is unchanged are not rewritten; every other slot is copied from a live slot that
+// holds its new expert (of the same rank when there is one, else of another rank), already
+// post-processed and with its rows of every per-expert scale; per-rank merged scales (static FP8
+// input scales, the maximum over the rank's experts) are recomputed. The result is exactly what a
+// fresh load of the live weights under the new map gives, and live.plan becomes that load's plan
+// (derived from the live plan, without the checkpoint). A map of the wrong shape or naming an
+// unknown expert is rejected before any change; with a staging bound, modules that exchange slots
+// between ranks are committed in one group, and a cancellation is honoured only before the first
+// commit, so a rebalance is never left half done.
 UpdateResult rebalance_experts(LiveModel& live,
                                const std::vector<std::vector<int>>& physical_to_logical,
                                const UpdateOptions& options = {});

@@ -621,12 +621,14 @@ class Executor {
   const std::atomic<bool>* cancel_ = nullptr;
 };
 
-// Post-processes the listed modules of every rank, in parallel over (rank, module).
-void postprocess_ranks(const Plan& plan, std::vector<RankWeights>& ranks,
+// Post-processes the listed modules of every rank, in parallel over (rank, module). Block FP8
+// modules have nothing to compute but their scales to check.
+void postprocess_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
                        const std::vector<bool>& modules, int threads) {
   std::vector<uint32_t> list;
   for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-    if ((modules.empty() || modules[m]) && plan.modules[m].post != PostProcess::kNone)
+    if ((modules.empty() || modules[m]) && (plan.modules[m].post != PostProcess::kNone ||
+                                            plan.quantization == Quantization::kFp8Block))
       list.push_back(m);
   }
   for (RankWeights& weights : ranks) {
@@ -636,7 +638,8 @@ void postprocess_ranks(const Plan& plan, std::vector<RankWeights>& ranks,
     }
   }
   parallel_for(ranks.size() * list.size(), threads, [&](size_t i, int) {
-    postprocess_modules(plan, ranks[i / list.size()], {list[i % list.size()]});
+    postprocess_modules(plan, ranks[i / list.size()], {list[i % list.size()]},
+                        PostprocessMode::kOnce, &ckpt);
   });
   for (RankWeights& weights : ranks) {
     for (uint32_t m = 0; m < plan.modules.size(); ++m) {
@@ -661,7 +664,7 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
   const IoMode io = executor.run(options.threads, options.io, options.progress);
   const double copy = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  postprocess_ranks(plan, ranks, modules, options.threads);
+  postprocess_ranks(ckpt, plan, ranks, modules, options.threads);
   if (stats != nullptr) {
     stats->seconds_copy = copy;
     stats->io = io;

@@ -55,12 +55,73 @@ std::span<float> floats(std::byte* base, const PlanParam& param) {
   return {reinterpret_cast<float*>(base + param.offset), param.nbytes / sizeof(float)};
 }
 
-float checked_scale(float scale, const PlanParam& table) {
-  if (!(scale > 0) || !std::isfinite(scale)) {
-    throw Error(ErrorKind::kInvalidArgument, "an FP8 scale must be positive and finite",
-                {.tensor = table.name, .expected = "> 0", .found = fmt::format("{}", scale)});
+// Checks the FP8 scales read from a checkpoint, as every load, export and update does before the
+// weights can go live: a scale must be positive and finite. An error names what a user can find:
+// the checkpoint file and tensor, the block of a block scale, and the expert of an expert slot (not
+// the internal [slots, parts] tables the values were gathered in).
+class ScaleCheck {
+ public:
+  ScaleCheck(const Plan& plan, const RankWeights& weights, const Checkpoint* checkpoint)
+      : plan_(plan), weights_(weights), checkpoint_(checkpoint) {}
+
+  // The value at byte `at` of `param` (a table or grid a piece filled), checked.
+  float operator()(const PlanParam& param, uint64_t at) const {
+    float value = 0;
+    std::memcpy(&value, weights_.buffer.data() + param.offset + at, sizeof value);
+    if (!(value > 0) || !std::isfinite(value)) throw bad(param, at, value);
+    return value;
   }
-  return scale;
+
+ private:
+  Error bad(const PlanParam& param, uint64_t at, float value) const {
+    // The piece that put the value there: a dense [rows, cols] block of the source at dst_offset.
+    const PlanPiece* piece = nullptr;
+    for (const PlanPiece& p : param.pieces) {
+      if (at >= p.dst_offset && at < p.dst_offset + p.rows() * p.cols() * sizeof(float)) piece = &p;
+    }
+    std::vector<std::string> where;
+    ErrorDetails details{.expected = "> 0", .found = fmt::format("{}", value)};
+    if (piece == nullptr) {
+      details.tensor = param.name;  // no checkpoint tensor (cannot happen for a planned table)
+    } else {
+      const PlanSource& source = plan_.sources[piece->source];
+      details.tensor = source.name;
+      if (checkpoint_ != nullptr && source.file < checkpoint_->files().size()) {
+        details.file = checkpoint_->files()[source.file].path();
+      }
+      if (plan_.quantization == Quantization::kFp8Block) {  // the grid of weight_scale_inv
+        const uint64_t index = (at - piece->dst_offset) / sizeof(float);
+        where.push_back(fmt::format("block (row {}, column {})",
+                                    piece->row_begin + index / piece->cols(),
+                                    piece->col_begin + index % piece->cols()));
+      }
+    }
+    const PlanModule& module = plan_.modules[param.module];
+    if (module.moe_layer >= 0 && plan_.parallel.ep > 0 && !param.shape.empty() &&
+        param.shape[0] > 0) {
+      const RankPlan& rank = plan_.ranks.at(static_cast<size_t>(weights_.rank));
+      const uint64_t slots = param.shape[0];
+      const uint64_t slot = at / (param.nbytes / slots);
+      const int expert = plan_.physical_to_logical.at(static_cast<size_t>(module.moe_layer))
+                             .at(static_cast<size_t>(rank.ep_rank) * slots + slot);
+      where.push_back(fmt::format("expert {} (slot {} of rank {})", expert, slot, weights_.rank));
+    }
+    details.field = fmt::format("{}", fmt::join(where, " of "));
+    return Error(ErrorKind::kInvalidArgument, "an FP8 scale must be positive and finite",
+                 std::move(details));
+  }
+
+  const Plan& plan_;
+  const RankWeights& weights_;
+  const Checkpoint* checkpoint_;
+};
+
+// Block FP8 keeps the checkpoint's scale grids as they are; every block is checked all the same.
+void check_block_scales(const PlanParam& scale, const ScaleCheck& check) {
+  for (const PlanPiece& piece : scale.pieces) {
+    for (uint64_t i = 0; i < piece.rows() * piece.cols(); ++i)
+      check(scale, piece.dst_offset + i * sizeof(float));
+  }
 }
 
 // Every entry of a merged scale that belongs to slot j (1 for [1] and [El], 2 for w13's [El, 2]).
@@ -72,7 +133,7 @@ void fill_slot(std::span<float> merged, uint64_t slots, uint64_t j, float value)
 // Static per-tensor FP8: the parts of each slot (q/k/v, gate/up) are brought to their largest scale m,
 // x = float(q) * s_k then q' = fp8(x / m), each step in float32, through a 256-entry table per part.
 void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32_t module,
-                const std::vector<bool>& only_slots = {}) {
+                const ScaleCheck& check) {
   const std::vector<uint64_t>& part_rows = plan.modules[module].part_rows;
   const uint64_t slots = p.weight_scale_parts->shape[0];
   const uint64_t parts = p.weight_scale_parts->shape[1];
@@ -81,9 +142,9 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
   std::span<float> table = floats(base, *p.weight_scale_parts);
   std::span<float> merged = floats(base, *p.weight_scale);
   for (uint64_t j = 0; j < slots; ++j) {
-    if (!only_slots.empty() && !only_slots[j]) continue;
     float m = 0;
-    for (uint64_t k = 0; k < parts; ++k) m = std::max(m, checked_scale(table[j * parts + k], *p.weight_scale_parts));
+    for (uint64_t k = 0; k < parts; ++k)
+      m = std::max(m, check(*p.weight_scale_parts, (j * parts + k) * sizeof(float)));
     uint64_t row = 0;
     for (uint64_t k = 0; k < parts; ++k) {
       const float s = table[j * parts + k];
@@ -99,7 +160,9 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
   }
   if (p.input_scale != nullptr) {
     float m = 0;
-    for (float s : floats(base, *p.input_scale_parts)) m = std::max(m, checked_scale(s, *p.input_scale_parts));
+    for (uint64_t i = 0; i < p.input_scale_parts->nbytes / sizeof(float); ++i) {
+      m = std::max(m, check(*p.input_scale_parts, i * sizeof(float)));
+    }
     std::span<float> input = floats(base, *p.input_scale);
     std::fill(input.begin(), input.end(), m);
   }
@@ -107,14 +170,13 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
 
 // Dynamic FP8: per slot (the whole rank tensor, or one expert), s = max(amax, 1e-12) / 448 and
 // q = fp8(w / s) in float32.
-void quantize(const ModuleParams& p, std::byte* base, const std::vector<bool>& only_slots = {}) {
+void quantize(const ModuleParams& p, std::byte* base) {
   const uint64_t slots = p.weight->shape.size() == 3 ? p.weight->shape[0] : 1;
   const uint64_t per_slot = p.weight->nbytes / slots;  // elements: one byte each
   std::span<float> source = floats(base, *p.dynamic_source);
   std::span<float> merged = floats(base, *p.weight_scale);
   auto* q = reinterpret_cast<uint8_t*>(base + p.weight->offset);
   for (uint64_t j = 0; j < slots; ++j) {
-    if (!only_slots.empty() && !only_slots[j]) continue;
     const float s = quantize_fp8_e4m3(source.subspan(j * per_slot, per_slot), {q + j * per_slot, per_slot});
     fill_slot(merged, slots, j, s);
   }
@@ -122,28 +184,26 @@ void quantize(const ModuleParams& p, std::byte* base, const std::vector<bool>& o
 
 }  // namespace
 
-void postprocess_modules(const Plan& plan, RankWeights& weights, const std::vector<uint32_t>& modules,
-                         PostprocessMode mode) {
+void postprocess_modules(const Plan& plan, RankWeights& weights,
+                         const std::vector<uint32_t>& modules, PostprocessMode mode,
+                         const Checkpoint* checkpoint) {
   const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
   weights.processed.resize(plan.modules.size(), 0);
+  const ScaleCheck check(plan, weights, checkpoint);
   for (uint32_t module : modules) {
     if (mode == PostprocessMode::kOnce && weights.processed[module] != 0) continue;
     const PostProcess post = plan.modules[module].post;
-    if (post != PostProcess::kNone) {
+    if (post != PostProcess::kNone || plan.quantization == Quantization::kFp8Block) {
       const ModuleParams params = find_params(rank, module);
-      if (post == PostProcess::kFp8Requantize) requantize(plan, params, weights.buffer.data(), module);
+      if (post == PostProcess::kFp8Requantize)
+        requantize(plan, params, weights.buffer.data(), module, check);
       if (post == PostProcess::kFp8Quantize) quantize(params, weights.buffer.data());
+      if (plan.quantization == Quantization::kFp8Block && params.weight_scale != nullptr) {
+        check_block_scales(*params.weight_scale, check);
+      }
     }
     weights.processed[module] = 1;
   }
-}
-
-void postprocess_slots(const Plan& plan, RankWeights& weights, uint32_t module, const std::vector<bool>& slots) {
-  const PostProcess post = plan.modules.at(module).post;
-  if (post == PostProcess::kNone) return;
-  const ModuleParams params = find_params(plan.ranks.at(static_cast<size_t>(weights.rank)), module);
-  if (post == PostProcess::kFp8Requantize) requantize(plan, params, weights.buffer.data(), module, slots);
-  if (post == PostProcess::kFp8Quantize) quantize(params, weights.buffer.data(), slots);
 }
 
 }  // namespace shardload

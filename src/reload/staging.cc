@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "core/fault_injection.h"
@@ -32,7 +33,8 @@ void add_range(Unit& unit, uint64_t offset, uint64_t bytes) {
 
 std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uint64_t bound,
                                              const Plan& plan,
-                                             const std::vector<RankWeights>& ranks) {
+                                             const std::vector<RankWeights>& ranks,
+                                             const std::vector<size_t>& together) {
   std::vector<std::vector<size_t>> groups;
   if (units.empty()) return groups;
   if (bound == 0) {
@@ -40,22 +42,44 @@ std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uin
     for (size_t i = 0; i < units.size(); ++i) groups[0][i] = i;
     return groups;
   }
-  uint64_t used = 0;
+  // Items placed whole: a unit, or the units sharing a `together` id, in order of their first unit.
+  std::vector<std::vector<size_t>> items;
+  std::vector<size_t> item_of(together.empty() ? 0 : units.size(), SIZE_MAX);
   for (size_t i = 0; i < units.size(); ++i) {
-    const Unit& unit = units[i];
-    if (unit.bytes > bound) {
-      throw Error(ErrorKind::kInvalidArgument, "a module is larger than the staging bound",
+    if (together.empty()) {
+      items.push_back({i});
+      continue;
+    }
+    size_t& item = item_of.at(together[i]);
+    if (item == SIZE_MAX) {
+      item = items.size();
+      items.emplace_back();
+    }
+    items[item].push_back(i);
+  }
+  uint64_t used = 0;
+  for (const std::vector<size_t>& item : items) {
+    uint64_t bytes = 0;
+    for (size_t u : item) bytes += units[u].bytes;
+    if (bytes > bound) {
+      const Unit& unit = units[item.front()];
+      throw Error(ErrorKind::kInvalidArgument,
+                  item.size() == 1
+                      ? "a module is larger than the staging bound"
+                      : fmt::format("{} modules that exchange expert slots between ranks must be "
+                                    "staged together, and are larger than the staging bound",
+                                    item.size()),
                   {.tensor = plan.modules[unit.module].name,
                    .field = fmt::format("staging_bytes (rank {})", ranks[unit.rank_index].rank),
-                   .expected = fmt::format("at least {} bytes", unit.bytes),
+                   .expected = fmt::format("at least {} bytes", bytes),
                    .found = fmt::format("{} bytes", bound)});
     }
-    if (groups.empty() || used + unit.bytes > bound) {
+    if (groups.empty() || used + bytes > bound) {
       groups.emplace_back();
       used = 0;
     }
-    groups.back().push_back(i);
-    used += unit.bytes;
+    groups.back().insert(groups.back().end(), item.begin(), item.end());
+    used += bytes;
   }
   return groups;
 }

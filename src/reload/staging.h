@@ -29,11 +29,15 @@ struct Unit {
 
 void add_range(Unit& unit, uint64_t offset, uint64_t bytes);
 
-// Splits units into groups of at most `bound` staged bytes (0: one group). Throws
-// Error(kInvalidArgument) before anything is read when a single unit is larger than the bound.
+// Splits units into groups of at most `bound` staged bytes (0: one group). Units with the same
+// `together` id (one per unit; empty: every unit on its own) go into the same group: a rebalance
+// copying a slot from another rank must stage it before that rank's own commit rewrites it. Throws
+// Error(kInvalidArgument) before anything is read when a unit, or units that must stay together,
+// are larger than the bound.
 std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uint64_t bound,
                                              const Plan& plan,
-                                             const std::vector<RankWeights>& ranks);
+                                             const std::vector<RankWeights>& ranks,
+                                             const std::vector<size_t>& together = {});
 
 // A mirror of every live rank buffer at the same offsets, so that the loader and post-processing
 // run on it unchanged. Its pages are untouched until written (anonymous memory), so it costs what

@@ -17,11 +17,12 @@ Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
 // Fills the staging of one commit group; returns the checkpoint bytes read.
 using StageGroup = std::function<uint64_t(Staging& staging, const std::vector<size_t>& group)>;
 
-// The common frame of updates and rebalancing: groups the units under the staging bound, then per
-// group stages, checks that no file changed and that nothing cancelled, and commits; counts the
+// The common frame of updates and rebalancing: groups the units under the staging bound (`together`
+// as group_units takes it), then per group stages, checks that no file of `checkpoint` changed
+// (nullptr: nothing is read from storage) and that nothing cancelled, and commits; counts the
 // version.
-UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Plan& plan,
+UpdateResult run_update(LiveModel& live, const Checkpoint* checkpoint, const Plan& plan,
                         const std::vector<Unit>& units, const StageGroup& stage,
-                        const UpdateOptions& options);
+                        const UpdateOptions& options, const std::vector<size_t>& together = {});
 
 }  // namespace shardload::reload

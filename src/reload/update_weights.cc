@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
@@ -60,12 +61,13 @@ Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
   return plan;
 }
 
-UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Plan& plan,
+UpdateResult run_update(LiveModel& live, const Checkpoint* checkpoint, const Plan& plan,
                         const std::vector<Unit>& units, const StageGroup& stage,
-                        const UpdateOptions& options) {
+                        const UpdateOptions& options, const std::vector<size_t>& together) {
   UpdateResult result;
-  const auto groups = group_units(units, options.staging_bytes, plan, live.ranks);
-  const FileWatch watch(checkpoint);
+  const auto groups = group_units(units, options.staging_bytes, plan, live.ranks, together);
+  std::optional<FileWatch> watch;
+  if (checkpoint != nullptr) watch.emplace(*checkpoint);
   const bool keep = options.keep_staging && options.staging_bytes == 0;
   if (!keep) live.kept_staging.clear();
   Staging staging(live);
@@ -73,7 +75,7 @@ UpdateResult run_update(LiveModel& live, const Checkpoint& checkpoint, const Pla
   try {
     for (const std::vector<size_t>& group : groups) {
       result.read_bytes += stage(staging, group);
-      watch.check();  // a file changed under the reader: its bytes may be a mix
+      if (watch) watch->check();  // a file changed under the reader: its bytes may be a mix
       if (options.cancel != nullptr && options.cancel->load()) {
         throw Error(ErrorKind::kCancelled, "the update was cancelled before its commit");
       }
@@ -153,11 +155,11 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
       const reload::Unit& unit = units[group[g]];
       RankWeights& weights = staging.ranks()[unit.rank_index];
       weights.processed[unit.module] = 0;
-      postprocess_modules(plan, weights, {unit.module});
+      postprocess_modules(plan, weights, {unit.module}, PostprocessMode::kOnce, &checkpoint);
     });
     return read;
   };
-  UpdateResult result = reload::run_update(live, checkpoint, plan, units, stage, options);
+  UpdateResult result = reload::run_update(live, &checkpoint, plan, units, stage, options);
   live.model_path = model_path;
   result.seconds_stage = std::max(0.0, seconds_since(start) - result.seconds_commit);
   return result;

@@ -124,8 +124,9 @@ Reply WeightService::rebalance(std::string_view body) {
     finish_change();
     return {200,
             {{"success", true},
-             {"message", fmt::format("rebalanced: {}; {} bytes copied locally, {} read",
-                                     summary(result), result.local_bytes, result.read_bytes)},
+             {"message", fmt::format("rebalanced: {}; {} bytes copied within ranks, {} between "
+                                     "ranks, nothing read from storage",
+                                     summary(result), result.local_bytes, result.remote_bytes)},
              {"version", result.version},
              {"num_updated_tensors", result.updated_tensors},
              {"physical_to_logical_map", live.plan.physical_to_logical}}};

@@ -597,7 +597,10 @@ class Planner {
   // One module per rule instance; its post-processing follows from the quantization.
   void plan_modules() {
     for (const Instance& inst : instances_) {
-      PlanModule module{inst.target, PostProcess::kNone, {}};
+      PlanModule module{inst.target,
+                        PostProcess::kNone,
+                        {},
+                        inst.rule->group == Group::kExpert ? inst.moe_layer : -1};
       if (inst.quantized && plan_.quantization == Quantization::kFp8) module.post = PostProcess::kFp8Requantize;
       if (inst.quantized && plan_.quantization == Quantization::kFp8Dynamic) module.post = PostProcess::kFp8Quantize;
       plan_.modules.push_back(std::move(module));

@@ -1,18 +1,24 @@
 // FP8 post-processing through real checkpoints made by make-tiny: code-exact requantization and dynamic
 // quantization against a float64 reference written here (not the library's converter), idempotent loads,
 // a negative control that forces a second pass, and partial loads that leave other modules untouched.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "fp8_reference.h"
+#include "run_command.h"
 #include "shardload/convert.h"
+#include "shardload/error.h"
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
-#include "fp8_reference.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -286,6 +292,118 @@ TEST(Fp8DynamicTest, EachRankTensorAndExpertGetsItsOwnScaleCodeExact) {
   EXPECT_EQ(param(rank, "model.embed_tokens.weight").dtype, DType::kBF16);
   EXPECT_EQ(param(rank, "model.layers.1.mlp.gate.weight").dtype, DType::kBF16);
   EXPECT_EQ(param(rank, a + "q_norm.weight").dtype, DType::kF32);
+}
+
+// Overwrites element `index` of float32 tensor `tensor` in place; returns the file that holds it.
+std::string poke_float(const std::string& model, const std::string& tensor, uint64_t index,
+                       float value) {
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const Checkpoint::Entry& entry = ckpt.at(tensor);
+  const SafetensorsFile& file = ckpt.files()[entry.file];
+  EXPECT_EQ(entry.info->dtype, DType::kF32) << tensor;
+  EXPECT_LT(index * 4, entry.info->nbytes()) << tensor;
+  const int fd = ::open(file.path().c_str(), O_WRONLY);
+  EXPECT_GE(fd, 0) << file.path();
+  EXPECT_EQ(::pwrite(fd, &value, 4,
+                     static_cast<off_t>(file.header().data_start + entry.info->begin + index * 4)),
+            4);
+  ::close(fd);
+  return file.path();
+}
+
+// The Error a load of `model` under tp/ep throws (a failure when it loads).
+Error load_error(const std::string& model, int tp, int ep) {
+  const Checkpoint ckpt = Checkpoint::open(model);
+  try {
+    load_ranks(ckpt, plan_of(ckpt, tp, ep));
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << model << " loaded";
+  return Error(ErrorKind::kIo, "no error");
+}
+
+// Block FP8 scales are checked as per-tensor ones are: a NaN, zero or negative weight_scale_inv
+// block fails the load, naming the file, the checkpoint tensor, the block and the expert.
+TEST(Fp8ScaleErrors, BadBlockScaleFailsTheLoad) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "fp8-block", 3);
+  // up_proj [512, 256]: a [4, 2] grid, block (row 3, column 1) is element 7; at tp 4 / ep 2 its
+  // rows 256-511 are on the second rank of EP rank 1, whose slot 0 holds expert 2.
+  const std::string name = "model.layers.1.mlp.experts.2.up_proj.weight_scale_inv";
+  for (const float bad : {std::nanf(""), 0.0f, -2.0f, -std::numeric_limits<float>::infinity()}) {
+    const std::string file = poke_float(model, name, 7, bad);
+    const Error e = load_error(model, 4, 2);
+    const std::string message = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << message;
+    EXPECT_EQ(e.file(), file) << message;
+    EXPECT_EQ(e.tensor(), name) << message;
+    EXPECT_NE(message.find("block (row 3, column 1)"), std::string::npos) << message;
+    EXPECT_NE(message.find("expert 2 "), std::string::npos) << message;
+    EXPECT_NE(message.find("positive and finite"), std::string::npos) << message;
+  }
+  poke_float(model, name, 7, 0.25f);
+  EXPECT_NO_THROW(load_ranks(Checkpoint::open(model), plan_of(Checkpoint::open(model), 4, 2)));
+  // A dense layer's grid: o_proj [256, 512] has [2, 4] blocks; element 6 is block (row 1, column
+  // 2).
+  const std::string o_proj = "model.layers.0.self_attn.o_proj.weight_scale_inv";
+  poke_float(model, o_proj, 6, 0.0f);
+  const Error e = load_error(model, 2, 1);
+  EXPECT_EQ(e.tensor(), o_proj) << e.what();
+  EXPECT_NE(std::string(e.what()).find("block (row 1, column 2)"), std::string::npos) << e.what();
+  EXPECT_EQ(std::string(e.what()).find("expert"), std::string::npos) << e.what();
+}
+
+// The export command loads before it writes: a bad block scale exits 1 with the same error, and
+// writes nothing.
+TEST(Fp8ScaleErrors, BadBlockScaleFailsTheExport) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "fp8-block", 4);
+  const std::string name = "model.layers.1.mlp.experts.0.gate_proj.weight_scale_inv";
+  poke_float(model, name, 0, std::nanf(""));
+  const std::string out = dir.file("export");
+  const ::shardload::testing::CommandResult result = ::shardload::testing::run_command(
+      {SHARDLOAD_BIN, "export", model, "--out", out, "--tp", "2", "--ep", "2"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(result.err.find(name), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("block (row 0, column 0)"), std::string::npos) << result.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// Per-tensor scales: the error names the checkpoint tensor, its file and the expert, not the
+// internal [slots, parts] table the scales are gathered in.
+TEST(Fp8ScaleErrors, BadPerTensorScaleNamesTheCheckpointTensorAndExpert) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "fp8", 5);
+  // tp 2 / ep 2: expert 3 sits in slot 3 of rank 0.
+  const std::string weight = "model.layers.1.mlp.experts.3.up_proj.weight_scale";
+  std::string file = poke_float(model, weight, 0, 0.0f);
+  Error e = load_error(model, 2, 2);
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+  EXPECT_EQ(e.file(), file) << e.what();
+  EXPECT_EQ(e.tensor(), weight) << e.what();
+  EXPECT_NE(std::string(e.what()).find("expert 3 (slot 3 of rank 0)"), std::string::npos)
+      << e.what();
+  EXPECT_EQ(std::string(e.what()).find("_parts"), std::string::npos) << e.what();
+  poke_float(model, weight, 0, 0.5f);
+
+  const std::string input = "model.layers.3.mlp.experts.6.gate_proj.input_scale";
+  file = poke_float(model, input, 0, std::nanf(""));
+  e = load_error(model, 2, 2);
+  EXPECT_EQ(e.file(), file) << e.what();
+  EXPECT_EQ(e.tensor(), input) << e.what();
+  EXPECT_NE(std::string(e.what()).find("expert 6 (slot 2 of rank 1)"), std::string::npos)
+      << e.what();
+  EXPECT_EQ(std::string(e.what()).find("_parts"), std::string::npos) << e.what();
+  poke_float(model, input, 0, 0.5f);
+
+  // A dense layer names its tensor, and no expert.
+  const std::string k_proj = "model.layers.0.self_attn.k_proj.weight_scale";
+  file = poke_float(model, k_proj, 0, -1.0f);
+  e = load_error(model, 2, 2);
+  EXPECT_EQ(e.file(), file) << e.what();
+  EXPECT_EQ(e.tensor(), k_proj) << e.what();
+  EXPECT_EQ(std::string(e.what()).find("expert"), std::string::npos) << e.what();
 }
 
 }  // namespace

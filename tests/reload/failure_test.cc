@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -168,19 +169,76 @@ TEST_F(UpdateFailure, Cancelled) {
 
 TEST_F(UpdateFailure, BadScaleFoundByPostProcessing) {
   const std::string copy = copy_of_b();
-  const Checkpoint ckpt = Checkpoint::open(copy);
   const std::string name = "model.layers.1.mlp.experts.0.up_proj.weight_scale";
-  const Checkpoint::Entry& entry = ckpt.at(name);
-  const float zero = 0.0f;
-  const int fd = ::open(ckpt.files()[entry.file].path().c_str(), O_WRONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::pwrite(fd, &zero, 4,
-                     static_cast<off_t>(ckpt.files()[entry.file].header().data_start +
-                                        entry.info->begin)),
-            4);
-  ::close(fd);
+  const std::string file = poke_float(copy, name, 0, 0.0f);
   const std::string message = expect_failure(copy, ErrorKind::kInvalidArgument);
   EXPECT_NE(message.find("scale"), std::string::npos) << message;
+  // What a user can look up (file, checkpoint tensor, expert), not the internal per-part table.
+  EXPECT_NE(message.find(file), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + name + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("expert 0 "), std::string::npos) << message;
+  EXPECT_EQ(message.find("_parts"), std::string::npos) << message;
+}
+
+TEST_F(UpdateFailure, BadInputScaleNamesItsTensorAndExpert) {
+  const std::string copy = copy_of_b();
+  const std::string name = "model.layers.2.mlp.experts.5.down_proj.input_scale";
+  const std::string file = poke_float(copy, name, 0, -1.0f);
+  const std::string message = expect_failure(copy, ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find(file), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + name + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("expert 5 "), std::string::npos) << message;
+  EXPECT_EQ(message.find("_parts"), std::string::npos) << message;
+}
+
+// Block FP8 keeps the checkpoint's weight_scale_inv grids, and checks every block all the same: a
+// NaN, zero or negative block scale fails the update before its commit, naming file, tensor and
+// block.
+TEST(UpdateBlockScale, BadBlockScaleFailsBeforeTheCommit) {
+  TempDir dir;
+  const std::string a = make_model(dir, "qwen3_moe", 1, "fp8-block");
+  const std::string b = make_model(dir, "qwen3_moe", 2, "fp8-block");
+  LiveModel live = load_live(a, layout(2, 2));
+  const Snapshot before = snapshot(live);
+  // up_proj [512, 256] has a [4, 2] grid; block (row 3, column 1) is element 7. Expert 2 sits in
+  // slot 0 of EP rank 1.
+  const std::string name = "model.layers.1.mlp.experts.2.up_proj.weight_scale_inv";
+  int copies = 0;
+  for (const float bad : {std::nanf(""), 0.0f, -0.5f}) {
+    const std::string copy = dir.file("b-" + std::to_string(copies++));
+    std::filesystem::copy(b, copy, std::filesystem::copy_options::recursive);
+    const std::string file = poke_float(copy, name, 7, bad);
+    for (const WeightFilter& filter :
+         {WeightFilter{}, WeightFilter{.substrings = {"mlp.experts.2."}}}) {
+      try {
+        update_weights(live, copy, filter);
+        ADD_FAILURE() << "the update succeeded with a block scale of " << bad;
+      } catch (const Error& e) {
+        const std::string message = e.what();
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << message;
+        EXPECT_EQ(e.file(), file) << message;
+        EXPECT_EQ(e.tensor(), name) << message;
+        EXPECT_NE(message.find("block (row 3, column 1)"), std::string::npos) << message;
+        EXPECT_NE(message.find("expert 2 "), std::string::npos) << message;
+      }
+      expect_unchanged(before, live);
+      EXPECT_EQ(live.version, 0u);
+      EXPECT_EQ(live.model_path, a);
+    }
+  }
+  // Attention's grids too ([hidden / 128, heads x head_dim / 128] for o_proj).
+  const std::string copy = dir.file("b-attention");
+  std::filesystem::copy(b, copy, std::filesystem::copy_options::recursive);
+  poke_float(copy, "model.layers.0.self_attn.o_proj.weight_scale_inv", 1, 0.0f);
+  try {
+    update_weights(live, copy, {.substrings = {"self_attn"}});
+    ADD_FAILURE() << "the update succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.tensor(), "model.layers.0.self_attn.o_proj.weight_scale_inv") << e.what();
+    EXPECT_NE(std::string(e.what()).find("block (row 0, column 1)"), std::string::npos) << e.what();
+  }
+  expect_unchanged(before, live);
+  EXPECT_EQ(live.version, 0u);
 }
 
 TEST_F(UpdateFailure, FilterSelectingNothing) {

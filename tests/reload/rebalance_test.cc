@@ -41,9 +41,10 @@ TEST_P(Rebalance, EqualsAFreshLoadUnderTheNewMap) {
   const auto where = addresses(live);
   const Snapshot before = snapshot(live);
 
-  // Rank 0 keeps slots 0 and 2, moves expert 1 (held in slot 1) to slot 3 by a local copy, reads 7
-  // and 6; rank 1 keeps 4 and 5, gains 3 (read), keeps 0 and 1 in its redundant slots.
-  // With 4 experts (3 slots per rank): 0 1 2 -> 0 3 1 (read 3, copy 1) and 3 0 1 -> 2 0 1 (read 2).
+  // Rank 0 keeps slots 0 and 2, moves expert 1 (held in slot 1) to slot 3 by a local copy, copies 7
+  // and 6 from rank 1; rank 1 keeps 4 and 5, gains 3 (from rank 0), keeps 0 and 1 in its redundant
+  // slots. With 4 experts (3 slots per rank): 0 1 2 -> 0 3 1 (3 from rank 1, 1 copied locally) and
+  // 3 0 1 -> 2 0 1 (2 from rank 0).
   const Map next = rows(layers, eight ? std::vector<int>{0, 7, 2, 1, 6, 4, 5, 3, 0, 1}
                                       : std::vector<int>{0, 3, 1, 2, 0, 1});
   const UpdateResult result = rebalance_experts(live, next);
@@ -102,6 +103,7 @@ TEST(RebalanceErrors, BadMapsAreRejectedBeforeAnyChange) {
   expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, -1}), "unknown expert");
   expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6}), "one entry per physical slot");
   expect_rejected(rows(2, {0, 1, 2, 3, 4, 5, 6, 7}), "one row per MoE layer");
+  expect_rejected(rows(3, {0, 0, 1, 2, 3, 4, 5, 6}), "places 7 of 8 logical experts");
 }
 
 TEST(RebalanceErrors, DenseModelHasNothingToRebalance) {

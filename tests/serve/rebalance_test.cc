@@ -3,11 +3,13 @@
 // a bad map changes nothing; a kept directory keeps its map across a restart.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "serve_harness.h"
 #include "shardload/eplb.h"
+#include "shardload/reload.h"
 
 namespace shardload::testing {
 namespace {
@@ -23,9 +25,10 @@ class ServeRebalanceTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete models_; }
 
-  std::unique_ptr<ServerProcess> start(const std::string& name, bool keep) {
-    std::vector<std::string> args = {model_, "--tp",   "2", "--ep",      "2", "--name",
-                                     name,   "--port", "0", "--threads", "2"};
+  std::unique_ptr<ServerProcess> start(const std::string& name, bool keep,
+                                       const std::string& model = model_) {
+    std::vector<std::string> args = {model, "--tp",   "2", "--ep",      "2", "--name",
+                                     name,  "--port", "0", "--threads", "2"};
     if (keep) args.push_back("--keep");
     return std::make_unique<ServerProcess>(args);
   }
@@ -83,6 +86,52 @@ TEST_F(ServeRebalanceTest, ExplicitMapMovesExpertsInPlace) {
   EXPECT_EQ(manifest["physical_to_logical_map"], nlohmann::json(map));
   EXPECT_EQ(manifest["version"], 1);
   EXPECT_EQ(served_version(port), 1u);
+  stop(*server);
+}
+
+// The exported tensors of a live model, as expected_checksums gives them for a fresh load.
+Checksums live_checksums(const LiveModel& live) {
+  Checksums out;
+  for (const RankWeights& weights : live.ranks) {
+    for (const PlanParam& param : live.plan.ranks[static_cast<size_t>(weights.rank)].params) {
+      if (param.exported()) {
+        out[checksum_key(weights.rank, param.name)] = xxh3_hex(param_view(weights, param).data);
+      }
+    }
+  }
+  return out;
+}
+
+// After an update from checkpoint B filtered to attention, a rebalance moves the served experts
+// (A's, not B's and not a mix) and reads nothing: both checkpoint directories are gone by then.
+TEST_F(ServeRebalanceTest, AfterAFilteredUpdateMovesTheLiveBytesWithoutTheCheckpoint) {
+  TempDir dir;
+  const std::string a = dir.file("a");
+  std::filesystem::copy(model_, a, std::filesystem::copy_options::recursive);
+  const std::string b = make_moe_model(dir, "b", 6);
+  const std::string name = unique_name("live");
+  const ShmCleanup cleanup(name);
+  auto server = start(name, false, a);
+  const int port = server->wait_for_port();
+  ASSERT_GT(port, 0);
+  const HttpReply update = post(port, "/update_weights_from_disk",
+                                {{"model_path", b}, {"weight_name_filter", {"self_attn"}}});
+  ASSERT_EQ(update.status, 200) << update.text;
+
+  const auto map = reversed_map();
+  LiveModel reference = load_live(a, with_map(map));
+  update_weights(reference, b, {.substrings = {"self_attn"}});
+  const Checksums expected = live_checksums(reference);
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
+
+  const HttpReply reply = post(port, "/rebalance", {{"physical_to_logical_map", map}});
+  ASSERT_EQ(reply.status, 200) << reply.text;
+  EXPECT_EQ(reply.body["version"], 2);
+  EXPECT_NE(reply.body.value("message", "").find("nothing read from storage"), std::string::npos)
+      << reply.text;
+  EXPECT_EQ(mapped_checksums(cleanup.dir()), expected);
+  EXPECT_EQ(endpoint_checksums(port), expected);
   stop(*server);
 }
 
