@@ -12,6 +12,7 @@
 #include <string_view>
 #include <thread>
 
+#include "core/json_input.h"
 #include "serve/http_access.h"
 #include "serve/http_server.h"
 #include "serve/shm_store.h"
@@ -21,6 +22,9 @@
 
 namespace shardload {
 namespace {
+
+// A body the server accepts is one the request parser accepts.
+static_assert(kServeMaxBodyBytes == kRequestJsonLimits.max_bytes);
 
 // Invalid UTF-8 (a request path, a file name) is replaced rather than thrown on.
 void send(httplib::Response& response, const serve::Reply& reply) {
