@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +32,7 @@ struct ServeOptions {
   std::string model_path;
   ParallelConfig parallel;
   std::string name;            // the shared-memory directory is shm_dir(name)
-  int port = 30000;            // on 127.0.0.1 only; 0: a free port chosen by the kernel
+  int port = 30000;            // 0: a free port chosen by the kernel
   int nodes = 1;               // EPLB server nodes N for POST /rebalance with expert_load
   bool keep = false;           // leave the shared memory when the server object is destroyed
   int threads = 0;             // loader and update threads; 0: one per core
@@ -40,14 +41,32 @@ struct ServeOptions {
   // Who may read the shared memory. Empty: only this user (directory 0700, files 0600). A group
   // name: its members too (directory 0750, files 0640, owned by that group).
   std::string shm_group;
+
+  // HTTP access. `host`: the address to listen on (a numeric IPv4 or IPv6 address, or
+  // "localhost"). `api_key`: when not empty, every request but GET/HEAD /health must carry
+  // "Authorization: Bearer API_KEY" and is answered 401 otherwise.
+  std::string host = "127.0.0.1";
+  std::string api_key;
 };
 
+// The HTTP request limits of the weight server (README "Weight server" documents them).
+inline constexpr size_t kServeMaxBodyBytes = size_t{64} << 20;  // an expert_load of thousands of layers
+inline constexpr int kServeMaxConnections = 64;
+
+// True for the loopback addresses ("localhost", 127.0.0.0/8, ::1, ::ffff:127.x.y.z): only
+// processes on this machine can reach a server listening there.
+bool is_loopback_host(std::string_view host);
+// True when `host` is one that ServeOptions::host accepts.
+bool is_valid_host(std::string_view host);
+
 // The weight server: rank weights in shared memory that other processes map, updated in place
-// behind a per-file seqlock word, and an HTTP API on 127.0.0.1 (SGLang's endpoint names):
+// behind a per-file seqlock word, and an HTTP API (SGLang's endpoint names) on options.host:
 //   GET  /health, /get_model_info, /weights_checksum
 //   POST /update_weights_from_disk {model_path, weight_name_filter?, load_format?}
 //   POST /rebalance {physical_to_logical_map} or {expert_load}
 // Updates are serialized; a failed one changes nothing and answers HTTP 400 with success false.
+// Every other answer is JSON too: 401 (API key), 404, 405 (with Allow), 411, 413 (with the limit),
+// 415, 503 (more than kServeMaxConnections connections).
 class WeightServer {
  public:
   // Reuses an existing shared-memory directory of the same name when its manifest matches this

@@ -3,11 +3,18 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
+#include "core/json_input.h"
+#include "serve/http_access.h"
+#include "serve/http_server.h"
 #include "serve/shm_store.h"
 #include "serve/weight_service.h"
 #include "shardload/error.h"
@@ -16,13 +23,65 @@
 namespace shardload {
 namespace {
 
-// Loopback only: the API rewrites weights and has no authentication.
-constexpr const char* kHost = "127.0.0.1";
-constexpr size_t kMaxRequestBytes = size_t{64} << 20;  // an expert_load of thousands of layers fits
+// A body the server accepts is one the request parser accepts.
+static_assert(kServeMaxBodyBytes == kRequestJsonLimits.max_bytes);
 
+// Invalid UTF-8 (a request path, a file name) is replaced rather than thrown on.
 void send(httplib::Response& response, const serve::Reply& reply) {
   response.status = reply.status;
-  response.set_content(reply.body.dump(), "application/json");
+  response.set_content(reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                       "application/json");
+}
+
+void send_error(httplib::Response& response, int status, const std::string& message) {
+  send(response, {status, {{"success", false}, {"message", message}}});
+}
+
+struct Route {
+  std::string_view path;
+  std::string_view method;  // GET routes answer HEAD too
+};
+
+constexpr Route kRoutes[] = {
+    {"/health", "GET"},
+    {"/get_model_info", "GET"},
+    {"/weights_checksum", "GET"},
+    {"/update_weights_from_disk", "POST"},
+    {"/rebalance", "POST"},
+};
+
+const Route* find_route(std::string_view path) {
+  for (const Route& route : kRoutes) {
+    if (route.path == path) return &route;
+  }
+  return nullptr;
+}
+
+std::string endpoint_list() {
+  std::string out;
+  for (const Route& route : kRoutes) {
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", route.method, route.path);
+  }
+  return out;
+}
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// What httplib answers by itself (a malformed request, an unsupported encoding) gets a JSON body
+// like every other answer.
+std::string status_reason(int status) {
+  switch (status) {
+    case 400: return "malformed request";
+    case 404: return "no such endpoint";
+    case 413: return "request too large";
+    case 414: return "request line too long";
+    case 415: return "unsupported media type";
+    case 416: return "bad Range header";
+    default: return fmt::format("HTTP error {}", status);
+  }
 }
 
 }  // namespace
@@ -30,14 +89,97 @@ void send(httplib::Response& response, const serve::Reply& reply) {
 struct WeightServer::Impl {
   // The port is bound before the checkpoint is read: a port in use fails at once and leaves
   // /dev/shm alone.
-  explicit Impl(const ServeOptions& options) {
+  explicit Impl(const ServeOptions& options) : host(options.host), api_key(options.api_key) {
     route();
     bind(options.port);
     store.emplace(options);
     service.emplace(*store, options.nodes);
   }
 
+  // Runs on the headers alone, before any body is read: a request without the key, to no
+  // endpoint, or too large is answered without taking its body.
+  httplib::Server::HandlerResponse admit(const httplib::Request& req, httplib::Response& res) {
+    const Route* route = find_route(req.path);
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    // /health stays open, as in SGLang: load balancers and liveness probes poll it without
+    // credentials, and it tells nothing but that the server is up.
+    const bool open = api_key.empty() || (req.path == "/health" && get);
+    if (!open && !serve::bearer_matches(req.get_header_value("Authorization"), api_key)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, 401, "missing or wrong API key: send the header \"Authorization: Bearer KEY\"");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (route == nullptr) {
+      send_error(res, 404, fmt::format("no endpoint {}; the endpoints are {}", req.path,
+                                       endpoint_list()));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const bool allowed = route->method == "GET" ? get : req.method == route->method;
+    if (!allowed) {
+      const std::string allow = route->method == "GET" ? "GET, HEAD" : std::string(route->method);
+      res.set_header("Allow", allow);
+      send_error(res, 405, fmt::format("{} does not take {}; use {}", req.path, req.method, allow));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (route->method != "POST") return httplib::Server::HandlerResponse::Unhandled;
+    // What httplib reads as chunked: exactly this value.
+    const bool chunked = lower(req.get_header_value("Transfer-Encoding")) == "chunked";
+    if (!chunked && !req.has_header("Content-Length")) {
+      // httplib would read such a body until the client closes the connection.
+      send_error(res, 411, "a POST needs a Content-Length (or a chunked body)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // httplib would parse it as form data, which no endpoint takes.
+    if (lower(req.get_header_value("Content-Type")).starts_with("multipart/")) {
+      send_error(res, 415, "send the request as a JSON body, not as multipart form data");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::string length = req.get_header_value("Content-Length");
+    if (!chunked && (length.size() > 20 || std::strtoull(length.c_str(), nullptr, 10) >
+                                               kServeMaxBodyBytes)) {
+      send_too_large(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  static void send_too_large(httplib::Response& res) {
+    send(res, {413,
+               {{"success", false},
+                {"message", fmt::format("request body over the limit of {} bytes",
+                                        kServeMaxBodyBytes)},
+                {"max_body_bytes", kServeMaxBodyBytes}}});
+  }
+
+  // The body of a POST, read here rather than by httplib: httplib caps form-encoded bodies (what
+  // `curl -d` sends) at 8 KB and reads chunked ones without a bound. nullopt: answered already.
+  static std::optional<std::string> read_body(httplib::Response& res,
+                                              const httplib::ContentReader& content) {
+    std::string body;
+    bool too_large = false;
+    const bool read = content([&](const char* data, size_t size) {
+      if (size > kServeMaxBodyBytes - body.size()) {
+        too_large = true;
+        return false;
+      }
+      body.append(data, size);
+      return true;
+    });
+    if (read) return body;
+    serve::HttpServer::close_connection_after_response();
+    if (too_large || res.status == 413) {
+      send_too_large(res);
+    } else {
+      send_error(res, res.status >= 400 ? res.status : 400,
+                 "the request body could not be read (cut short, too slow, or badly encoded)");
+    }
+    return std::nullopt;
+  }
+
   void route() {
+    http.set_admission([this](const httplib::Request& req, httplib::Response& res) {
+      return admit(req, res);
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       send(res, service->health());
     });
@@ -48,12 +190,22 @@ struct WeightServer::Impl {
       send(res, service->weights_checksum());
     });
     http.Post("/update_weights_from_disk",
-              [this](const httplib::Request& req, httplib::Response& res) {
-                send(res, service->update_weights_from_disk(req.body));
+              [this](const httplib::Request&, httplib::Response& res,
+                     const httplib::ContentReader& content) {
+                if (auto body = read_body(res, content)) {
+                  send(res, service->update_weights_from_disk(*body));
+                }
               });
-    http.Post("/rebalance", [this](const httplib::Request& req, httplib::Response& res) {
-      send(res, service->rebalance(req.body));
+    http.Post("/rebalance", [this](const httplib::Request&, httplib::Response& res,
+                                   const httplib::ContentReader& content) {
+      if (auto body = read_body(res, content)) send(res, service->rebalance(*body));
     });
+    http.set_error_handler(httplib::Server::HandlerWithResponse(
+        [](const httplib::Request&, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          send_error(res, res.status, status_reason(res.status));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     // What escaped an endpoint is the server's fault (e.g. the manifest could not be written).
     http.set_exception_handler(
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -73,21 +225,26 @@ struct WeightServer::Impl {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    http.set_payload_max_length(kMaxRequestBytes);
-    // An idle keep-alive connection holds a worker; a short timeout lets shutdown finish promptly.
-    http.set_keep_alive_timeout(1);
+    // A second bound behind read_body's, for any path that lets httplib read a body itself.
+    http.set_payload_max_length(kServeMaxBodyBytes);
   }
 
   void bind(int requested) {
-    port = requested == 0 ? http.bind_to_any_port(kHost)
-                          : (http.bind_to_port(kHost, requested) ? requested : -1);
+    port = requested == 0 ? http.bind_to_any_port(host)
+                          : (http.bind_to_port(host, requested) ? requested : -1);
     if (port < 0) {
-      throw Error(ErrorKind::kIo, fmt::format("cannot listen on {}:{} (in use?)", kHost, requested),
+      throw Error(ErrorKind::kIo,
+                  fmt::format("cannot listen on {}:{} (in use, or not an address of this machine?)",
+                              host, requested),
                   {.field = "--port"});
     }
+    http.widen_backlog();
   }
 
-  httplib::Server http;
+  const std::string host;
+  const std::string api_key;
+  serve::HttpServer http{
+      serve::HttpLimits{.max_connections = static_cast<size_t>(kServeMaxConnections)}};
   std::optional<serve::ShmStore> store;
   std::optional<serve::WeightService> service;
   int port = -1;
@@ -100,6 +257,12 @@ WeightServer::WeightServer(const ServeOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     throw Error(ErrorKind::kInvalidArgument, "bad port",
                 {.field = "--port", .expected = "0-65535", .found = std::to_string(options.port)});
+  }
+  if (!is_valid_host(options.host)) {
+    throw Error(ErrorKind::kInvalidArgument, "bad host",
+                {.field = "--host",
+                 .expected = "a numeric IPv4 or IPv6 address, or localhost",
+                 .found = options.host});
   }
   if (options.nodes < 1) {
     throw Error(ErrorKind::kInvalidArgument, "bad node count",

@@ -148,7 +148,7 @@ TEST_F(ServeLifecycleTest, BadNamesAndOptionsAreRefusedBeforeAnyWork) {
   for (const std::string& name :
        {std::string("../escape"), std::string("a/b"), std::string("..")}) {
     const FinishedRun result = run_to_exit({first_, "--name", name, "--port", "0"});
-    EXPECT_EQ(result.exit_code, 1) << name << ": " << result.err;
+    EXPECT_EQ(result.exit_code, 2) << name << ": " << result.err;  // a usage error
     EXPECT_EQ(result.err.rfind("error: ", 0), 0u) << result.err;
   }
   const std::string name = unique_name("badmodel");

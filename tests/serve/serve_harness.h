@@ -4,17 +4,21 @@
 // loopback and maps its shared memory the way any other process would. Every wait has a deadline,
 // so a broken server fails a test instead of hanging it.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -138,6 +142,27 @@ class ServerProcess {
       const size_t end = at == std::string::npos ? at : text.find('\n', at);
       // The whole line, so that a port half written is never read.
       if (end != std::string::npos) return std::stoi(text.substr(at + kListening.size()));
+      if (poll_exit()) {
+        ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
+                      << output();
+        return -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "the server did not listen within " << timeout.count() << " s\n" << output();
+    return -1;
+  }
+
+  // The port from "listening on ADDRESS:PORT" for a server started with --host; ADDRESS is the
+  // host as printed (IPv6 in brackets).
+  int wait_for_port_on(const std::string& address, std::chrono::seconds timeout = kStartTimeout) {
+    const std::string listening = "listening on " + address + ":";
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      const std::string text = out();
+      const size_t at = text.find(listening);
+      const size_t end = at == std::string::npos ? at : text.find('\n', at);
+      if (end != std::string::npos) return std::stoi(text.substr(at + listening.size()));
       if (poll_exit()) {
         ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
                       << output();
@@ -328,6 +353,75 @@ inline HttpReply post(int port, const std::string& path, const std::string& body
 
 inline HttpReply post(int port, const std::string& path, const nlohmann::json& body) {
   return post(port, path, body.dump());
+}
+
+// A request with headers of the test's choosing (an Authorization header, a content type).
+inline HttpReply get(int port, const std::string& path, const httplib::Headers& headers) {
+  return to_reply(client(port)->Get(path, headers));
+}
+
+inline HttpReply post(int port, const std::string& path, const std::string& body,
+                      const std::string& content_type, const httplib::Headers& headers) {
+  return to_reply(client(port)->Post(path, headers, body, content_type));
+}
+
+// A plain TCP connection to the server on loopback, for requests no HTTP client would send (a
+// body that trickles in, a Content-Length with no body behind it). Every wait has a deadline.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error("socket failed");
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      ::close(fd_);
+      throw std::runtime_error("connect failed");
+    }
+    const timeval timeout{.tv_sec = 30, .tv_usec = 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // False once the server closed the connection.
+  bool send(std::string_view bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+
+  // Everything the server sends until it closes the connection (or `timeout` passes).
+  std::string read_all(std::chrono::seconds timeout = kRequestTimeout) {
+    std::string out;
+    const auto deadline = Clock::now() + timeout;
+    char buffer[4096];
+    while (Clock::now() < deadline) {
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n > 0) {
+        out.append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        break;
+      }
+    }
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The status and JSON body of a raw HTTP/1.1 answer (status 0 when there is none).
+inline HttpReply parse_raw_reply(const std::string& text) {
+  HttpReply reply;
+  if (text.rfind("HTTP/1.1 ", 0) != 0 || text.size() < 12) return reply;
+  reply.status = std::stoi(text.substr(9, 3));
+  const size_t body = text.find("\r\n\r\n");
+  reply.text = body == std::string::npos ? "" : text.substr(body + 4);
+  reply.body = nlohmann::json::parse(reply.text, nullptr, /*allow_exceptions=*/false);
+  return reply;
 }
 
 inline Checksums endpoint_checksums(int port) {

@@ -29,7 +29,57 @@ struct ServeCommandOptions {
   int threads = 0;
   std::string staging_bytes = "0";
   std::string shm_group;
+  std::string host = "127.0.0.1";
+  std::string api_key;
 };
+
+// Usage errors must be found while the command line is parsed: CLI11 then reports them as such
+// (exit 2), where an error thrown by the command itself is a data error (exit 1).
+std::string check_name(const std::string& name) {
+  try {
+    shm_dir(name);
+    return "";
+  } catch (const Error& e) {
+    // CLI11 puts the option's name in front already.
+    return fmt::format("{} (expected {}, found {})", e.message(), e.expected(), e.found());
+  }
+}
+
+uint64_t staging_bytes(const std::string& text) {
+  return text == "0" ? 0 : parse_byte_size(text);
+}
+
+// parse_byte_size names no option (or another one): the message here names this one.
+std::string check_staging_bytes(const std::string& text) {
+  try {
+    staging_bytes(text);
+    return "";
+  } catch (const Error&) {
+    return fmt::format("expected a byte size such as 0, 4096, 512M or 2G, found \"{}\"", text);
+  }
+}
+
+std::string check_host(const std::string& host) {
+  return is_valid_host(host) ? ""
+                             : fmt::format("expected a numeric IPv4 or IPv6 address or localhost, "
+                                           "found \"{}\"",
+                                           host);
+}
+
+// The key travels in an HTTP header: visible ASCII only, so that it arrives as written.
+std::string check_api_key(const std::string& key) {
+  if (key.empty()) return "the API key is empty";
+  for (const char c : key) {
+    if (c < 0x21 || c > 0x7e) return "the API key must be visible ASCII characters (no spaces)";
+  }
+  return "";
+}
+
+// "listening on HOST:PORT", IPv6 addresses in brackets as in a URL.
+std::string listen_address(const std::string& host, int port) {
+  return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
+                                             : fmt::format("[{}]:{}", host, port);
+}
 
 // SIGTERM and SIGINT are blocked in every thread (the mask is inherited, so it is set before any
 // thread exists) and taken by one thread with sigwait, which may call anything: a handler could not
@@ -80,16 +130,23 @@ void run_serve(const ServeCommandOptions& options) {
   serve.nodes = options.nodes;
   serve.keep = options.keep;
   serve.threads = options.threads;
-  serve.staging_bytes = options.staging_bytes == "0" ? 0 : parse_byte_size(options.staging_bytes);
+  serve.staging_bytes = staging_bytes(options.staging_bytes);
   serve.shm_group = options.shm_group;
-  // A bad name is refused before the checkpoint is read.
+  serve.host = options.host;
+  serve.api_key = options.api_key;
   const std::string dir = shm_dir(serve.name);
+  if (serve.api_key.empty() && !is_loopback_host(serve.host)) {
+    std::cerr << fmt::format(
+        "warning: listening on {} without --api-key: anyone who can reach this address can "
+        "rewrite the served weights\n",
+        serve.host);
+  }
   {
     WeightServer server(serve);
     watcher.start([&server] { server.stop(); });
     std::cout << server.start_note() << "\n";
     // Tests and scripts read the port from this line (--port 0 picks a free one).
-    std::cout << fmt::format("listening on 127.0.0.1:{}", server.port()) << std::endl;
+    std::cout << "listening on " << listen_address(serve.host, server.port()) << std::endl;
     bool listened = false;
     try {
       listened = server.run();
@@ -114,8 +171,19 @@ void add_serve_options(CLI::App& cmd) {
   cmd.add_option("model", options->model, "Model directory")->required();
   add_parallel_options(cmd, options->parallel);
   cmd.add_option("--name", options->name, "Shared-memory name: /dev/shm/shardload-NAME")
-      ->required();
-  cmd.add_option("--port", options->port, "HTTP port on 127.0.0.1; 0 picks a free one")
+      ->required()
+      ->check(check_name);
+  cmd.add_option("--host", options->host,
+                 "Address to listen on (numeric IPv4/IPv6 or localhost); a non-loopback one "
+                 "without --api-key gets a warning")
+      ->check(check_host)
+      ->capture_default_str();
+  cmd.add_option("--api-key", options->api_key,
+                 "Require \"Authorization: Bearer KEY\" on every request but /health; the "
+                 "environment variable keeps the key out of ps (this option wins over it)")
+      ->envname("SHARDLOAD_API_KEY")
+      ->check(check_api_key);
+  cmd.add_option("--port", options->port, "HTTP port; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd.add_option("--nodes", options->nodes,
@@ -130,6 +198,7 @@ void add_serve_options(CLI::App& cmd) {
   cmd.add_option(
          "--staging-bytes", options->staging_bytes,
          "Bound on the bytes an update stages (K/M/G suffixes); 0: one atomic commit per update")
+      ->check(check_staging_bytes)
       ->capture_default_str();
   cmd.add_option("--shm-group", options->shm_group,
                  "Let this group read the shared memory (directory 0750, files 0640); default: "

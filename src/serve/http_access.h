@@ -1,0 +1,12 @@
+#pragma once
+
+#include <string_view>
+
+namespace shardload::serve {
+
+// True when `authorization` (an Authorization header value) is "Bearer KEY" for this key. The
+// scheme is case-insensitive (RFC 7235); the key is compared in time that depends only on the
+// key's length, so that timing reveals nothing of how much of a guess was right.
+bool bearer_matches(std::string_view authorization, std::string_view key);
+
+}  // namespace shardload::serve

@@ -1,0 +1,157 @@
+// --api-key (or SHARDLOAD_API_KEY): every endpoint but /health needs "Authorization: Bearer KEY"
+// and answers 401 JSON otherwise, before any update is attempted. --host picks the address; one
+// that other machines can reach, without a key, gets a warning.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "serve_harness.h"
+
+namespace shardload::testing {
+namespace {
+
+class HttpAuthTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new TempDir();
+    first_ = make_moe_model(*models_, "first", 21);
+    second_ = make_moe_model(*models_, "second", 22);
+  }
+  static void TearDownTestSuite() { delete models_; }
+
+  static std::vector<std::string> args(const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> out = {first_,   "--tp", "2", "--ep",      "2", "--name",
+                                    name,     "--port", "0", "--threads", "2"};
+    out.insert(out.end(), more.begin(), more.end());
+    return out;
+  }
+
+  static httplib::Headers bearer(const std::string& key) {
+    return {{"Authorization", "Bearer " + key}};
+  }
+
+  static void expect_unauthorized(const HttpReply& reply) {
+    EXPECT_EQ(reply.status, 401) << reply.text;
+    ASSERT_TRUE(reply.body.is_object()) << reply.text;
+    EXPECT_EQ(reply.body["success"], false);
+  }
+
+  static void stop(ServerProcess& server) {
+    server.signal(SIGTERM);
+    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  }
+
+  static TempDir* models_;
+  static std::string first_;
+  static std::string second_;
+};
+
+TempDir* HttpAuthTest::models_ = nullptr;
+std::string HttpAuthTest::first_;
+std::string HttpAuthTest::second_;
+
+TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
+  const std::string name = unique_name("key");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(name, {"--api-key", "s3cret-key"}));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  const nlohmann::json update = {{"model_path", second_}};
+
+  // No key, a wrong one, one a byte short, the right one under another scheme.
+  for (const httplib::Headers& headers :
+       {httplib::Headers{}, bearer("wrong"), bearer("s3cret-ke"), bearer("s3cret-key2"),
+        httplib::Headers{{"Authorization", "Basic s3cret-key"}}}) {
+    expect_unauthorized(get(port, "/get_model_info", headers));
+    expect_unauthorized(get(port, "/weights_checksum", headers));
+    expect_unauthorized(get(port, "/no_such_endpoint", headers));
+    expect_unauthorized(post(port, "/update_weights_from_disk", update.dump(), "application/json",
+                             headers));
+    expect_unauthorized(post(port, "/rebalance", R"({"physical_to_logical_map": []})",
+                             "application/json", headers));
+  }
+  const httplib::Result challenge = client(port)->Get("/get_model_info");
+  ASSERT_TRUE(challenge);
+  EXPECT_EQ(challenge->get_header_value("WWW-Authenticate"), "Bearer");
+
+  // Liveness probes need no key.
+  EXPECT_EQ(get(port, "/health").status, 200);
+
+  // Nothing changed; with the key everything works (the scheme is case-insensitive).
+  const HttpReply info = get(port, "/get_model_info", bearer("s3cret-key"));
+  EXPECT_EQ(info.status, 200) << info.text;
+  EXPECT_EQ(info.body.value("version", 99), 0);
+  const HttpReply updated = post(port, "/update_weights_from_disk", update.dump(),
+                                 "application/json",
+                                 httplib::Headers{{"Authorization", "bearer s3cret-key"}});
+  EXPECT_EQ(updated.status, 200) << updated.text;
+  EXPECT_EQ(get(port, "/get_model_info", bearer("s3cret-key")).body.value("version", 99), 1);
+  stop(server);
+}
+
+TEST_F(HttpAuthTest, KeyFromTheEnvironmentAndTheOptionWins) {
+  {
+    const std::string name = unique_name("env");
+    const ShmCleanup cleanup(name);
+    ServerProcess server(args(name, {}), {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.wait_for_port();
+    ASSERT_GT(port, 0);
+    expect_unauthorized(get(port, "/get_model_info"));
+    EXPECT_EQ(get(port, "/get_model_info", bearer("from-env")).status, 200);
+    stop(server);
+  }
+  {
+    const std::string name = unique_name("both");
+    const ShmCleanup cleanup(name);
+    ServerProcess server(args(name, {"--api-key", "from-option"}),
+                         {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.wait_for_port();
+    ASSERT_GT(port, 0);
+    expect_unauthorized(get(port, "/get_model_info", bearer("from-env")));
+    EXPECT_EQ(get(port, "/get_model_info", bearer("from-option")).status, 200);
+    stop(server);
+  }
+}
+
+TEST_F(HttpAuthTest, HostOptionAndTheWarningWithoutAKey) {
+  {
+    // Loopback: no warning.
+    const std::string name = unique_name("loopback");
+    const ShmCleanup cleanup(name);
+    ServerProcess server(args(name, {"--host", "127.0.0.1"}));
+    const int port = server.wait_for_port_on("127.0.0.1");
+    ASSERT_GT(port, 0);
+    EXPECT_EQ(get(port, "/health").status, 200);
+    stop(server);
+    EXPECT_EQ(server.err().find("warning"), std::string::npos) << server.output();
+  }
+  {
+    // Not loopback, no key: a warning that names the risk. The address (TEST-NET-1) is on no
+    // machine, so the start then fails (exit 1) and nothing is ever served without a key.
+    const std::string name = unique_name("exposed");
+    const ShmCleanup cleanup(name);
+    const FinishedRun run = run_to_exit(args(name, {"--host", "192.0.2.1"}));
+    EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+    EXPECT_NE(run.err.find("warning: listening on 192.0.2.1 without --api-key"), std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("cannot listen on 192.0.2.1"), std::string::npos) << run.err;
+  }
+  {
+    // Every address with a key (a fresh one: this server is reachable from elsewhere): no warning.
+    const std::string name = unique_name("any-key");
+    const ShmCleanup cleanup(name);
+    const std::string key = fmt::format("{:016x}{:016x}", std::random_device{}(),
+                                        std::random_device{}());
+    ServerProcess server(args(name, {"--host", "0.0.0.0", "--api-key", key}));
+    const int port = server.wait_for_port_on("0.0.0.0");
+    ASSERT_GT(port, 0);
+    expect_unauthorized(get(port, "/get_model_info"));
+    EXPECT_EQ(get(port, "/get_model_info", bearer(key)).status, 200);
+    stop(server);
+    EXPECT_EQ(server.err().find("warning"), std::string::npos) << server.output();
+  }
+}
+
+}  // namespace
+}  // namespace shardload::testing
