@@ -21,8 +21,17 @@ struct ExportOptions {
 // Parses "5G", "512M", "100K", "4096" (powers of 1024). Throws Error(kInvalidArgument).
 uint64_t parse_byte_size(const std::string& text);
 
+// Throws Error(kInvalidArgument) when an export of `model` cannot go to options.out: --out is the model's
+// directory or inside it, the model is inside --out (both compared with symlinks resolved), --out is not a
+// directory, or it is not empty without overwrite. export_ranks checks the same; a caller that loads first
+// calls it before the load.
+void check_export_target(const std::string& model, const ExportOptions& options);
+
 // Writes OUT/model-rank-{r}-part-{k}.safetensors and OUT/shardload.json as ../shared/spec/layout.md
-// specifies, and copies the model directory's other top-level files beside them.
+// specifies, and copies the model directory's other top-level files beside them. All of it is written into a
+// new directory beside OUT, moved to OUT once complete (with overwrite, an earlier OUT is replaced then, keeping
+// its entries other than rank files and the manifest); on failure OUT is left as it was. `ranks` holds every
+// rank of the plan, in order.
 void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
                   const std::vector<RankWeights>& ranks, const ExportOptions& options);
 

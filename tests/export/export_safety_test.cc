@@ -1,0 +1,151 @@
+// Exports that must not be written where they would be taken for the checkpoint, never show up half-written,
+// and are read back only when their manifest, their rank files and what the caller asks all agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/error.h"
+#include "shardload/export.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+using ::shardload::testing::read_file;
+using ::shardload::testing::TempDir;
+using ::shardload::testing::write_file;
+
+std::string tiny(const TempDir& dir, const std::string& arch = "qwen3_moe") {
+  TinyOptions options;
+  options.arch = arch;
+  options.out = dir.file("model");
+  options.seed = 4;
+  make_tiny(options);
+  return options.out;
+}
+
+struct Loaded {
+  Plan plan;
+  std::vector<RankWeights> ranks;
+};
+
+Loaded load(const Checkpoint& ckpt, int tp, int ep) {
+  ParallelConfig parallel;
+  parallel.tp = tp;
+  parallel.ep = ep;
+  Loaded out{make_plan(ckpt, parallel), {}};
+  out.ranks = load_ranks(ckpt, out.plan);
+  return out;
+}
+
+// Every entry under a directory, with its size: what "nothing changed" is checked against.
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(dir)) {
+    out.insert(fs::relative(entry.path(), dir).string() + " " +
+               (entry.is_regular_file() ? std::to_string(entry.file_size()) : "dir"));
+  }
+  return out;
+}
+
+// Makes writing the last rank fail: a tensor name the safetensors writer refuses (after the earlier ranks'
+// files were written).
+void break_last_rank(Plan& plan) {
+  for (PlanParam& param : plan.ranks.back().params) {
+    if (param.exported()) {
+      param.name = "__metadata__";
+      return;
+    }
+  }
+}
+
+ErrorKind kind_of(const std::function<void()>& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message != nullptr) *message = e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "no error";
+  return ErrorKind::kIo;
+}
+
+// --out equal to the model directory, inside it, reached through a symlink, or holding the model: refused
+// before anything is written, and the checkpoint still opens as the checkpoint it was.
+TEST(ExportTarget, RefusesTheModelDirectoryAndAnythingAroundIt) {
+  TempDir dir;
+  const std::string model = tiny(dir);
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const Loaded loaded = load(ckpt, 2, 1);
+  fs::create_directory_symlink(model, dir.file("link"));
+  const std::set<std::string> before = listing(dir.path());
+  for (const std::string& out : {model, model + "/", model + "/sub", model + "/sub/deeper", dir.file("link"),
+                                 dir.file("link/sub"), dir.file("model/../model"), dir.path().string(),
+                                 dir.file("link/..")}) {
+    std::string message;
+    EXPECT_EQ(kind_of([&] { check_export_target(model, {.out = out}); }), ErrorKind::kInvalidArgument) << out;
+    EXPECT_EQ(kind_of([&] { export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out, .overwrite = true}); },
+                      &message),
+              ErrorKind::kInvalidArgument)
+        << out;
+    EXPECT_NE(message.find("--out"), std::string::npos) << message;
+    EXPECT_EQ(listing(dir.path()), before) << out << ": something was written";
+  }
+  EXPECT_FALSE(is_export_dir(model));
+  EXPECT_EQ(Checkpoint::open(model).tensor_names(), ckpt.tensor_names());
+  // A sibling whose name starts with the model's is not inside it.
+  EXPECT_NO_THROW(check_export_target(model, {.out = dir.file("model2")}));
+}
+
+// An export that fails part-way (here: a rank tensor the file writer refuses, after the earlier ranks' files
+// were written) leaves no --out, nothing that looks like an export, and no temporary directory.
+TEST(ExportTarget, AFailedExportLeavesNothingBehind) {
+  TempDir dir;
+  const std::string model = tiny(dir);
+  const Checkpoint ckpt = Checkpoint::open(model);
+  Loaded loaded = load(ckpt, 2, 1);
+  break_last_rank(loaded.plan);
+  fs::create_directory(dir.file("exports"));
+  const std::string out = dir.file("exports/tp2");
+  EXPECT_THROW(export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out}), Error);
+  EXPECT_TRUE(fs::is_empty(dir.file("exports"))) << "a temporary directory or a partial export was left";
+}
+
+// With --overwrite the old export stays whole until the new one is complete: a failed replacement leaves the
+// old one loadable as it was; a good one replaces it and keeps the files a user put beside it.
+TEST(ExportTarget, OverwriteReplacesTheOldExportOnlyOnceTheNewOneIsComplete) {
+  TempDir dir;
+  const std::string model = tiny(dir);
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const std::string out = dir.file("out");
+  const Loaded tp4 = load(ckpt, 4, 2);
+  export_ranks(ckpt, tp4.plan, tp4.ranks, {.out = out});
+  write_file(dir.file("out/NOTES.md"), "mine");
+  const std::set<std::string> before = listing(dir.path());
+
+  Loaded broken = load(ckpt, 2, 1);
+  break_last_rank(broken.plan);
+  EXPECT_THROW(export_ranks(ckpt, broken.plan, broken.ranks, {.out = out, .overwrite = true}), Error);
+  EXPECT_EQ(listing(dir.path()), before);
+  EXPECT_EQ(load_export(out).ranks.size(), 4u);
+
+  const Loaded tp2 = load(ckpt, 2, 1);
+  export_ranks(ckpt, tp2.plan, tp2.ranks, {.out = out, .overwrite = true});
+  EXPECT_EQ(load_export(out).ranks.size(), 2u);
+  EXPECT_FALSE(fs::exists(dir.file("out/model-rank-3-part-0.safetensors")));
+  EXPECT_EQ(read_file(dir.file("out/NOTES.md")), "mine");
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++entries;
+  EXPECT_EQ(entries, 2u) << "model and out only: no temporary or retired directory";
+}
+
+}  // namespace
+}  // namespace shardload
