@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,23 @@ void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
 // Whether a directory is a shardload export (has shardload.json with format shardload/1).
 bool is_export_dir(const std::string& path);
 
+// DIR/shardload.json as JSON (not checked beyond being JSON). Throws Error.
+nlohmann::json read_export_manifest(const std::string& dir);
+
+// The layout a caller asks of an export it loads. Each field set must equal the export's, else load_export
+// throws Error(kInvalidArgument) naming both values; a field not set takes the export's.
+struct ExportLayout {
+  std::optional<int> tp{};
+  std::optional<int> ep{};
+  bool ep_equals_tp = false;  // expert parallelism over all TP ranks, whatever tp is
+  std::optional<int> redundant_experts{};
+  std::optional<std::vector<std::vector<int>>> expert_map{};  // physical_to_logical_map
+  std::optional<RowBias> row_bias{};
+  std::optional<bool> split_shared_experts{};
+  std::optional<DType> dtype{};
+  std::optional<bool> quantize_fp8{};  // --quantization fp8 (true) or none (false)
+};
+
 // An export loaded back: the manifest and, per rank, its tensors read from the rank files.
 struct LoadedExport {
   nlohmann::json manifest;
@@ -56,8 +74,12 @@ struct LoadedExport {
   std::vector<Rank> ranks;
 };
 
-// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all.
-LoadedExport load_export(const std::string& dir, const std::vector<int>& ranks = {},
-                         int threads = 0);
+// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all. Before reading any
+// tensor it checks that shardload.json is whole (tp_size = ep_size x moe_tp_size, one entry per rank 0..T-1 in
+// order) and that the metadata of each rank file it reads names that rank and the manifest's layout,
+// architecture and dtype (Error(kConfig) or Error(kInvalidMetadata) naming the file and both values), and that
+// `expected` fits the export (Error(kInvalidArgument), as is a rank outside the export).
+LoadedExport load_export(const std::string& dir, const std::vector<int>& ranks = {}, int threads = 0,
+                         const ExportLayout& expected = {});
 
 }  // namespace shardload

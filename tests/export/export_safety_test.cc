@@ -147,5 +147,112 @@ TEST(ExportTarget, OverwriteReplacesTheOldExportOnlyOnceTheNewOneIsComplete) {
   EXPECT_EQ(entries, 2u) << "model and out only: no temporary or retired directory";
 }
 
+// A tp 4 x ep 2 export, and its manifest to edit.
+class ExportChecks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Checkpoint ckpt = Checkpoint::open(tiny(dir_));
+    const Loaded loaded = load(ckpt, 4, 2);
+    export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out_});
+    manifest_ = nlohmann::json::parse(read_file(out_ + "/shardload.json"));
+  }
+  void write_manifest(const nlohmann::json& manifest) { write_file(out_ + "/shardload.json", manifest.dump()); }
+  std::string file(int rank) const { return out_ + "/model-rank-" + std::to_string(rank) + "-part-0.safetensors"; }
+
+  TempDir dir_;
+  std::string out_ = dir_.file("out");
+  nlohmann::json manifest_;
+};
+
+TEST_F(ExportChecks, LayoutAskedForMustMatchTheExport) {
+  std::string message;
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.tp = 8}); }, &message), ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("tp_size"), std::string::npos) << message;
+  EXPECT_NE(message.find("expected 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("found 8"), std::string::npos) << message;
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep = 4}); }, &message), ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("ep_size"), std::string::npos) << message;
+  // Expert parallelism over all ranks means ep 4 here; the export has ep 2.
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep_equals_tp = true}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.dtype = DType::kF16}); }, &message),
+            ErrorKind::kInvalidArgument);
+  EXPECT_NE(message.find("\"BF16\""), std::string::npos) << message;
+  EXPECT_NE(message.find("\"F16\""), std::string::npos) << message;
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.redundant_experts = 2}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.row_bias = RowBias::kDivided}); }),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.split_shared_experts = false}); }),
+            ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.quantize_fp8 = true}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {4}); }), ErrorKind::kInvalidArgument);
+  // What the export holds, asked for explicitly, loads.
+  const LoadedExport loaded = load_export(out_, {}, 0,
+                                          {.tp = 4, .ep = 2, .redundant_experts = 0, .row_bias = RowBias::kFull,
+                                           .split_shared_experts = true, .dtype = DType::kBF16,
+                                           .quantize_fp8 = false});
+  EXPECT_EQ(loaded.ranks.size(), 4u);
+}
+
+TEST_F(ExportChecks, AManifestWhoseSizesDisagreeWithItsRanksIsRefused) {
+  nlohmann::json manifest = manifest_;
+  manifest["tp_size"] = 2;
+  manifest["moe_tp_size"] = 1;
+  write_manifest(manifest);
+  std::string message;
+  EXPECT_EQ(kind_of([&] { load_export(out_); }, &message), ErrorKind::kConfig);
+  EXPECT_NE(message.find("expected 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("found 4"), std::string::npos) << message;
+
+  manifest = manifest_;
+  manifest["moe_tp_size"] = 4;  // tp 4 / ep 2 is 2
+  write_manifest(manifest);
+  EXPECT_EQ(kind_of([&] { load_export(out_); }), ErrorKind::kConfig);
+}
+
+TEST_F(ExportChecks, ATruncatedRankListIsRefused) {
+  nlohmann::json manifest = manifest_;
+  manifest["ranks"].erase(3);
+  write_manifest(manifest);
+  std::string message;
+  EXPECT_EQ(kind_of([&] { load_export(out_); }, &message), ErrorKind::kConfig);
+  EXPECT_NE(message.find("expected 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("found 3"), std::string::npos) << message;
+  // Nor may a rank appear out of place or twice.
+  manifest = manifest_;
+  std::swap(manifest["ranks"][1], manifest["ranks"][2]);
+  write_manifest(manifest);
+  EXPECT_EQ(kind_of([&] { load_export(out_); }), ErrorKind::kConfig);
+  manifest = manifest_;
+  manifest["ranks"][2]["files"] = manifest["ranks"][1]["files"];
+  manifest["ranks"][2]["rank"] = 2;
+  write_manifest(manifest);
+  EXPECT_EQ(kind_of([&] { load_export(out_); }), ErrorKind::kConfig);
+}
+
+TEST_F(ExportChecks, ARankFileSwappedForAnotherRanksIsRefused) {
+  fs::copy_file(file(2), file(1), fs::copy_options::overwrite_existing);
+  std::string message;
+  EXPECT_EQ(kind_of([&] { load_export(out_); }, &message), ErrorKind::kInvalidMetadata);
+  EXPECT_NE(message.find("model-rank-1-part-0.safetensors"), std::string::npos) << message;
+  EXPECT_NE(message.find("expected \"1\""), std::string::npos) << message;
+  EXPECT_NE(message.find("found \"2\""), std::string::npos) << message;
+  // Only the ranks asked for are read: rank 0 alone still loads.
+  EXPECT_EQ(load_export(out_, {0}).ranks.size(), 1u);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {1}); }), ErrorKind::kInvalidMetadata);
+}
+
+TEST_F(ExportChecks, ARankFileOfAnotherLayoutIsRefused) {
+  // The manifest and its files from a tp 4 x ep 1 export of the same model: every rank number matches, the
+  // layout of the files does not.
+  TempDir other;
+  const Checkpoint ckpt = Checkpoint::open(tiny(other));
+  const Loaded loaded = load(ckpt, 4, 1);
+  export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = other.file("out")});
+  fs::copy_file(other.file("out/model-rank-3-part-0.safetensors"), file(3), fs::copy_options::overwrite_existing);
+  std::string message;
+  EXPECT_EQ(kind_of([&] { load_export(out_); }, &message), ErrorKind::kInvalidMetadata);
+  EXPECT_NE(message.find("ep_size"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace shardload
