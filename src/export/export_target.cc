@@ -1,5 +1,6 @@
-// Where an export may go: never into the checkpoint it is made from (a later load of the checkpoint would find
-// the export's rank files and manifest there), nor around it (--overwrite would replace the checkpoint).
+// Where an export may go: never into the checkpoint it is made from (a later load of the checkpoint
+// would find the export's rank files and manifest there), nor around it (--overwrite would replace
+// the checkpoint).
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -15,7 +16,9 @@ namespace fs = std::filesystem;
 fs::path resolved_path(const std::string& path) {
   std::error_code ec;
   fs::path out = fs::weakly_canonical(fs::absolute(path), ec);
-  if (ec) throw Error(ErrorKind::kIo, fmt::format("cannot resolve the path: {}", ec.message()), {.file = path});
+  if (ec)
+    throw Error(ErrorKind::kIo, fmt::format("cannot resolve the path: {}", ec.message()),
+                {.file = path});
   out = out.lexically_normal();
   if (out.has_parent_path() && out.filename().empty()) out = out.parent_path();
   return out;
@@ -23,8 +26,8 @@ fs::path resolved_path(const std::string& path) {
 
 namespace {
 
-// Whether `path` is `dir` or lies under it (compared component by component, not as strings: /a/bc is not
-// under /a/b).
+// Whether `path` is `dir` or lies under it (compared component by component, not as strings: /a/bc
+// is not under /a/b).
 bool is_within(const fs::path& path, const fs::path& dir) {
   auto [d, p] = std::mismatch(dir.begin(), dir.end(), path.begin(), path.end());
   return d == dir.end();
@@ -40,16 +43,19 @@ void check_export_target(const std::string& model, const ExportOptions& options)
   const fs::path model_path = resolved_path(model);
   std::error_code ec;
   // A single .safetensors file: its directory is where a load of the model looks.
-  const fs::path model_dir = fs::is_directory(model_path, ec) ? model_path : model_path.parent_path();
+  const fs::path model_dir =
+      fs::is_directory(model_path, ec) ? model_path : model_path.parent_path();
   if (is_within(out, model_dir)) {
     throw Error(ErrorKind::kInvalidArgument, "the output directory is inside the model directory",
-                {.file = options.out, .field = "--out",
+                {.file = options.out,
+                 .field = "--out",
                  .expected = fmt::format("a directory outside {}", model_dir.string()),
                  .found = out.string()});
   }
   if (is_within(model_path, out)) {
     throw Error(ErrorKind::kInvalidArgument, "the model is inside the output directory",
-                {.file = options.out, .field = "--out",
+                {.file = options.out,
+                 .field = "--out",
                  .expected = fmt::format("a directory that does not hold {}", model_path.string()),
                  .found = out.string()});
   }

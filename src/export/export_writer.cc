@@ -31,14 +31,15 @@ bool is_copied(const fs::directory_entry& entry) {
          name != "model.safetensors.index.json";
 }
 
-// What an --overwrite keeps of the old directory: everything but an export's own rank files and manifest
-// (the files copied from the model come anew with the export).
+// What an --overwrite keeps of the old directory: everything but an export's own rank files and
+// manifest (the files copied from the model come anew with the export).
 bool kept_on_overwrite(const std::string& name) { return !is_rank_file(name) && name != kManifest; }
 
 // An export holds every rank of its layout, in rank order: a load checks exactly that.
 void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
   bool in_order = ranks.size() == plan.ranks.size();
-  for (size_t r = 0; in_order && r < ranks.size(); ++r) in_order = ranks[r].rank == static_cast<int>(r);
+  for (size_t r = 0; in_order && r < ranks.size(); ++r)
+    in_order = ranks[r].rank == static_cast<int>(r);
   if (!in_order) {
     throw Error(ErrorKind::kInvalidArgument, "an export holds every rank of the layout, in order",
                 {.expected = fmt::format("ranks 0..{}", plan.ranks.size() - 1),
@@ -60,8 +61,9 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
                   const ExportOptions& options) {
   check_export_target(ckpt.path(), options);
   check_all_ranks(plan, ranks);
-  // Everything is written into a directory beside --out and moved into place when complete: a failed or
-  // interrupted export never leaves a directory a load would take for an export (or for the checkpoint).
+  // Everything is written into a directory beside --out and moved into place when complete: a
+  // failed or interrupted export never leaves a directory a load would take for an export (or for
+  // the checkpoint).
   StagingDir staging(resolved_path(options.out));
   const fs::path out = staging.path();
   nlohmann::json manifest_ranks = nlohmann::json::array();
@@ -113,8 +115,8 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       {"row_bias", row_bias_name(plan.parallel.row_bias)},
       {"no_split_shared_experts", !plan.parallel.split_shared_experts},
       {"redundant_experts", moe ? plan.physical_experts - static_cast<int>(plan.model.experts) : 0},
-      {"physical_to_logical_map", moe ? nlohmann::json(plan.physical_to_logical)
-                                      : nlohmann::json::array()},
+      {"physical_to_logical_map",
+       moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array()},
       {"ranks", manifest_ranks},
   };
   if (ckpt.is_directory()) {
@@ -132,7 +134,9 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   {
     std::ofstream file(out / kManifest, std::ios::binary | std::ios::trunc);
     file << manifest.dump(2) << "\n";
-    if (!file) throw Error(ErrorKind::kIo, "cannot write the manifest", {.file = (out / kManifest).string()});
+    if (!file)
+      throw Error(ErrorKind::kIo, "cannot write the manifest",
+                  {.file = (out / kManifest).string()});
   }
   staging.commit(options.overwrite, kept_on_overwrite);
 }

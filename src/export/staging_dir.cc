@@ -19,16 +19,18 @@ namespace {
 namespace fs = std::filesystem;
 
 Error io_error(const std::string& what, const fs::path& path, int error) {
-  return Error(ErrorKind::kIo, fmt::format("{}: {}", what, std::strerror(error)), {.file = path.string()});
+  return Error(ErrorKind::kIo, fmt::format("{}: {}", what, std::strerror(error)),
+               {.file = path.string()});
 }
 
-// A new directory DIR/.NAME.shardload-KIND-XXXXXXXX made by this process (mkdir fails on any name that
-// exists, a symlink included, so nothing found there is ever used).
+// A new directory DIR/.NAME.shardload-KIND-XXXXXXXX made by this process (mkdir fails on any name
+// that exists, a symlink included, so nothing found there is ever used).
 fs::path make_sibling(const fs::path& dest, const char* kind, mode_t mode) {
   std::random_device random;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const fs::path path = dest.parent_path() / fmt::format(".{}.shardload-{}-{:08x}", dest.filename().string(),
-                                                           kind, random());
+    const fs::path path =
+        dest.parent_path() /
+        fmt::format(".{}.shardload-{}-{:08x}", dest.filename().string(), kind, random());
     if (::mkdir(path.c_str(), mode) == 0) return path;
     if (errno != EEXIST) throw io_error("cannot create a directory beside the output", path, errno);
   }
@@ -46,34 +48,41 @@ StagingDir::StagingDir(fs::path dest) : dest_(std::move(dest)) {
   std::error_code ec;
   fs::create_directories(dest_.parent_path(), ec);
   if (ec) {
-    throw Error(ErrorKind::kIo, fmt::format("cannot create the output's parent directory: {}", ec.message()),
+    throw Error(ErrorKind::kIo,
+                fmt::format("cannot create the output's parent directory: {}", ec.message()),
                 {.file = dest_.parent_path().string()});
   }
-  // The mode a plain mkdir of the destination would give (0777 less the umask), set by mkdir itself.
+  // The mode a plain mkdir of the destination would give (0777 less the umask), set by mkdir
+  // itself.
   path_ = make_sibling(dest_, "tmp", 0777);
 }
 
 StagingDir::~StagingDir() {
   if (committed_) return;
   std::error_code ec;
-  fs::remove_all(path_, ec);  // does not follow symlinks; everything in it was written by this process
+  fs::remove_all(path_,
+                 ec);  // does not follow symlinks; everything in it was written by this process
 }
 
 void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name)) {
   struct stat old;
   if (::lstat(dest_.c_str(), &old) != 0) {
     if (errno != ENOENT) throw io_error("cannot stat the output directory", dest_, errno);
-    if (::rename(path_.c_str(), dest_.c_str()) != 0) throw io_error("cannot move the export into place", dest_, errno);
+    if (::rename(path_.c_str(), dest_.c_str()) != 0)
+      throw io_error("cannot move the export into place", dest_, errno);
     committed_ = true;
     return;
   }
   if (!S_ISDIR(old.st_mode)) {
     throw Error(ErrorKind::kIo, "the output path is not a directory", {.file = dest_.string()});
   }
-  // The replacement keeps the old directory's permissions (it may have been made private on purpose).
-  if (::chmod(path_.c_str(), old.st_mode & 07777) != 0) throw io_error("cannot set the mode", path_, errno);
+  // The replacement keeps the old directory's permissions (it may have been made private on
+  // purpose).
+  if (::chmod(path_.c_str(), old.st_mode & 07777) != 0)
+    throw io_error("cannot set the mode", path_, errno);
   if (is_empty_dir(dest_)) {  // rename replaces an empty directory in one step
-    if (::rename(path_.c_str(), dest_.c_str()) != 0) throw io_error("cannot move the export into place", dest_, errno);
+    if (::rename(path_.c_str(), dest_.c_str()) != 0)
+      throw io_error("cannot move the export into place", dest_, errno);
     committed_ = true;
     return;
   }
@@ -81,10 +90,12 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
     throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
                 {.file = dest_.string(), .field = "--out"});
   }
-  // One atomic exchange where the file system has it, else two renames with the old one parked beside.
+  // One atomic exchange where the file system has it, else two renames with the old one parked
+  // beside.
   fs::path retired = path_;
   if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) != 0) {
-    if (errno != EINVAL && errno != ENOSYS) throw io_error("cannot move the export into place", dest_, errno);
+    if (errno != EINVAL && errno != ENOSYS)
+      throw io_error("cannot move the export into place", dest_, errno);
     retired = make_sibling(dest_, "old", 0700);
     if (::rename(dest_.c_str(), retired.c_str()) != 0) {
       const int error = errno;
@@ -98,8 +109,9 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
     }
   }
   committed_ = true;
-  // The new export is in place. What the old directory held beside its export (files a user put there) moves
-  // over; a failure here loses nothing: the old directory then stays where it is, and the error says where.
+  // The new export is in place. What the old directory held beside its export (files a user put
+  // there) moves over; a failure here loses nothing: the old directory then stays where it is, and
+  // the error says where.
   for (const fs::directory_entry& entry : fs::directory_iterator(retired)) {
     const std::string name = entry.path().filename().string();
     if (!keep_old(name)) continue;
@@ -107,11 +119,13 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
     struct stat existing;
     if (::lstat(target.c_str(), &existing) == 0) continue;  // the new export's own file wins
     if (::rename(entry.path().c_str(), target.c_str()) != 0) {
-      throw Error(ErrorKind::kIo,
-                  fmt::format("the export is in place, but the old directory's other files could not be moved "
-                              "into it: {}; they are in {}",
-                              std::strerror(errno), retired.string()),
-                  {.file = dest_.string()});
+      throw Error(
+          ErrorKind::kIo,
+          fmt::format(
+              "the export is in place, but the old directory's other files could not be moved "
+              "into it: {}; they are in {}",
+              std::strerror(errno), retired.string()),
+          {.file = dest_.string()});
     }
   }
   std::error_code ec;

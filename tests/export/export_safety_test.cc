@@ -1,5 +1,6 @@
-// Exports that must not be written where they would be taken for the checkpoint, never show up half-written,
-// and are read back only when their manifest, their rank files and what the caller asks all agree.
+// Exports that must not be written where they would be taken for the checkpoint, never show up
+// half-written, and are read back only when their manifest, their rank files and what the caller
+// asks all agree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,8 +57,8 @@ std::set<std::string> listing(const fs::path& dir) {
   return out;
 }
 
-// Makes writing the last rank fail: a tensor name the safetensors writer refuses (after the earlier ranks'
-// files were written).
+// Makes writing the last rank fail: a tensor name the safetensors writer refuses (after the earlier
+// ranks' files were written).
 void break_last_rank(Plan& plan) {
   for (PlanParam& param : plan.ranks.back().params) {
     if (param.exported()) {
@@ -78,8 +79,8 @@ ErrorKind kind_of(const std::function<void()>& f, std::string* message = nullptr
   return ErrorKind::kIo;
 }
 
-// --out equal to the model directory, inside it, reached through a symlink, or holding the model: refused
-// before anything is written, and the checkpoint still opens as the checkpoint it was.
+// --out equal to the model directory, inside it, reached through a symlink, or holding the model:
+// refused before anything is written, and the checkpoint still opens as the checkpoint it was.
 TEST(ExportTarget, RefusesTheModelDirectoryAndAnythingAroundIt) {
   TempDir dir;
   const std::string model = tiny(dir);
@@ -87,14 +88,18 @@ TEST(ExportTarget, RefusesTheModelDirectoryAndAnythingAroundIt) {
   const Loaded loaded = load(ckpt, 2, 1);
   fs::create_directory_symlink(model, dir.file("link"));
   const std::set<std::string> before = listing(dir.path());
-  for (const std::string& out : {model, model + "/", model + "/sub", model + "/sub/deeper", dir.file("link"),
-                                 dir.file("link/sub"), dir.file("model/../model"), dir.path().string(),
-                                 dir.file("link/..")}) {
+  for (const std::string& out : {model, model + "/", model + "/sub", model + "/sub/deeper",
+                                 dir.file("link"), dir.file("link/sub"), dir.file("model/../model"),
+                                 dir.path().string(), dir.file("link/..")}) {
     std::string message;
-    EXPECT_EQ(kind_of([&] { check_export_target(model, {.out = out}); }), ErrorKind::kInvalidArgument) << out;
-    EXPECT_EQ(kind_of([&] { export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out, .overwrite = true}); },
-                      &message),
+    EXPECT_EQ(kind_of([&] { check_export_target(model, {.out = out}); }),
               ErrorKind::kInvalidArgument)
+        << out;
+    EXPECT_EQ(
+        kind_of(
+            [&] { export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out, .overwrite = true}); },
+            &message),
+        ErrorKind::kInvalidArgument)
         << out;
     EXPECT_NE(message.find("--out"), std::string::npos) << message;
     EXPECT_EQ(listing(dir.path()), before) << out << ": something was written";
@@ -105,8 +110,9 @@ TEST(ExportTarget, RefusesTheModelDirectoryAndAnythingAroundIt) {
   EXPECT_NO_THROW(check_export_target(model, {.out = dir.file("model2")}));
 }
 
-// An export that fails part-way (here: a rank tensor the file writer refuses, after the earlier ranks' files
-// were written) leaves no --out, nothing that looks like an export, and no temporary directory.
+// An export that fails part-way (here: a rank tensor the file writer refuses, after the earlier
+// ranks' files were written) leaves no --out, nothing that looks like an export, and no temporary
+// directory.
 TEST(ExportTarget, AFailedExportLeavesNothingBehind) {
   TempDir dir;
   const std::string model = tiny(dir);
@@ -116,11 +122,13 @@ TEST(ExportTarget, AFailedExportLeavesNothingBehind) {
   fs::create_directory(dir.file("exports"));
   const std::string out = dir.file("exports/tp2");
   EXPECT_THROW(export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out}), Error);
-  EXPECT_TRUE(fs::is_empty(dir.file("exports"))) << "a temporary directory or a partial export was left";
+  EXPECT_TRUE(fs::is_empty(dir.file("exports")))
+      << "a temporary directory or a partial export was left";
 }
 
-// With --overwrite the old export stays whole until the new one is complete: a failed replacement leaves the
-// old one loadable as it was; a good one replaces it and keeps the files a user put beside it.
+// With --overwrite the old export stays whole until the new one is complete: a failed replacement
+// leaves the old one loadable as it was; a good one replaces it and keeps the files a user put
+// beside it.
 TEST(ExportTarget, OverwriteReplacesTheOldExportOnlyOnceTheNewOneIsComplete) {
   TempDir dir;
   const std::string model = tiny(dir);
@@ -133,7 +141,8 @@ TEST(ExportTarget, OverwriteReplacesTheOldExportOnlyOnceTheNewOneIsComplete) {
 
   Loaded broken = load(ckpt, 2, 1);
   break_last_rank(broken.plan);
-  EXPECT_THROW(export_ranks(ckpt, broken.plan, broken.ranks, {.out = out, .overwrite = true}), Error);
+  EXPECT_THROW(export_ranks(ckpt, broken.plan, broken.ranks, {.out = out, .overwrite = true}),
+               Error);
   EXPECT_EQ(listing(dir.path()), before);
   EXPECT_EQ(load_export(out).ranks.size(), 4u);
 
@@ -156,8 +165,12 @@ class ExportChecks : public ::testing::Test {
     export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = out_});
     manifest_ = nlohmann::json::parse(read_file(out_ + "/shardload.json"));
   }
-  void write_manifest(const nlohmann::json& manifest) { write_file(out_ + "/shardload.json", manifest.dump()); }
-  std::string file(int rank) const { return out_ + "/model-rank-" + std::to_string(rank) + "-part-0.safetensors"; }
+  void write_manifest(const nlohmann::json& manifest) {
+    write_file(out_ + "/shardload.json", manifest.dump());
+  }
+  std::string file(int rank) const {
+    return out_ + "/model-rank-" + std::to_string(rank) + "-part-0.safetensors";
+  }
 
   TempDir dir_;
   std::string out_ = dir_.file("out");
@@ -166,29 +179,38 @@ class ExportChecks : public ::testing::Test {
 
 TEST_F(ExportChecks, LayoutAskedForMustMatchTheExport) {
   std::string message;
-  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.tp = 8}); }, &message), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.tp = 8}); }, &message),
+            ErrorKind::kInvalidArgument);
   EXPECT_NE(message.find("tp_size"), std::string::npos) << message;
   EXPECT_NE(message.find("expected 4"), std::string::npos) << message;
   EXPECT_NE(message.find("found 8"), std::string::npos) << message;
-  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep = 4}); }, &message), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep = 4}); }, &message),
+            ErrorKind::kInvalidArgument);
   EXPECT_NE(message.find("ep_size"), std::string::npos) << message;
   // Expert parallelism over all ranks means ep 4 here; the export has ep 2.
-  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep_equals_tp = true}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.ep_equals_tp = true}); }),
+            ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.dtype = DType::kF16}); }, &message),
             ErrorKind::kInvalidArgument);
   EXPECT_NE(message.find("\"BF16\""), std::string::npos) << message;
   EXPECT_NE(message.find("\"F16\""), std::string::npos) << message;
-  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.redundant_experts = 2}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.redundant_experts = 2}); }),
+            ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.row_bias = RowBias::kDivided}); }),
             ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.split_shared_experts = false}); }),
             ErrorKind::kInvalidArgument);
-  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.quantize_fp8 = true}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { load_export(out_, {}, 0, {.quantize_fp8 = true}); }),
+            ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([&] { load_export(out_, {4}); }), ErrorKind::kInvalidArgument);
   // What the export holds, asked for explicitly, loads.
   const LoadedExport loaded = load_export(out_, {}, 0,
-                                          {.tp = 4, .ep = 2, .redundant_experts = 0, .row_bias = RowBias::kFull,
-                                           .split_shared_experts = true, .dtype = DType::kBF16,
+                                          {.tp = 4,
+                                           .ep = 2,
+                                           .redundant_experts = 0,
+                                           .row_bias = RowBias::kFull,
+                                           .split_shared_experts = true,
+                                           .dtype = DType::kBF16,
                                            .quantize_fp8 = false});
   EXPECT_EQ(loaded.ranks.size(), 4u);
 }
@@ -242,13 +264,14 @@ TEST_F(ExportChecks, ARankFileSwappedForAnotherRanksIsRefused) {
 }
 
 TEST_F(ExportChecks, ARankFileOfAnotherLayoutIsRefused) {
-  // The manifest and its files from a tp 4 x ep 1 export of the same model: every rank number matches, the
-  // layout of the files does not.
+  // The manifest and its files from a tp 4 x ep 1 export of the same model: every rank number
+  // matches, the layout of the files does not.
   TempDir other;
   const Checkpoint ckpt = Checkpoint::open(tiny(other));
   const Loaded loaded = load(ckpt, 4, 1);
   export_ranks(ckpt, loaded.plan, loaded.ranks, {.out = other.file("out")});
-  fs::copy_file(other.file("out/model-rank-3-part-0.safetensors"), file(3), fs::copy_options::overwrite_existing);
+  fs::copy_file(other.file("out/model-rank-3-part-0.safetensors"), file(3),
+                fs::copy_options::overwrite_existing);
   std::string message;
   EXPECT_EQ(kind_of([&] { load_export(out_); }, &message), ErrorKind::kInvalidMetadata);
   EXPECT_NE(message.find("ep_size"), std::string::npos) << message;
