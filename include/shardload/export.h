@@ -34,7 +34,8 @@ void check_export_target(const std::string& model, const ExportOptions& options)
 // specifies, and copies the model directory's other top-level files beside them. All of it is
 // written into a new directory beside OUT, moved to OUT once complete (with overwrite, an earlier
 // OUT is replaced then, keeping its entries other than rank files and the manifest); on failure OUT
-// is left as it was. `ranks` holds every rank of the plan, in order.
+// is left as it was. An OUT that is a mount point cannot be renamed over: the export is then staged
+// inside it and moved up with the manifest last. `ranks` holds every rank of the plan, in order.
 void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
                   const std::vector<RankWeights>& ranks, const ExportOptions& options);
 

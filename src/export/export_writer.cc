@@ -64,7 +64,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   // Everything is written into a directory beside --out and moved into place when complete: a
   // failed or interrupted export never leaves a directory a load would take for an export (or for
   // the checkpoint).
-  StagingDir staging(resolved_path(options.out));
+  StagingDir staging(resolved_path(options.out), std::string(kManifest));
   const fs::path out = staging.path();
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {

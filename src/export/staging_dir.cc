@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,18 +24,38 @@ Error io_error(const std::string& what, const fs::path& path, int error) {
                {.file = path.string()});
 }
 
-// A new directory DIR/.NAME.shardload-KIND-XXXXXXXX made by this process (mkdir fails on any name
-// that exists, a symlink included, so nothing found there is ever used).
-fs::path make_sibling(const fs::path& dest, const char* kind, mode_t mode) {
+// A new directory PARENT/NAME-XXXXXXXX made by this process (mkdir fails on any name that exists,
+// a symlink included, so nothing found there is ever used), with the mode a plain mkdir gives.
+fs::path make_unique_dir(const fs::path& parent, const std::string& name, mode_t mode) {
   std::random_device random;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const fs::path path =
-        dest.parent_path() /
-        fmt::format(".{}.shardload-{}-{:08x}", dest.filename().string(), kind, random());
+    const fs::path path = parent / fmt::format("{}-{:08x}", name, random());
     if (::mkdir(path.c_str(), mode) == 0) return path;
-    if (errno != EEXIST) throw io_error("cannot create a directory beside the output", path, errno);
+    if (errno != EEXIST) throw io_error("cannot create a directory for the export", path, errno);
   }
-  throw Error(ErrorKind::kIo, "cannot find a free name beside the output", {.file = dest.string()});
+  throw Error(ErrorKind::kIo, "cannot find a free name for a directory", {.file = parent.string()});
+}
+
+fs::path make_sibling(const fs::path& dest, const char* kind, mode_t mode) {
+  return make_unique_dir(dest.parent_path(),
+                         fmt::format(".{}.shardload-{}", dest.filename().string(), kind), mode);
+}
+
+// The names in a directory, read before any of them is moved or removed.
+std::vector<std::string> entry_names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    out.push_back(entry.path().filename().string());
+  }
+  return out;
+}
+
+// Whether an existing directory is a mount point: renaming onto it fails (EBUSY).
+bool is_mount_point(const fs::path& dir) {
+  struct stat self, parent;
+  if (::lstat(dir.c_str(), &self) != 0 || !S_ISDIR(self.st_mode)) return false;
+  if (::stat(dir.parent_path().c_str(), &parent) != 0) return false;
+  return self.st_dev != parent.st_dev;
 }
 
 bool is_empty_dir(const fs::path& path) {
@@ -44,7 +65,8 @@ bool is_empty_dir(const fs::path& path) {
 
 }  // namespace
 
-StagingDir::StagingDir(fs::path dest) : dest_(std::move(dest)) {
+StagingDir::StagingDir(fs::path dest, std::string manifest)
+    : dest_(std::move(dest)), manifest_(std::move(manifest)) {
   std::error_code ec;
   fs::create_directories(dest_.parent_path(), ec);
   if (ec) {
@@ -54,7 +76,9 @@ StagingDir::StagingDir(fs::path dest) : dest_(std::move(dest)) {
   }
   // The mode a plain mkdir of the destination would give (0777 less the umask), set by mkdir
   // itself.
-  path_ = make_sibling(dest_, "tmp", 0777);
+  in_place_ = is_mount_point(dest_);
+  path_ =
+      in_place_ ? make_unique_dir(dest_, ".shardload-tmp", 0777) : make_sibling(dest_, "tmp", 0777);
 }
 
 StagingDir::~StagingDir() {
@@ -65,6 +89,7 @@ StagingDir::~StagingDir() {
 }
 
 void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name)) {
+  if (in_place_) return commit_in_place(replace, keep_old);
   struct stat old;
   if (::lstat(dest_.c_str(), &old) != 0) {
     if (errno != ENOENT) throw io_error("cannot stat the output directory", dest_, errno);
@@ -130,6 +155,38 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
   }
   std::error_code ec;
   fs::remove_all(retired, ec);
+}
+
+void StagingDir::commit_in_place(bool replace, bool (*keep_old)(const std::string& name)) {
+  const std::string staging = path_.filename().string();
+  const std::vector<std::string> old = entry_names(dest_);
+  const bool empty = old.size() == 1;  // the staging directory alone
+  if (!empty && !replace) {
+    throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
+                {.file = dest_.string(), .field = "--out"});
+  }
+  // The old manifest goes first: from here until the new one arrives, the directory is no export.
+  const fs::path manifest = dest_ / manifest_;
+  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
+    throw io_error("cannot remove the old manifest", manifest, errno);
+  }
+  for (const std::string& name : entry_names(dest_)) {
+    if (name == staging || keep_old(name)) continue;
+    if (::unlink((dest_ / name).c_str()) != 0) {
+      throw io_error("cannot remove a file of the old export", dest_ / name, errno);
+    }
+  }
+  for (const std::string& name : entry_names(path_)) {
+    if (name == manifest_) continue;
+    if (::rename((path_ / name).c_str(), (dest_ / name).c_str()) != 0) {
+      throw io_error("cannot move a file of the export into place", dest_ / name, errno);
+    }
+  }
+  if (::rename((path_ / manifest_).c_str(), manifest.c_str()) != 0) {
+    throw io_error("cannot move the manifest into place", manifest, errno);
+  }
+  committed_ = true;
+  ::rmdir(path_.c_str());
 }
 
 }  // namespace shardload

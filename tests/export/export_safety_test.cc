@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_command.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/tiny.h"
@@ -21,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::shardload::testing::read_file;
+using ::shardload::testing::run_command;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
@@ -154,6 +156,55 @@ TEST(ExportTarget, OverwriteReplacesTheOldExportOnlyOnceTheNewOneIsComplete) {
   size_t entries = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++entries;
   EXPECT_EQ(entries, 2u) << "model and out only: no temporary or retired directory";
+}
+
+// A tmpfs mounted on a directory for the life of the object (tests run as root in CI); mounted()
+// is false where mounting is not allowed.
+class TmpfsMount {
+ public:
+  explicit TmpfsMount(const std::string& dir) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ =
+        run_command({"/bin/mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", dir}).exit_code == 0;
+  }
+  ~TmpfsMount() {
+    if (mounted_) run_command({"/bin/umount", dir_});
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+// A mount point given as --out (a volume) cannot be renamed over: the export is staged inside it
+// and moved up with the manifest last; a failed export still leaves the earlier one as it was.
+TEST(ExportTarget, AMountPointAsOutIsFilledInPlace) {
+  TempDir dir;
+  const std::string model = tiny(dir);
+  const std::string out = dir.file("volume");
+  const TmpfsMount mount(out);
+  if (!mount.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const Loaded tp2 = load(ckpt, 2, 1);
+  export_ranks(ckpt, tp2.plan, tp2.ranks, {.out = out});
+  EXPECT_EQ(load_export(out).ranks.size(), 2u);
+  write_file(out + "/NOTES.md", "mine");
+  const std::set<std::string> before = listing(out);
+
+  Loaded broken = load(ckpt, 4, 2);
+  break_last_rank(broken.plan);
+  EXPECT_THROW(export_ranks(ckpt, broken.plan, broken.ranks, {.out = out, .overwrite = true}),
+               Error);
+  EXPECT_EQ(listing(out), before);
+
+  const Loaded tp4 = load(ckpt, 4, 2);
+  export_ranks(ckpt, tp4.plan, tp4.ranks, {.out = out, .overwrite = true});
+  EXPECT_EQ(load_export(out).ranks.size(), 4u);
+  EXPECT_EQ(read_file(out + "/NOTES.md"), "mine");
+  for (const fs::directory_entry& entry : fs::directory_iterator(out)) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with(".shardload")) << entry.path();
+  }
 }
 
 // A tp 4 x ep 2 export, and its manifest to edit.
