@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,16 +20,45 @@ struct ExportOptions {
   bool overwrite = false;
 };
 
-// Parses "5G", "512M", "100K", "4096" (powers of 1024). Throws Error(kInvalidArgument).
-uint64_t parse_byte_size(const std::string& text);
+// Parses "5G", "512M", "100K", "4096" (powers of 1024). Throws Error(kInvalidArgument) naming
+// `flag`, the option the text came from (empty: none is named).
+uint64_t parse_byte_size(const std::string& text, std::string_view flag = {});
+
+// Throws Error(kInvalidArgument) when an export of `model` cannot go to options.out: --out is the
+// model's directory or inside it, the model is inside --out (both compared with symlinks resolved),
+// --out is not a directory, or it is not empty without overwrite. export_ranks checks the same; a
+// caller that loads first calls it before the load.
+void check_export_target(const std::string& model, const ExportOptions& options);
 
 // Writes OUT/model-rank-{r}-part-{k}.safetensors and OUT/shardload.json as ../shared/spec/layout.md
-// specifies, and copies the model directory's other top-level files beside them.
+// specifies, and copies the model directory's other top-level files beside them. All of it is
+// written into a new directory beside OUT, moved to OUT once complete (with overwrite, an earlier
+// OUT is replaced then, keeping its entries other than rank files and the manifest); on failure OUT
+// is left as it was. An OUT that is a mount point cannot be renamed over: the export is then staged
+// inside it and moved up with the manifest last. `ranks` holds every rank of the plan, in order.
 void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
                   const std::vector<RankWeights>& ranks, const ExportOptions& options);
 
 // Whether a directory is a shardload export (has shardload.json with format shardload/1).
 bool is_export_dir(const std::string& path);
+
+// DIR/shardload.json as JSON (not checked beyond being JSON). Throws Error.
+nlohmann::json read_export_manifest(const std::string& dir);
+
+// The layout a caller asks of an export it loads. Each field set must equal the export's, else
+// load_export throws Error(kInvalidArgument) naming both values; a field not set takes the
+// export's.
+struct ExportLayout {
+  std::optional<int> tp{};
+  std::optional<int> ep{};
+  bool ep_equals_tp = false;  // expert parallelism over all TP ranks, whatever tp is
+  std::optional<int> redundant_experts{};
+  std::optional<std::vector<std::vector<int>>> expert_map{};  // physical_to_logical_map
+  std::optional<RowBias> row_bias{};
+  std::optional<bool> split_shared_experts{};
+  std::optional<DType> dtype{};
+  std::optional<bool> quantize_fp8{};  // --quantization fp8 (true) or none (false)
+};
 
 // An export loaded back: the manifest and, per rank, its tensors read from the rank files.
 struct LoadedExport {
@@ -47,8 +78,13 @@ struct LoadedExport {
   std::vector<Rank> ranks;
 };
 
-// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all.
+// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all. Before
+// reading any tensor it checks that shardload.json is whole (tp_size = ep_size x moe_tp_size, one
+// entry per rank 0..T-1 in order) and that the metadata of each rank file it reads names that rank
+// and the manifest's layout, architecture and dtype (Error(kConfig) or Error(kInvalidMetadata)
+// naming the file and both values), and that `expected` fits the export (Error(kInvalidArgument),
+// as is a rank outside the export).
 LoadedExport load_export(const std::string& dir, const std::vector<int>& ranks = {},
-                         int threads = 0);
+                         int threads = 0, const ExportLayout& expected = {});
 
 }  // namespace shardload

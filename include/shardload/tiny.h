@@ -13,7 +13,7 @@ struct TinyOptions {
   std::string out;         // output directory (created)
   uint64_t seed = 0;
   int layers = -1;         // -1: the family's default
-  int experts = -1;        // -1: the family's default (ignored by dense families)
+  int experts = -1;        // -1: the family's default (an error for dense families)
   uint64_t size_bytes = 0; // 0: tiny; otherwise grow hidden/intermediate sizes to reach about this many bytes
   bool overwrite = false;  // a non-empty out is refused unless set; then its shards, index and config go first
   // Weight format: "none" (bf16), "fp8" (F8_E4M3 projections with a float32 weight_scale each,

@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/export_note.h"
 #include "cli/parallel_options.h"
+#include "cli/plural.h"
 #include "cli/progress.h"
+#include "cli/usage_error.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/loader.h"
@@ -24,15 +27,20 @@ struct ExportCommandOptions {
 };
 
 void run_export(const ExportCommandOptions& options) {
+  refuse_export_as_checkpoint(options.model, "export");
   const ParallelConfig parallel = options.parallel.to_config();
   ExportOptions export_options;
   export_options.out = options.out;
-  export_options.max_file_size = parse_byte_size(options.max_file_size);
+  export_options.max_file_size =
+      as_usage_error([&] { return parse_byte_size(options.max_file_size, "--max-file-size"); });
   export_options.overwrite = options.overwrite;
+  // Where the export goes is checked before the (long) load, and again by export_ranks before it
+  // writes.
+  as_usage_error([&] { check_export_target(options.model, export_options); });
 
   const Checkpoint ckpt = Checkpoint::open(options.model);
   for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
-  const Plan plan = make_plan(ckpt, parallel);
+  const Plan plan = plan_for_flags(ckpt, parallel);
   LoadOptions load_options;
   load_options.threads = options.threads;
   load_options.progress = make_progress_bar();
@@ -41,9 +49,9 @@ void run_export(const ExportCommandOptions& options) {
   export_ranks(ckpt, plan, ranks, export_options);
   uint64_t bytes = 0;
   for (const RankWeights& weights : ranks) bytes += weights.buffer.size();
-  std::cout << fmt::format("exported {} ranks of {} (tp={} ep={}) to {}: {} bytes\n", ranks.size(),
-                           plan.model.architecture, plan.parallel.tp, plan.parallel.ep, options.out,
-                           bytes);
+  std::cout << fmt::format("exported {} of {} (tp={} ep={}) to {}: {} bytes\n",
+                           count_of(ranks.size(), "rank"), plan.model.architecture,
+                           plan.parallel.tp, plan.parallel.ep, options.out, bytes);
 }
 
 }  // namespace
@@ -54,10 +62,15 @@ void add_export_command(CLI::App& app) {
       "export", "Write every rank's weights as safetensors files (vLLM sharded_state naming)");
   cmd->add_option("model", options->model, "Model directory")->required();
   add_parallel_options(*cmd, options->parallel);
-  cmd->add_option("--out", options->out, "Output directory")->required();
+  cmd->add_option(
+         "--out", options->out,
+         "Output directory, outside the model directory (written beside it, then moved into place)")
+      ->required();
   cmd->add_option("--max-file-size", options->max_file_size,
                   "Start a new part past this many bytes (K/M/G suffixes, powers of 1024)");
-  cmd->add_flag("--overwrite", options->overwrite, "Replace an earlier export in --out");
+  cmd->add_flag(
+      "--overwrite", options->overwrite,
+      "Replace an earlier export in --out (once the new one is complete; other files stay)");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   cmd->callback([options] { run_export(*options); });

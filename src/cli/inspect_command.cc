@@ -1,14 +1,19 @@
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/export_note.h"
+#include "cli/plural.h"
 #include "shardload/checkpoint.h"
+#include "shardload/export.h"
 
 namespace shardload::cli {
 namespace {
@@ -95,8 +100,48 @@ nlohmann::json to_json(const Checkpoint& ckpt, const std::map<std::string, uint6
   return out;
 }
 
+// An export is not a checkpoint (its rank files hold one rank each, under engine names): say what
+// it is, and validate and list its rank files.
+void inspect_export(const InspectOptions& options) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> paths;
+  for (const fs::directory_entry& entry : fs::directory_iterator(options.path)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("model-rank-") && name.ends_with(".safetensors"))
+      paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  if (options.json) {
+    nlohmann::json out = {{"path", options.path}, {"export", read_export_manifest(options.path)}};
+    out["files"] = nlohmann::json::array();
+    for (const fs::path& path : paths) {
+      const SafetensorsFile file = SafetensorsFile::open(path.string());
+      out["files"].push_back({{"file", path.filename().string()},
+                              {"bytes", file.file_size()},
+                              {"tensors", file.header().tensors.size()},
+                              {"metadata", file.header().metadata}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("export: {}: {}\n", options.path, describe_export(options.path));
+  std::cout << fmt::format(
+      "note: `shardload load {}` loads it as it is (--checksum lists its tensors)\n", options.path);
+  uint64_t total = 0;
+  for (const fs::path& path : paths) {
+    const SafetensorsFile file = SafetensorsFile::open(path.string());
+    total += file.file_size();
+    std::cout << fmt::format("file: {}  {}, {}\n", path.filename().string(),
+                             count_of(file.header().tensors.size(), "tensor"),
+                             human_bytes(file.file_size()));
+  }
+  std::cout << fmt::format("total: {} bytes ({}) in {}\n", total, human_bytes(total),
+                           count_of(paths.size(), "rank file"));
+}
+
 void run_inspect(const InspectOptions& options) {
   namespace fs = std::filesystem;
+  if (is_export_dir(options.path)) return inspect_export(options);
   const Checkpoint ckpt = Checkpoint::open(options.path);
   for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
 
@@ -130,16 +175,17 @@ void run_inspect(const InspectOptions& options) {
     }
   }
   for (const SafetensorsFile& file : ckpt.files()) {
-    std::cout << fmt::format("file: {}  {} tensors, {}\n", fs::path(file.path()).filename().string(),
-                             file.header().tensors.size(), human_bytes(file.file_size()));
+    std::cout << fmt::format("file: {}  {}, {}\n", fs::path(file.path()).filename().string(),
+                             count_of(file.header().tensors.size(), "tensor"),
+                             human_bytes(file.file_size()));
   }
   for (const auto& [dtype, bytes] : dtype_bytes) {
-    std::cout << fmt::format("dtype: {:<7} {} tensors, {}\n", dtype, dtype_count[dtype],
+    std::cout << fmt::format("dtype: {:<7} {}, {}\n", dtype, count_of(dtype_count[dtype], "tensor"),
                              human_bytes(bytes));
   }
-  std::cout << fmt::format("total: {} tensors, {} bytes ({}) in {} files\n",
-                           ckpt.tensor_names().size(), total_bytes, human_bytes(total_bytes),
-                           ckpt.files().size());
+  std::cout << fmt::format("total: {}, {} bytes ({}) in {}\n",
+                           count_of(ckpt.tensor_names().size(), "tensor"), total_bytes,
+                           human_bytes(total_bytes), count_of(ckpt.files().size(), "file"));
 }
 
 }  // namespace

@@ -1,13 +1,20 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
+#include "cli/plural.h"
+#include "cli/usage_error.h"
 #include "cli/progress.h"
 #include "core/seconds_since.h"
 #include "shardload/checkpoint.h"
@@ -32,30 +39,66 @@ std::string rate(uint64_t bytes, double seconds) {
   return seconds > 0 ? fmt::format("{:.2f} GB/s", static_cast<double>(bytes) / seconds / 1e9) : "-";
 }
 
-std::string checksum_line(int rank, const std::string& name, DType dtype, const Shape& shape,
-                          std::span<const std::byte> bytes) {
-  return fmt::format("{}\t{}\t{}\t[{}]\t{}\n", rank, name, dtype_name(dtype), fmt::join(shape, ","),
-                     xxh3_hex(bytes));
+// One rank's --checksum lines, sorted by tensor name: a checkpoint's plan order and an export's
+// file order differ (a file's tensors are laid out by alignment), and a load of the two must print
+// the same text.
+struct ChecksumLines {
+  std::vector<std::pair<std::string, std::string>> lines;  // name, line
+
+  void add(int rank, const std::string& name, DType dtype, const Shape& shape,
+           std::span<const std::byte> bytes) {
+    lines.emplace_back(name, fmt::format("{}\t{}\t{}\t[{}]\t{}\n", rank, name, dtype_name(dtype),
+                                         fmt::join(shape, ","), xxh3_hex(bytes)));
+  }
+  void print() {
+    std::sort(lines.begin(), lines.end());
+    for (const auto& [name, line] : lines) std::cout << line;
+    lines.clear();
+  }
+};
+
+// What the layout flags given ask of an export (flags not given take the export's).
+ExportLayout asked_layout(const ParallelOptions& flags) {
+  const ParallelConfig config = flags.to_config();
+  ExportLayout layout;
+  if (flags.given("--tp")) layout.tp = config.tp;
+  if (flags.given("--ep")) layout.ep = config.ep;
+  layout.ep_equals_tp = flags.enable_expert_parallel;
+  if (flags.given("--redundant-experts")) layout.redundant_experts = config.redundant_experts;
+  if (flags.given("--expert-map")) layout.expert_map = config.expert_map;
+  if (flags.given("--row-bias")) layout.row_bias = config.row_bias;
+  if (flags.given("--no-split-shared-experts"))
+    layout.split_shared_experts = config.split_shared_experts;
+  if (config.dtype) layout.dtype = config.dtype;
+  if (flags.given("--quantization")) layout.quantize_fp8 = config.quantize_fp8;
+  return layout;
 }
 
 void run_load_export(const LoadCommandOptions& options) {
+  const ExportLayout layout = asked_layout(options.parallel);
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> ranks;
   if (options.rank >= 0) ranks.push_back(options.rank);
-  const LoadedExport loaded = load_export(options.model, ranks, options.threads);
+  // Flags that do not fit the export, and a --rank outside it, are usage errors; a broken export is
+  // not.
+  const LoadedExport loaded =
+      as_usage_error([&] { return load_export(options.model, ranks, options.threads, layout); });
   const double seconds = seconds_since(start);
   uint64_t bytes = 0;
+  ChecksumLines checksums;
   for (const LoadedExport::Rank& rank : loaded.ranks) {
     for (const LoadedExport::Tensor& t : rank.tensors) {
       bytes += t.nbytes;
       if (options.checksum) {
-        std::cout << checksum_line(rank.rank, t.name, t.dtype, t.shape,
-                                   rank.buffer.span().subspan(t.offset, t.nbytes));
+        checksums.add(rank.rank, t.name, t.dtype, t.shape,
+                      rank.buffer.span().subspan(t.offset, t.nbytes));
       }
     }
+    checksums.print();
   }
-  std::cout << fmt::format("loaded export {}: {} ranks, {} bytes, load {:.3f} s ({})\n", options.model,
-                           loaded.ranks.size(), bytes, seconds, rate(bytes, seconds));
+  std::cout << fmt::format("loaded export {}: {}, {} bytes, load {:.3f} s ({})\n", options.model,
+                           count_of(loaded.ranks.size(), "rank"), bytes, seconds,
+                           rate(bytes, seconds));
 }
 
 void run_load(const LoadCommandOptions& options) {
@@ -69,8 +112,12 @@ void run_load(const LoadCommandOptions& options) {
   for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
   const double open_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  const Plan plan = make_plan(ckpt, parallel);
+  const Plan plan = plan_for_flags(ckpt, parallel);
   const double plan_seconds = seconds_since(start);
+  if (options.rank >= static_cast<int>(plan.ranks.size())) {
+    throw UsageError(fmt::format("--rank {} is outside the layout's {}", options.rank,
+                                 count_of(plan.ranks.size(), "rank")));
+  }
 
   LoadOptions load_options;
   load_options.threads = options.threads;
@@ -83,22 +130,25 @@ void run_load(const LoadCommandOptions& options) {
   finish_progress_bar();
 
   if (options.checksum) {
+    ChecksumLines checksums;
     for (const RankWeights& weights : ranks) {
       for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
         if (!param.exported()) continue;
         const TensorView view = param_view(weights, param);
-        std::cout << checksum_line(weights.rank, param.name, view.dtype, view.shape, view.data);
+        checksums.add(weights.rank, param.name, view.dtype, view.shape, view.data);
       }
+      checksums.print();
     }
   }
   std::cout << fmt::format(
-      "loaded {} ranks of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
-      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), postprocess {:.3f} s; "
-      "total {:.4f} s\n",
-      ranks.size(), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, stats.bytes_read,
-      stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate, stats.seconds_copy,
-      rate(stats.bytes_read, stats.seconds_copy), rate(stats.bytes_written, stats.seconds_copy), stats.read_requests,
-      io_mode_name(stats.io), stats.seconds_postprocess, load_seconds);
+      "loaded {} of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
+      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), "
+      "postprocess {:.3f} s; total {:.4f} s\n",
+      count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
+      stats.bytes_read, stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate,
+      stats.seconds_copy, rate(stats.bytes_read, stats.seconds_copy),
+      rate(stats.bytes_written, stats.seconds_copy), stats.read_requests, io_mode_name(stats.io),
+      stats.seconds_postprocess, load_seconds);
   // The process ends here: freeing the checkpoint's and the plan's tens of thousands of names and
   // pieces one by one took ~7 ms of a 20k-tensor load (0.25 s), and the kernel takes the pages
   // back at exit anyway. Only the output needs finishing.
@@ -121,11 +171,18 @@ void add_load_command(CLI::App& app) {
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   std::map<std::string, IoMode> io_modes;
-  for (const auto& [mode, name] : kIoModeNames) io_modes.emplace(name, mode);
-  cmd->add_option("--io", options->io,
-                  "Read path: auto (pread when the files are in the page cache, else direct), pread, "
-                  "mmap, or direct (O_DIRECT with io_uring)")
-      ->transform(CLI::CheckedTransformer(io_modes, CLI::ignore_case));
+  std::string names;
+  for (const auto& [mode, name] : kIoModeNames) {
+    io_modes.emplace(name, mode);
+    names += (names.empty() ? "" : ",") + std::string(name);
+  }
+  // The help shows the names only (a transformer's own description would list name->enum pairs).
+  cmd->add_option(
+         "--io", options->io,
+         "Read path: auto (pread when the files are in the page cache, else direct), pread, "
+         "mmap, or direct (O_DIRECT with io_uring)")
+      ->transform(
+          CLI::CheckedTransformer(io_modes, CLI::ignore_case).description("{" + names + "}"));
   cmd->callback([options] { run_load(*options); });
 }
 

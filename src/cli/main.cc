@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   back_heap_with_huge_pages();
   CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "shardload " SHARDLOAD_VERSION);
   shardload::cli::add_inspect_command(app);
   shardload::cli::add_make_tiny_command(app);
   shardload::cli::add_plan_command(app);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/plural.h"
+#include "cli/usage_error.h"
 #include "shardload/tiny.h"
 
 namespace shardload::cli {
@@ -18,12 +20,13 @@ void add_make_tiny_command(CLI::App& app) {
   cmd->add_option("--out", options->out, "Output directory")->required();
   cmd->add_option("--seed", options->seed, "Seed of the deterministic values");
   cmd->add_option("--layers", options->layers, "Number of decoder layers")->check(CLI::Range(1, 100000));
-  cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families)")
+  cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families only)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--size", options->size_bytes,
                   "Grow hidden and intermediate sizes to reach about this many bytes");
   cmd->add_flag("--overwrite", options->overwrite, "Replace the checkpoint files of a non-empty --out");
-  // Checked by make_tiny, so that a bad value gives the same Error(kInvalidArgument) as the API.
+  // Checked by make_tiny, so that a bad value gives the same Error(kInvalidArgument) as the API
+  // (here a usage error).
   cmd->add_option("--quant", options->quant,
                   "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM) or fp8-block "
                   "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size)")
@@ -31,9 +34,12 @@ void add_make_tiny_command(CLI::App& app) {
   cmd->add_option("--activation-scheme", options->activation_scheme,
                   "With --quant fp8: static (default; an input_scale per projection) or dynamic");
   cmd->callback([options] {
-    const TinySummary summary = make_tiny(*options);
-    std::cout << fmt::format("wrote {}: {} tensors, {} bytes in {} files\n", summary.dir,
-                             summary.tensors, summary.bytes, summary.files);
+    // Every kInvalidArgument of make_tiny is about its options (family, counts, --out): a usage
+    // error.
+    const TinySummary summary = as_usage_error([&] { return make_tiny(*options); });
+    std::cout << fmt::format("wrote {}: {}, {} bytes in {}\n", summary.dir,
+                             count_of(summary.tensors, "tensor"), summary.bytes,
+                             count_of(summary.files, "file"));
   });
 }
 

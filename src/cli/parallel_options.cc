@@ -1,12 +1,30 @@
 #include "cli/parallel_options.h"
 
+#include <fmt/format.h>
+
+#include "cli/usage_error.h"
+#include "core/torch_dtype.h"
 #include "shardload/error.h"
 
 namespace shardload::cli {
+namespace {
+
+// --dtype: auto, PyTorch's names (as vLLM and SGLang take them) and our short ones.
+std::optional<DType> dtype_from_flag(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp16") return DType::kF16;
+  if (name == "fp32") return DType::kF32;
+  return torch_dtype_from_name(name);
+}
+
+}  // namespace
 
 void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
-  cmd.add_option("--tensor-parallel-size,--tp", o.tp, "Tensor-parallel size T (ranks)");
-  cmd.add_option("--expert-parallel-size,--ep", o.ep, "Expert-parallel size (divides T)");
+  o.command = &cmd;
+  cmd.add_option("--tensor-parallel-size,--tp,--tp-size", o.tp, "Tensor-parallel size T (ranks)");
+  cmd.add_option("--expert-parallel-size,--ep,--ep-size", o.ep, "Expert-parallel size (divides T)");
+  cmd.add_flag("--enable-expert-parallel", o.enable_expert_parallel,
+               "Expert parallelism over all T ranks (the same as --ep T)");
   cmd.add_option("--redundant-experts", o.redundant_experts, "Redundant (replica) experts R");
   cmd.add_option("--expert-map", o.expert_map_file,
                  "JSON file {\"physical_to_logical_map\": [[...], ...]}, one row per MoE layer");
@@ -14,27 +32,47 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
       ->check(CLI::IsMember({"full", "divided"}));
   cmd.add_flag("--no-split-shared-experts", o.no_split_shared_experts,
                "Replicate shared experts whole on every rank");
-  cmd.add_option("--dtype", o.dtype, "auto (config torch_dtype), bf16, fp16 or fp32")
-      ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp32", "float32"}));
+  cmd.add_option("--dtype", o.dtype,
+                 "auto (config torch_dtype), bfloat16 (bf16), float16 (fp16, half) or float32 "
+                 "(fp32, float)")
+      ->check(CLI::Validator(
+          [](const std::string& name) {
+            return name == "auto" || dtype_from_flag(name) ? std::string()
+                                                           : "not a model dtype: " + name;
+          },
+          "", "DTYPE"));
   cmd.add_option("--quantization", o.quantization,
                  "none, or fp8: dynamic FP8 per rank tensor for an unquantized checkpoint (an FP8 checkpoint "
                  "stays as it is)")
       ->check(CLI::IsMember({"none", "fp8"}));
 }
 
+bool ParallelOptions::given(std::string_view flag) const {
+  return command != nullptr && command->count(std::string(flag)) > 0;
+}
+
 ParallelConfig ParallelOptions::to_config() const {
   ParallelConfig config;
   config.tp = tp;
   config.ep = ep;
+  if (enable_expert_parallel) {
+    if (given("--ep") && ep != tp) {
+      throw UsageError(
+          fmt::format("--enable-expert-parallel means --ep {} (the --tp), not --ep {}", tp, ep));
+    }
+    config.ep = tp;
+  }
   config.redundant_experts = redundant_experts;
   if (!expert_map_file.empty()) config.expert_map = read_expert_map(expert_map_file);
   config.row_bias = row_bias == "divided" ? RowBias::kDivided : RowBias::kFull;
   config.split_shared_experts = !no_split_shared_experts;
-  if (dtype == "bf16" || dtype == "bfloat16") config.dtype = DType::kBF16;
-  if (dtype == "fp16" || dtype == "float16" || dtype == "half") config.dtype = DType::kF16;
-  if (dtype == "fp32" || dtype == "float32") config.dtype = DType::kF32;
+  if (dtype != "auto") config.dtype = dtype_from_flag(dtype);
   config.quantize_fp8 = quantization == "fp8";
   return config;
+}
+
+Plan plan_for_flags(const Checkpoint& checkpoint, const ParallelConfig& parallel) {
+  return as_usage_error([&] { return make_plan(checkpoint, parallel); });
 }
 
 }  // namespace shardload::cli

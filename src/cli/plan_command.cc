@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/export_note.h"
+#include "cli/plural.h"
 #include "cli/parallel_options.h"
 #include "shardload/checkpoint.h"
 #include "shardload/plan.h"
@@ -18,11 +20,12 @@ struct PlanOptions {
 };
 
 void run_plan(const PlanOptions& options) {
+  refuse_export_as_checkpoint(options.model, "plan");
   // The layout is read (and the expert map checked) before the checkpoint is opened.
   const ParallelConfig parallel = options.parallel.to_config();
   const Checkpoint ckpt = Checkpoint::open(options.model);
   for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
-  const Plan plan = make_plan(ckpt, parallel);
+  const Plan plan = plan_for_flags(ckpt, parallel);
   if (options.json) {
     std::cout << plan.to_json().dump(1) << "\n";
     return;
@@ -31,12 +34,14 @@ void run_plan(const PlanOptions& options) {
                            family_name(plan.model.family), plan.parallel.tp, plan.parallel.ep,
                            plan.moe_tp, dtype_name(plan.dtype));
   if (plan.physical_experts > 0) std::cout << fmt::format(" physical_experts={}", plan.physical_experts);
-  std::cout << fmt::format(", {} sources, {} skipped\n", plan.sources.size(), plan.skipped.size());
+  std::cout << fmt::format(", {}, {} skipped\n", count_of(plan.sources.size(), "source"),
+                           plan.skipped.size());
   for (const RankPlan& rank : plan.ranks) {
     size_t pieces = 0;
     for (const PlanParam& param : rank.params) pieces += param.pieces.size();
-    std::cout << fmt::format("rank {} (ep {}, moe_tp {}): {} params, {} pieces, {} bytes, reads {} bytes\n",
-                             rank.rank, rank.ep_rank, rank.moe_tp_rank, rank.params.size(), pieces,
+    std::cout << fmt::format("rank {} (ep {}, moe_tp {}): {}, {}, {} bytes, reads {} bytes\n",
+                             rank.rank, rank.ep_rank, rank.moe_tp_rank,
+                             count_of(rank.params.size(), "param"), count_of(pieces, "piece"),
                              rank.bytes, rank.read_bytes);
   }
 }

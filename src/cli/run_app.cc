@@ -8,10 +8,8 @@ namespace shardload::cli {
 int run_app(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --help-all, --version: printed, exit status 0
   } catch (const CLI::ParseError& e) {
     // One line, like every other error: usage errors are bad input too.
     std::cerr << "error: " << e.what() << " (run with --help for usage)\n";

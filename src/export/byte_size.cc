@@ -6,7 +6,7 @@
 
 namespace shardload {
 
-uint64_t parse_byte_size(const std::string& text) {
+uint64_t parse_byte_size(const std::string& text, std::string_view flag) {
   uint64_t value = 0;
   const char* begin = text.data();
   const char* end = text.data() + text.size();
@@ -25,7 +25,8 @@ uint64_t parse_byte_size(const std::string& text) {
   if (ec != std::errc() || rest != end || shift < 0 || value == 0 ||
       value > (~uint64_t{0} >> shift)) {
     throw Error(ErrorKind::kInvalidArgument, "not a positive byte size",
-                {.field = "--max-file-size", .expected = "bytes with an optional K, M, G or T suffix",
+                {.field = std::string(flag),
+                 .expected = "bytes with an optional K, M, G or T suffix",
                  .found = text});
   }
   return value << shift;

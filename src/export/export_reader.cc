@@ -11,6 +11,7 @@
 
 #include "core/json_input.h"
 #include "core/parallel_for.h"
+#include "export/export_checks.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 
@@ -37,13 +38,27 @@ bool is_export_dir(const std::string& path) {
   }
 }
 
-LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted, int threads) {
+nlohmann::json read_export_manifest(const std::string& dir) {
+  return read_manifest(fs::path(dir) / "shardload.json");
+}
+
+LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted, int threads,
+                         const ExportLayout& expected) {
   const fs::path manifest_path = fs::path(dir) / "shardload.json";
   LoadedExport out;
   out.manifest = read_manifest(manifest_path);
-  const nlohmann::json& ranks = out.manifest["ranks"];
-  if (!ranks.is_array()) {
-    throw Error(ErrorKind::kConfig, "no ranks list", {.file = manifest_path.string(), .field = "ranks"});
+  // Everything is checked before a tensor is read: the manifest, what was asked of it, then each
+  // rank file.
+  const ExportManifest manifest = check_manifest(out.manifest, manifest_path.string());
+  check_expected_layout(out.manifest, manifest, expected, manifest_path.string());
+  for (int rank : wanted) {
+    if (rank < 0 || rank >= manifest.tp) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("rank {} is not in the export", rank),
+                  {.file = manifest_path.string(),
+                   .field = "rank",
+                   .expected = fmt::format("0..{} (tp_size {})", manifest.tp - 1, manifest.tp),
+                   .found = std::to_string(rank)});
+    }
   }
   struct Copy {
     size_t rank;
@@ -53,18 +68,14 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   };
   std::vector<SafetensorsFile> files;
   std::vector<Copy> copies;
-  for (const nlohmann::json& entry : ranks) {
-    const int rank = entry.value("rank", -1);
+  for (int rank = 0; rank < manifest.tp; ++rank) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), rank) == wanted.end()) continue;
     LoadedExport::Rank& loaded = out.ranks.emplace_back();
     loaded.rank = rank;
     uint64_t offset = 0;
-    for (const nlohmann::json& name : entry.value("files", nlohmann::json::array())) {
-      if (!name.is_string() || name.get<std::string>().find('/') != std::string::npos) {
-        throw Error(ErrorKind::kConfig, "a rank file is not a file name",
-                    {.file = manifest_path.string(), .field = "ranks", .found = name.dump()});
-      }
-      files.push_back(SafetensorsFile::open((fs::path(dir) / name.get<std::string>()).string()));
+    for (const std::string& name : manifest.files[static_cast<size_t>(rank)]) {
+      files.push_back(SafetensorsFile::open((fs::path(dir) / name).string()));
+      check_rank_file(files.back(), manifest, rank);
       for (const TensorInfo& info : files.back().header().tensors) {
         loaded.tensors.push_back({info.name, info.dtype, info.shape, offset, info.nbytes()});
         copies.push_back({out.ranks.size() - 1, files.size() - 1, &info, offset});
@@ -72,13 +83,6 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
       }
     }
     loaded.buffer = AlignedBuffer(offset);
-  }
-  for (int rank : wanted) {
-    if (std::none_of(out.ranks.begin(), out.ranks.end(),
-                     [&](const LoadedExport::Rank& r) { return r.rank == rank; })) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("rank {} is not in the export", rank),
-                  {.file = manifest_path.string()});
-    }
   }
   parallel_for(copies.size(), threads, [&](size_t i, int) {
     const Copy& copy = copies[i];

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "export/resolved_path.h"
+#include "export/staging_dir.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/safetensors.h"
@@ -29,22 +31,19 @@ bool is_copied(const fs::directory_entry& entry) {
          name != "model.safetensors.index.json";
 }
 
-void prepare_out_dir(const ExportOptions& options) {
-  const fs::path out(options.out);
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out)) {
-    throw Error(ErrorKind::kIo, fmt::format("cannot create the output directory: {}", ec.message()),
-                {.file = options.out});
-  }
-  if (fs::is_empty(out)) return;
-  if (!options.overwrite) {
-    throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
-                {.file = options.out});
-  }
-  for (const auto& entry : fs::directory_iterator(out)) {
-    const std::string name = entry.path().filename().string();
-    if (is_rank_file(name) || name == kManifest) fs::remove(entry.path());
+// What an --overwrite keeps of the old directory: everything but an export's own rank files and
+// manifest (the files copied from the model come anew with the export).
+bool kept_on_overwrite(const std::string& name) { return !is_rank_file(name) && name != kManifest; }
+
+// An export holds every rank of its layout, in rank order: a load checks exactly that.
+void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
+  bool in_order = ranks.size() == plan.ranks.size();
+  for (size_t r = 0; in_order && r < ranks.size(); ++r)
+    in_order = ranks[r].rank == static_cast<int>(r);
+  if (!in_order) {
+    throw Error(ErrorKind::kInvalidArgument, "an export holds every rank of the layout, in order",
+                {.expected = fmt::format("ranks 0..{}", plan.ranks.size() - 1),
+                 .found = fmt::format("{} ranks", ranks.size())});
   }
 }
 
@@ -60,8 +59,13 @@ std::string row_bias_name(RowBias row_bias) {
 
 void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,
                   const ExportOptions& options) {
-  prepare_out_dir(options);
-  const fs::path out(options.out);
+  check_export_target(ckpt.path(), options);
+  check_all_ranks(plan, ranks);
+  // Everything is written into a directory beside --out and moved into place when complete: a
+  // failed or interrupted export never leaves a directory a load would take for an export (or for
+  // the checkpoint).
+  StagingDir staging(resolved_path(options.out), std::string(kManifest));
+  const fs::path out = staging.path();
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
     const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
@@ -111,15 +115,10 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       {"row_bias", row_bias_name(plan.parallel.row_bias)},
       {"no_split_shared_experts", !plan.parallel.split_shared_experts},
       {"redundant_experts", moe ? plan.physical_experts - static_cast<int>(plan.model.experts) : 0},
-      {"physical_to_logical_map", moe ? nlohmann::json(plan.physical_to_logical)
-                                      : nlohmann::json::array()},
+      {"physical_to_logical_map",
+       moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array()},
       {"ranks", manifest_ranks},
   };
-  {
-    std::ofstream file(out / kManifest, std::ios::binary | std::ios::trunc);
-    file << manifest.dump(2) << "\n";
-    if (!file) throw Error(ErrorKind::kIo, "cannot write the manifest", {.file = (out / kManifest).string()});
-  }
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
       if (!is_copied(entry) || entry.path().filename() == kManifest) continue;
@@ -131,6 +130,15 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       }
     }
   }
+  // The manifest last: it is what makes a directory an export.
+  {
+    std::ofstream file(out / kManifest, std::ios::binary | std::ios::trunc);
+    file << manifest.dump(2) << "\n";
+    if (!file)
+      throw Error(ErrorKind::kIo, "cannot write the manifest",
+                  {.file = (out / kManifest).string()});
+  }
+  staging.commit(options.overwrite, kept_on_overwrite);
 }
 
 }  // namespace shardload

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/json_input.h"
+#include "core/torch_dtype.h"
 #include "model/quantization_config.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
@@ -105,9 +106,7 @@ DType parse_torch_dtype(const json& config) {
   if (value == nullptr) value = field(config, "dtype");
   if (value == nullptr) return DType::kBF16;
   const std::string name = value->is_string() ? value->get<std::string>() : brief_json(*value);
-  if (name == "bfloat16") return DType::kBF16;
-  if (name == "float16" || name == "half") return DType::kF16;
-  if (name == "float32" || name == "float") return DType::kF32;
+  if (const std::optional<DType> dtype = torch_dtype_from_name(name)) return *dtype;
   throw config_error("unsupported model dtype", "torch_dtype", "bfloat16, float16 or float32", name);
 }
 

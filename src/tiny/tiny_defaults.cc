@@ -112,7 +112,12 @@ void apply_counts(TinyModel& m, int layers, int experts) {
     m.layers = layers;
     std::erase_if(m.mlp_only_layers, [&](int i) { return i >= layers; });
   }
-  if (experts == -1 || m.experts == 0) return;  // dense families ignore --experts
+  if (experts == -1) return;
+  if (m.experts ==
+      0) {  // silently ignoring it would hand back a dense model the caller did not ask for
+    throw Error(ErrorKind::kInvalidArgument, "a dense family has no experts",
+                {.field = "experts", .expected = "no --experts", .found = std::to_string(experts)});
+  }
   if (experts < 1 || experts > kMaxExperts) {
     throw Error(ErrorKind::kInvalidArgument, "bad expert count",
                 {.field = "experts",

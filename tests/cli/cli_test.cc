@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -142,9 +143,9 @@ TEST(CliTest, BadArgumentsGiveOneLineErrors) {
                         "zero layers");
 }
 
-// `load --checksum` prints one line per exported rank tensor, with the hashes an in-process load
-// gives, then its summary. The command ends without freeing its weights (std::_Exit): this also
-// checks that none of its output is lost.
+// `load --checksum` prints one line per exported rank tensor, rank by rank and by name within a
+// rank, with the hashes an in-process load gives, then its summary. The command ends without
+// freeing its weights (std::_Exit): this also checks that none of its output is lost.
 TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
   TempDir dir;
   TinyOptions options;
@@ -164,14 +165,16 @@ TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
   std::string expected;
   size_t lines = 0;
   for (const RankWeights& weights : load_ranks(ckpt, plan)) {
+    std::map<std::string, std::string> rank_lines;  // a rank's tensors come in name order
     for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
       if (!param.exported()) continue;
       const TensorView view = param_view(weights, param);
-      expected += fmt::format("{}\t{}\t{}\t[{}]\t{}\n", weights.rank, param.name,
-                              dtype_name(view.dtype), fmt::join(view.shape, ","),
-                              xxh3_hex(view.data));
+      rank_lines[param.name] =
+          fmt::format("{}\t{}\t{}\t[{}]\t{}\n", weights.rank, param.name, dtype_name(view.dtype),
+                      fmt::join(view.shape, ","), xxh3_hex(view.data));
       ++lines;
     }
+    for (const auto& [name, line] : rank_lines) expected += line;
   }
   EXPECT_GT(lines, 100u);
   ASSERT_EQ(result.out.substr(0, expected.size()), expected);

@@ -124,5 +124,20 @@ TEST(ByteSizeTest, ParsesSuffixesInPowersOf1024) {
   }
 }
 
+// The error names the option the text came from (shardload-serve's --staging-bytes was named
+// --max-file-size).
+TEST(ByteSizeTest, ErrorsNameTheFlagTheyParse) {
+  for (const char* flag : {"--staging-bytes", "--max-file-size"}) {
+    try {
+      parse_byte_size("12Q", flag);
+      ADD_FAILURE() << flag << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), flag);
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("12Q"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardload

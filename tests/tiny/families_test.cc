@@ -176,8 +176,9 @@ TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   EXPECT_EQ(small.count_containing("mlp.experts."), 3u * 8 * 3);
 }
 
-TEST(TinyFamilies, DenseFamiliesIgnoreExperts) {
-  Tiny t("llama", 2, 32);
+// (An expert count for a dense family is an error: options_test.cc.)
+TEST(TinyFamilies, DenseFamiliesTakeALayerCount) {
+  Tiny t("llama", 2);
   EXPECT_EQ(t.config().at("num_hidden_layers"), 2);
   EXPECT_EQ(t.count_containing("experts"), 0u);
 }

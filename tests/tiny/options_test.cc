@@ -66,6 +66,18 @@ TEST(TinyOptions, BadCountsAreInvalidArguments) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A dense family has no experts to count: an expert count is refused, not dropped, and nothing is
+// written.
+TEST(TinyOptions, ExpertsForADenseFamilyAreAnInvalidArgument) {
+  TempDir dir;
+  const std::string out = (dir.path() / "m").string();
+  for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+    EXPECT_EQ(kind_of({.arch = arch, .out = out, .experts = 8}), ErrorKind::kInvalidArgument)
+        << arch;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(TinyOptions, CreatesMissingDirectories) {
   TempDir dir;
   const fs::path out = dir.path() / "a" / "b";

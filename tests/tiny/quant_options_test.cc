@@ -98,11 +98,12 @@ TEST(TinyQuantOptions, CommandLineTakesQuantAndActivationScheme) {
     args.insert(args.end(), extra.begin(), extra.end());
     return testing::run_command(args);
   };
+  // Bad options are usage errors: exit status 2.
   testing::CommandResult r = make({"--quant", "int4"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("none, fp8, fp8-block"), std::string::npos) << r.err;
   r = make({"--activation-scheme", "dynamic"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("activation"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir.file("m")));
 

@@ -46,10 +46,10 @@ std::string check_name(const std::string& name) {
 }
 
 uint64_t staging_bytes(const std::string& text) {
-  return text == "0" ? 0 : parse_byte_size(text);
+  return text == "0" ? 0 : parse_byte_size(text, "--staging-bytes");
 }
 
-// parse_byte_size names no option (or another one): the message here names this one.
+// CLI11 names the option in front of the message: the message itself says what a size looks like.
 std::string check_staging_bytes(const std::string& text) {
   try {
     staging_bytes(text);

@@ -1,0 +1,206 @@
+// An export is read back as written only if its manifest, its rank files and what the caller asked
+// agree: a rank file copied over another rank's, a truncated rank list or a tp 4 export loaded as
+// tp 8 would otherwise hand an engine the wrong weights without a word.
+#include "export/export_checks.h"
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+
+namespace shardload {
+namespace {
+
+constexpr int kMaxRanks =
+    1 << 16;  // far above any real layout; bounds what a manifest can make us allocate
+
+Error manifest_error(const std::string& message, const std::string& file, const std::string& field,
+                     std::string expected = {}, std::string found = {}) {
+  return Error(
+      ErrorKind::kConfig, message,
+      {.file = file, .field = field, .expected = std::move(expected), .found = std::move(found)});
+}
+
+// A JSON value as it may appear in an error: scalars as JSON, structures only by kind (never echoed
+// whole).
+std::string shown(const nlohmann::json& value) {
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return fmt::format("a list of {}", value.size());
+  const std::string text = value.dump();
+  return text.size() <= 64 ? text : fmt::format("a {}-character value", text.size());
+}
+
+int positive_int(const nlohmann::json& manifest, const char* name, const std::string& file) {
+  const auto it = manifest.find(name);
+  if (it == manifest.end() || !it->is_number_integer() || it->get<int64_t>() < 1 ||
+      it->get<int64_t>() > kMaxRanks) {
+    throw manifest_error("not a layout size", file, name,
+                         fmt::format("an integer in 1..{}", kMaxRanks),
+                         it == manifest.end() ? "nothing" : shown(*it));
+  }
+  return static_cast<int>(it->get<int64_t>());
+}
+
+std::string string_field(const nlohmann::json& manifest, const char* name,
+                         const std::string& file) {
+  const auto it = manifest.find(name);
+  if (it == manifest.end() || !it->is_string()) {
+    throw manifest_error("not a string", file, name, "a string",
+                         it == manifest.end() ? "nothing" : shown(*it));
+  }
+  return it->get<std::string>();
+}
+
+// One entry of "ranks": {"rank": r, "files": ["plain file name", ...]}.
+std::vector<std::string> rank_files(const nlohmann::json& entry, int rank, const std::string& file,
+                                    std::set<std::string>& seen) {
+  const std::string field = fmt::format("ranks[{}]", rank);
+  if (!entry.is_object())
+    throw manifest_error("a rank entry is not an object", file, field, "", shown(entry));
+  const auto number = entry.find("rank");
+  if (number == entry.end() || !number->is_number_integer() || number->get<int64_t>() != rank) {
+    throw manifest_error("the ranks are not 0..tp_size-1 in order", file, field + ".rank",
+                         std::to_string(rank), number == entry.end() ? "nothing" : shown(*number));
+  }
+  const auto files = entry.find("files");
+  if (files == entry.end() || !files->is_array() || files->empty()) {
+    throw manifest_error("a rank has no files", file, field + ".files",
+                         "a non-empty list of file names",
+                         files == entry.end() ? "nothing" : shown(*files));
+  }
+  std::vector<std::string> out;
+  for (const nlohmann::json& name : *files) {
+    const std::string text = name.is_string() ? name.get<std::string>() : std::string();
+    if (text.empty() || text == "." || text == ".." || text.find('/') != std::string::npos ||
+        text.find('\0') != std::string::npos) {
+      throw manifest_error("a rank file is not a file name", file, field + ".files",
+                           "a file name in the export", shown(name));
+    }
+    if (!seen.insert(text).second) {
+      throw manifest_error("a file is listed twice", file, field + ".files", "each file once",
+                           text);
+    }
+    out.push_back(text);
+  }
+  return out;
+}
+
+[[noreturn]] void conflict(const std::string& file, const char* field, const std::string& exported,
+                           const std::string& asked) {
+  throw Error(ErrorKind::kInvalidArgument, "the layout asked for does not match the export's",
+              {.file = file,
+               .field = field,
+               .expected = exported + " (the export's)",
+               .found = asked + " (asked)"});
+}
+
+}  // namespace
+
+ExportManifest check_manifest(const nlohmann::json& manifest, const std::string& file) {
+  if (!manifest.is_object())
+    throw manifest_error("not a JSON object", file, "", "an object", shown(manifest));
+  const auto format = manifest.find("format");
+  if (format == manifest.end() || *format != "shardload/1") {
+    throw manifest_error("not a shardload export manifest", file, "format", "\"shardload/1\"",
+                         format == manifest.end() ? "nothing" : shown(*format));
+  }
+  ExportManifest out;
+  out.architecture = string_field(manifest, "architecture", file);
+  out.dtype = string_field(manifest, "dtype", file);
+  out.tp = positive_int(manifest, "tp_size", file);
+  out.ep = positive_int(manifest, "ep_size", file);
+  out.moe_tp = positive_int(manifest, "moe_tp_size", file);
+  if (out.tp % out.ep != 0 || out.moe_tp != out.tp / out.ep) {
+    throw manifest_error("the layout sizes disagree", file, "moe_tp_size",
+                         fmt::format("tp_size / ep_size = {} / {}", out.tp, out.ep),
+                         std::to_string(out.moe_tp));
+  }
+  const auto ranks = manifest.find("ranks");
+  if (ranks == manifest.end() || !ranks->is_array()) {
+    throw manifest_error("no ranks list", file, "ranks", "a list",
+                         ranks == manifest.end() ? "nothing" : shown(*ranks));
+  }
+  if (ranks->size() != static_cast<size_t>(out.tp)) {
+    throw manifest_error("the ranks list does not hold every rank of tp_size", file, "ranks",
+                         fmt::format("{} entries (tp_size)", out.tp),
+                         fmt::format("{} entries", ranks->size()));
+  }
+  std::set<std::string> seen;
+  for (int r = 0; r < out.tp; ++r)
+    out.files.push_back(rank_files((*ranks)[static_cast<size_t>(r)], r, file, seen));
+  return out;
+}
+
+void check_expected_layout(const nlohmann::json& manifest, const ExportManifest& checked,
+                           const ExportLayout& expected, const std::string& file) {
+  if (expected.tp && *expected.tp != checked.tp) {
+    conflict(file, "tp_size", std::to_string(checked.tp), std::to_string(*expected.tp));
+  }
+  const std::optional<int> ep =
+      expected.ep_equals_tp ? std::optional<int>(expected.tp.value_or(checked.tp)) : expected.ep;
+  if (ep && *ep != checked.ep)
+    conflict(file, "ep_size", std::to_string(checked.ep), std::to_string(*ep));
+  auto exported = [&](const char* name) {
+    const auto it = manifest.find(name);
+    return it == manifest.end() ? nlohmann::json() : *it;
+  };
+  if (expected.redundant_experts && exported("redundant_experts") != *expected.redundant_experts) {
+    conflict(file, "redundant_experts", shown(exported("redundant_experts")),
+             std::to_string(*expected.redundant_experts));
+  }
+  if (expected.expert_map &&
+      exported("physical_to_logical_map") != nlohmann::json(*expected.expert_map)) {
+    conflict(file, "physical_to_logical_map", shown(exported("physical_to_logical_map")),
+             "the --expert-map's (a different map)");
+  }
+  if (expected.row_bias) {
+    const std::string asked = *expected.row_bias == RowBias::kDivided ? "divided" : "full";
+    if (exported("row_bias") != asked)
+      conflict(file, "row_bias", shown(exported("row_bias")), '"' + asked + '"');
+  }
+  if (expected.split_shared_experts &&
+      exported("no_split_shared_experts") != !*expected.split_shared_experts) {
+    conflict(file, "no_split_shared_experts", shown(exported("no_split_shared_experts")),
+             *expected.split_shared_experts ? "false" : "true");
+  }
+  if (expected.dtype && checked.dtype != dtype_name(*expected.dtype)) {
+    conflict(file, "dtype", shown(checked.dtype), shown(std::string(dtype_name(*expected.dtype))));
+  }
+  if (expected.quantize_fp8) {
+    // --quantization fp8 quantizes an unquantized checkpoint and leaves an FP8 one as it is; none
+    // leaves both.
+    const nlohmann::json quantization = exported("quantization");
+    if (*expected.quantize_fp8 ? quantization == "none" : quantization == "fp8-dynamic") {
+      conflict(file, "quantization", shown(quantization), *expected.quantize_fp8 ? "fp8" : "none");
+    }
+  }
+}
+
+void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest, int rank) {
+  const std::map<std::string, std::string>& metadata = file.header().metadata;
+  const std::pair<const char*, std::string> fields[] = {
+      {"format", "shardload/1"},
+      {"rank", std::to_string(rank)},
+      {"tp_size", std::to_string(manifest.tp)},
+      {"ep_size", std::to_string(manifest.ep)},
+      {"moe_tp_size", std::to_string(manifest.moe_tp)},
+      {"moe_tp_rank", std::to_string(rank % manifest.moe_tp)},
+      {"ep_rank", std::to_string(rank / manifest.moe_tp)},
+      {"architecture", manifest.architecture},
+      {"dtype", manifest.dtype},
+  };
+  for (const auto& [name, value] : fields) {
+    const auto it = metadata.find(name);
+    if (it == metadata.end() || it->second != value) {
+      throw Error(ErrorKind::kInvalidMetadata,
+                  fmt::format("the file's metadata does not match rank {} of shardload.json", rank),
+                  {.file = file.path(),
+                   .field = name,
+                   .expected = shown(value),
+                   .found = it == metadata.end() ? "nothing" : shown(it->second)});
+    }
+  }
+}
+
+}  // namespace shardload

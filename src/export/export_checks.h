@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardload/export.h"
+#include "shardload/safetensors.h"
+
+namespace shardload {
+
+// What load_export trusts of an export, checked field by field (the manifest is hostile input).
+struct ExportManifest {
+  std::string architecture;
+  std::string dtype;  // safetensors spelling
+  int tp = 0;
+  int ep = 0;
+  int moe_tp = 0;
+  std::vector<std::vector<std::string>> files;  // per rank r = 0..tp-1, its file names
+};
+
+// Checks shardload.json's format, layout and rank list (`file` names it in errors). Throws
+// Error(kConfig).
+ExportManifest check_manifest(const nlohmann::json& manifest, const std::string& file);
+
+// Checks that the layout asked for fits the export. Throws Error(kInvalidArgument) naming both
+// values.
+void check_expected_layout(const nlohmann::json& manifest, const ExportManifest& checked,
+                           const ExportLayout& expected, const std::string& file);
+
+// Checks that a rank file's metadata names `rank` and the manifest's layout. Throws
+// Error(kInvalidMetadata).
+void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest, int rank);
+
+}  // namespace shardload

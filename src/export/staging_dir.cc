@@ -1,0 +1,192 @@
+#include "export/staging_dir.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+
+Error io_error(const std::string& what, const fs::path& path, int error) {
+  return Error(ErrorKind::kIo, fmt::format("{}: {}", what, std::strerror(error)),
+               {.file = path.string()});
+}
+
+// A new directory PARENT/NAME-XXXXXXXX made by this process (mkdir fails on any name that exists,
+// a symlink included, so nothing found there is ever used), with the mode a plain mkdir gives.
+fs::path make_unique_dir(const fs::path& parent, const std::string& name, mode_t mode) {
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const fs::path path = parent / fmt::format("{}-{:08x}", name, random());
+    if (::mkdir(path.c_str(), mode) == 0) return path;
+    if (errno != EEXIST) throw io_error("cannot create a directory for the export", path, errno);
+  }
+  throw Error(ErrorKind::kIo, "cannot find a free name for a directory", {.file = parent.string()});
+}
+
+fs::path make_sibling(const fs::path& dest, const char* kind, mode_t mode) {
+  return make_unique_dir(dest.parent_path(),
+                         fmt::format(".{}.shardload-{}", dest.filename().string(), kind), mode);
+}
+
+// The names in a directory, read before any of them is moved or removed.
+std::vector<std::string> entry_names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    out.push_back(entry.path().filename().string());
+  }
+  return out;
+}
+
+// Whether an existing directory is a mount point: renaming onto it fails (EBUSY).
+bool is_mount_point(const fs::path& dir) {
+  struct stat self, parent;
+  if (::lstat(dir.c_str(), &self) != 0 || !S_ISDIR(self.st_mode)) return false;
+  if (::stat(dir.parent_path().c_str(), &parent) != 0) return false;
+  return self.st_dev != parent.st_dev;
+}
+
+bool is_empty_dir(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_empty(path, ec) && !ec;
+}
+
+}  // namespace
+
+StagingDir::StagingDir(fs::path dest, std::string manifest)
+    : dest_(std::move(dest)), manifest_(std::move(manifest)) {
+  std::error_code ec;
+  fs::create_directories(dest_.parent_path(), ec);
+  if (ec) {
+    throw Error(ErrorKind::kIo,
+                fmt::format("cannot create the output's parent directory: {}", ec.message()),
+                {.file = dest_.parent_path().string()});
+  }
+  // The mode a plain mkdir of the destination would give (0777 less the umask), set by mkdir
+  // itself.
+  in_place_ = is_mount_point(dest_);
+  path_ =
+      in_place_ ? make_unique_dir(dest_, ".shardload-tmp", 0777) : make_sibling(dest_, "tmp", 0777);
+}
+
+StagingDir::~StagingDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(path_,
+                 ec);  // does not follow symlinks; everything in it was written by this process
+}
+
+void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name)) {
+  if (in_place_) return commit_in_place(replace, keep_old);
+  struct stat old;
+  if (::lstat(dest_.c_str(), &old) != 0) {
+    if (errno != ENOENT) throw io_error("cannot stat the output directory", dest_, errno);
+    if (::rename(path_.c_str(), dest_.c_str()) != 0)
+      throw io_error("cannot move the export into place", dest_, errno);
+    committed_ = true;
+    return;
+  }
+  if (!S_ISDIR(old.st_mode)) {
+    throw Error(ErrorKind::kIo, "the output path is not a directory", {.file = dest_.string()});
+  }
+  // The replacement keeps the old directory's permissions (it may have been made private on
+  // purpose).
+  if (::chmod(path_.c_str(), old.st_mode & 07777) != 0)
+    throw io_error("cannot set the mode", path_, errno);
+  if (is_empty_dir(dest_)) {  // rename replaces an empty directory in one step
+    if (::rename(path_.c_str(), dest_.c_str()) != 0)
+      throw io_error("cannot move the export into place", dest_, errno);
+    committed_ = true;
+    return;
+  }
+  if (!replace) {
+    throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
+                {.file = dest_.string(), .field = "--out"});
+  }
+  // One atomic exchange where the file system has it, else two renames with the old one parked
+  // beside.
+  fs::path retired = path_;
+  if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS)
+      throw io_error("cannot move the export into place", dest_, errno);
+    retired = make_sibling(dest_, "old", 0700);
+    if (::rename(dest_.c_str(), retired.c_str()) != 0) {
+      const int error = errno;
+      ::rmdir(retired.c_str());
+      throw io_error("cannot move the old output directory aside", dest_, error);
+    }
+    if (::rename(path_.c_str(), dest_.c_str()) != 0) {
+      const int error = errno;
+      ::rename(retired.c_str(), dest_.c_str());  // put the old one back
+      throw io_error("cannot move the export into place", dest_, error);
+    }
+  }
+  committed_ = true;
+  // The new export is in place. What the old directory held beside its export (files a user put
+  // there) moves over; a failure here loses nothing: the old directory then stays where it is, and
+  // the error says where.
+  for (const fs::directory_entry& entry : fs::directory_iterator(retired)) {
+    const std::string name = entry.path().filename().string();
+    if (!keep_old(name)) continue;
+    const fs::path target = dest_ / name;
+    struct stat existing;
+    if (::lstat(target.c_str(), &existing) == 0) continue;  // the new export's own file wins
+    if (::rename(entry.path().c_str(), target.c_str()) != 0) {
+      throw Error(
+          ErrorKind::kIo,
+          fmt::format(
+              "the export is in place, but the old directory's other files could not be moved "
+              "into it: {}; they are in {}",
+              std::strerror(errno), retired.string()),
+          {.file = dest_.string()});
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(retired, ec);
+}
+
+void StagingDir::commit_in_place(bool replace, bool (*keep_old)(const std::string& name)) {
+  const std::string staging = path_.filename().string();
+  const std::vector<std::string> old = entry_names(dest_);
+  const bool empty = old.size() == 1;  // the staging directory alone
+  if (!empty && !replace) {
+    throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
+                {.file = dest_.string(), .field = "--out"});
+  }
+  // The old manifest goes first: from here until the new one arrives, the directory is no export.
+  const fs::path manifest = dest_ / manifest_;
+  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) {
+    throw io_error("cannot remove the old manifest", manifest, errno);
+  }
+  for (const std::string& name : entry_names(dest_)) {
+    if (name == staging || keep_old(name)) continue;
+    if (::unlink((dest_ / name).c_str()) != 0) {
+      throw io_error("cannot remove a file of the old export", dest_ / name, errno);
+    }
+  }
+  for (const std::string& name : entry_names(path_)) {
+    if (name == manifest_) continue;
+    if (::rename((path_ / name).c_str(), (dest_ / name).c_str()) != 0) {
+      throw io_error("cannot move a file of the export into place", dest_ / name, errno);
+    }
+  }
+  if (::rename((path_ / manifest_).c_str(), manifest.c_str()) != 0) {
+    throw io_error("cannot move the manifest into place", manifest, errno);
+  }
+  committed_ = true;
+  ::rmdir(path_.c_str());
+}
+
+}  // namespace shardload
