@@ -1,8 +1,8 @@
 #include "model/config_fields.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/json_input.h"
 
@@ -20,9 +20,12 @@ struct SizeLimit {
 };
 constexpr uint64_t kMaxConfigSize = uint64_t{1} << 24;  // any size not listed below
 constexpr SizeLimit kSizeLimits[] = {
-    {"hidden_size", uint64_t{1} << 20},         {"vocab_size", uint64_t{1} << 26},
-    {"num_hidden_layers", 100000},              {"num_attention_heads", uint64_t{1} << 16},
-    {"num_key_value_heads", uint64_t{1} << 16}, {"head_dim", uint64_t{1} << 16},
+    {"hidden_size", uint64_t{1} << 20},
+    {"vocab_size", uint64_t{1} << 26},
+    {"num_hidden_layers", 100000},
+    {"num_attention_heads", uint64_t{1} << 16},
+    {"num_key_value_heads", uint64_t{1} << 16},
+    {"head_dim", uint64_t{1} << 16},
 };
 
 uint64_t size_limit(std::string_view name) {
@@ -34,9 +37,12 @@ uint64_t size_limit(std::string_view name) {
 
 }  // namespace
 
-Error config_error(std::string message, std::string field, std::string expected, std::string found) {
+Error config_error(std::string message, std::string field, std::string expected,
+                   std::string found) {
   return Error(ErrorKind::kConfig, std::move(message),
-               {.file = "config.json", .field = std::move(field), .expected = std::move(expected),
+               {.file = "config.json",
+                .field = std::move(field),
+                .expected = std::move(expected),
                 .found = std::move(found)});
 }
 
@@ -81,14 +87,16 @@ uint64_t get_positive(const json& config, const char* name, std::optional<uint64
 bool get_bool(const json& config, const char* name, bool fallback) {
   const json* value = field(config, name);
   if (value == nullptr) return fallback;
-  if (!value->is_boolean()) throw config_error("not a boolean", name, "true or false", brief_json(*value));
+  if (!value->is_boolean())
+    throw config_error("not a boolean", name, "true or false", brief_json(*value));
   return value->get<bool>();
 }
 
 bool in_list(const json& config, const char* name, int layer) {
   const json* list = field(config, name);
   if (list == nullptr) return false;
-  if (!list->is_array()) throw config_error("not a list", name, "a list of layer indices", brief_json(*list));
+  if (!list->is_array())
+    throw config_error("not a list", name, "a list of layer indices", brief_json(*list));
   return std::any_of(list->begin(), list->end(),
                      [&](const json& v) { return v.is_number_integer() && v.get<int>() == layer; });
 }

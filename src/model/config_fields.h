@@ -1,15 +1,14 @@
 #pragma once
 
 // Typed, bounded reads of config.json fields, shared by model_config.cc and the families' config
-// readers (src/model/arch/). Every error is Error(kConfig) on config.json naming the field, and never
-// quotes more of a bad value than brief_json does.
+// readers (src/model/arch/). Every error is Error(kConfig) on config.json naming the field, and
+// never quotes more of a bad value than brief_json does.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "shardload/error.h"
 

@@ -26,7 +26,8 @@ DType parse_torch_dtype(const json& config) {
   if (name == "bfloat16") return DType::kBF16;
   if (name == "float16" || name == "half") return DType::kF16;
   if (name == "float32" || name == "float") return DType::kF32;
-  throw config_error("unsupported model dtype", "torch_dtype", "bfloat16, float16 or float32", name);
+  throw config_error("unsupported model dtype", "torch_dtype", "bfloat16, float16 or float32",
+                     name);
 }
 
 const arch::Family* parse_family(const json& config, std::string& architecture) {
@@ -51,7 +52,8 @@ const std::vector<std::string_view>& expert_count_fields() {
     std::vector<std::string_view> out;
     for (const arch::Family* family : arch::families()) {
       const std::string_view name = family->expert_count_field;
-      if (!name.empty() && std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+      if (!name.empty() && std::find(out.begin(), out.end(), name) == out.end())
+        out.push_back(name);
     }
     return out;
   }();

@@ -1,6 +1,6 @@
 // The checkpoint tensors of a generated model: the family writes their names and shapes (its
-// descriptor's tiny_tensors, src/model/arch/); this file turns them into specs, FP8 with their scale
-// tensors where the family says a matrix is a linear projection and --quant asks for FP8.
+// descriptor's tiny_tensors, src/model/arch/); this file turns them into specs, FP8 with their
+// scale tensors where the family says a matrix is a linear projection and --quant asks for FP8.
 
 #include <string>
 #include <utility>

@@ -21,7 +21,8 @@ void read_routed_moe_config(const nlohmann::json& c, ModelConfig& m) {
   m.experts = get_uint(c, "n_routed_experts", 0, kMaxExperts);
   if (m.experts == 0) return;
   m.moe_intermediate = get_positive(c, "moe_intermediate_size");
-  m.shared_intermediate = m.moe_intermediate * get_uint(c, "n_shared_experts", 0, kMaxSharedExperts);
+  m.shared_intermediate =
+      m.moe_intermediate * get_uint(c, "n_shared_experts", 0, kMaxSharedExperts);
   const uint64_t first = get_uint(c, "first_k_dense_replace", 0);
   const uint64_t freq = get_positive(c, "moe_layer_freq", 1);
   for (int i = 0; i < m.layers; ++i) {

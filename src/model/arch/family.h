@@ -2,15 +2,15 @@
 
 // One architecture family, described in one file (src/model/arch/<family>.cc) and listed once in
 // registry.cc: how its config.json is read, its sharding table, and what the checkpoint generator
-// (make-tiny, src/tiny/) writes for it. Generic code reads these descriptors and never names a family.
+// (make-tiny, src/tiny/) writes for it. Generic code reads these descriptors and never names a
+// family.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/arch_table.h"
 #include "shardload/dtype.h"
@@ -127,7 +127,8 @@ void tiny_rope(nlohmann::json& c, double theta, double eps, int max_positions);
 void tiny_qwen_config(nlohmann::json& c, const TinySizes& m, int max_positions);
 void tiny_qwen3_config(nlohmann::json& c, const TinySizes& m);
 void tiny_qwen_moe_config(nlohmann::json& c, const TinySizes& m);
-// The DeepSeek-style expert fields read_routed_moe_config reads (but moe_layer_freq), and topk_group.
+// The DeepSeek-style expert fields read_routed_moe_config reads (but moe_layer_freq), and
+// topk_group.
 void tiny_routed_moe_config(nlohmann::json& c, const TinySizes& m);
 bool tiny_qwen_moe_layer(const TinySizes& m, int layer);
 bool tiny_no_moe_layer(const TinySizes& m, int layer);

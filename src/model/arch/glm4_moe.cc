@@ -1,7 +1,7 @@
-// GLM-4.5 / GLM-4.6 MoE (Glm4MoeForCausalLM): grouped-query attention whose attention_bias biases q, k
-// and v only (o_proj has none), per-head q/k norms when use_qk_norm, first_k_dense_replace dense
-// layers, then routed experts with a float32 e_score_correction_bias and n_shared_experts shared
-// experts (DeepSeek-V3's router and experts). Multi-token-prediction layers are skipped.
+// GLM-4.5 / GLM-4.6 MoE (Glm4MoeForCausalLM): grouped-query attention whose attention_bias biases
+// q, k and v only (o_proj has none), per-head q/k norms when use_qk_norm, first_k_dense_replace
+// dense layers, then routed experts with a float32 e_score_correction_bias and n_shared_experts
+// shared experts (DeepSeek-V3's router and experts). Multi-token-prediction layers are skipped.
 #include "model/arch/family.h"
 #include "model/config_fields.h"
 
@@ -14,10 +14,9 @@ std::vector<ParamRule> layer_rules() {
   for (ParamRule& rule : attention) {
     if (rule.target.ends_with("_norm.weight")) rule.optional = true;
   }
-  std::vector<ParamRule> rules =
-      concat({norm_rules(), attention, dense_mlp_rules(),
-              expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
-              shared_expert_rules("mlp.shared_experts.")});
+  std::vector<ParamRule> rules = concat({norm_rules(), attention, dense_mlp_rules(),
+                                         expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
+                                         shared_expert_rules("mlp.shared_experts.")});
   rules.push_back(score_correction_bias_rule());
   return rules;
 }
@@ -26,11 +25,12 @@ const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = layer_rules(),
-      .skips = [] {
-        std::vector<SkipRule> skips = common_skips();
-        for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
-        return skips;
-      }(),
+      .skips =
+          [] {
+            std::vector<SkipRule> skips = common_skips();
+            for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
+            return skips;
+          }(),
   };
   return table;
 }

@@ -18,7 +18,8 @@ void attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
 }
 
 void tiny_tensors(const TinySizes& m, TensorWriter& w) {
-  write_decoder_model(m, w, {.attention = attention, .moe = nullptr, .moe_layer = tiny_no_moe_layer});
+  write_decoder_model(m, w,
+                      {.attention = attention, .moe = nullptr, .moe_layer = tiny_no_moe_layer});
 }
 
 }  // namespace

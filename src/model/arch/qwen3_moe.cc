@@ -42,10 +42,8 @@ const Family& qwen3_moe_family() {
       .name = "qwen3_moe",
       .architectures = {"Qwen3MoeForCausalLM"},
       .expert_count_field = "num_experts",
-      .read_config =
-          [](const nlohmann::json& c, ModelConfig& m) {
-            read_qwen_moe_config(c, m, /*shared_expert=*/false);
-          },
+      .read_config = [](const nlohmann::json& c,
+                        ModelConfig& m) { read_qwen_moe_config(c, m, /*shared_expert=*/false); },
       .table = table,
       .tiny_defaults =
           [](TinySizes& m) {

@@ -17,10 +17,9 @@ const Family& glm4_moe_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
-      &llama_family(),       &qwen2_family(),       &qwen3_family(),
-      &qwen2_moe_family(),   &qwen3_moe_family(),   &mixtral_family(),
-      &deepseek_v2_family(), &deepseek_v3_family(), &ernie4_5_moe_family(),
-      &glm4_moe_family(),
+      &llama_family(),        &qwen2_family(),    &qwen3_family(),       &qwen2_moe_family(),
+      &qwen3_moe_family(),    &mixtral_family(),  &deepseek_v2_family(), &deepseek_v3_family(),
+      &ernie4_5_moe_family(), &glm4_moe_family(),
   };
   return kFamilies;
 }

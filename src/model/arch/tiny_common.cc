@@ -1,5 +1,6 @@
 // What the families' generators share: default sizes, config.json fields of related families, and
-// the tensors of attention, MLP and decoder layers, in the order Hugging Face checkpoints carry them.
+// the tensors of attention, MLP and decoder layers, in the order Hugging Face checkpoints carry
+// them.
 
 #include <algorithm>
 
@@ -114,7 +115,8 @@ void write_mlp(const TinySizes& m, TensorWriter& w, const std::string& p, uint64
 }
 
 void write_experts(const TinySizes& m, TensorWriter& w, const std::string& p, uint64_t size) {
-  for (uint64_t x = 0; x < m.experts; ++x) write_mlp(m, w, p + "experts." + std::to_string(x) + ".", size);
+  for (uint64_t x = 0; x < m.experts; ++x)
+    write_mlp(m, w, p + "experts." + std::to_string(x) + ".", size);
 }
 
 void write_decoder_layer(const TinySizes& m, TensorWriter& w, const TinyLayerWriter& layer,
