@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -10,20 +11,15 @@
 
 namespace shardload {
 
-// Architecture families; each has one sharding table (src/model/arch/).
-enum class Family {
-  kLlama,  // also Mistral and ERNIE-4.5 dense
-  kQwen2,
-  kQwen3,
-  kQwen2Moe,
-  kQwen3Moe,
-  kMixtral,
-  kDeepseekV2,
-  kDeepseekV3,
-  kErnie45Moe,
-};
+namespace arch {
+struct Family;  // one architecture family (src/model/arch/family.h)
+}
 
-std::string_view family_name(Family family);
+// The family's name, config.json's model_type spelling ("qwen3_moe"); "?" for none.
+std::string_view family_name(const arch::Family* family);
+
+// config.json's spellings of the number of routed experts, one per family with experts, each once.
+const std::vector<std::string_view>& expert_count_fields();
 
 // How the checkpoint's (or, for kFp8Dynamic, the loaded) linear weights are quantized (layout.md "FP8").
 enum class Quantization {
@@ -40,7 +36,7 @@ std::string_view quantization_name(Quantization quantization);
 // Zero means "the model has no such thing".
 struct ModelConfig {
   std::string architecture;  // architectures[0]
-  Family family = Family::kLlama;
+  const arch::Family* family = nullptr;  // from architectures[0]; never null after from_json
   DType dtype = DType::kBF16;  // torch_dtype (or dtype)
   uint64_t hidden = 0;
   uint64_t intermediate = 0;  // dense MLP
@@ -75,6 +71,8 @@ struct ModelConfig {
   uint64_t block_cols = 0;
 
   bool is_moe() const { return experts > 0; }
+  // Multi-head latent attention: one latent KV for all heads, so no kv head is split.
+  bool is_mla() const { return kv_lora_rank > 0; }
   int moe_layer_count() const;
 
   // Throws Error(kConfig) naming the field for a missing or malformed one, or an unknown architecture.

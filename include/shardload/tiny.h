@@ -9,7 +9,7 @@ namespace shardload {
 // Options of `shardload make-tiny`: a small but realistic Hugging Face checkpoint (real tensor names,
 // config.json, model.safetensors.index.json, tokenizer files, several shards) for one architecture family.
 struct TinyOptions {
-  std::string arch;        // llama, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, ernie4_5_moe
+  std::string arch;        // a family name, one of tiny_architectures() (src/model/arch/registry.cc)
   std::string out;         // output directory (created)
   uint64_t seed = 0;
   int layers = -1;         // -1: the family's default

@@ -14,6 +14,7 @@
 #include "cli/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
+#include "shardload/model.h"
 
 namespace shardload::cli {
 namespace {
@@ -63,7 +64,12 @@ std::string describe_config(const nlohmann::json& config) {
   add("hidden", {"hidden_size"});
   add("heads", {"num_attention_heads"});
   add("kv heads", {"num_key_value_heads"});
-  add("experts", {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"});
+  for (std::string_view name : expert_count_fields()) {  // each family's spelling (src/model/arch/)
+    if (auto* value = config_field(config, {std::string(name).c_str()})) {
+      out += fmt::format(", experts {}", value->dump());
+      break;
+    }
+  }
   add("vocab", {"vocab_size"});
   add("dtype", {"torch_dtype", "dtype"});
   return out;

@@ -2,7 +2,8 @@
 
 // Architectures as data: for each family, a table from Hugging Face checkpoint names to the engine's rank
 // parameters and their split rules (../shared/spec/layout.md). The planner interprets the tables; adding an
-// architecture means adding a table (src/model/arch/<family>.cc), not a code path.
+// architecture means adding a file (src/model/arch/<family>.cc, with its table and the rest of its
+// descriptor, family.h) and one line in registry.cc, not a code path.
 
 #include <string>
 #include <string_view>
@@ -82,7 +83,8 @@ struct ArchTable {
   std::vector<SkipRule> skips;
 };
 
-const ArchTable& table_for(Family family);
+// The family's table (its descriptor's, family.h).
+const ArchTable& table_for(const Family* family);
 
 // Whether a rank parameter is a linear projection's weight, the tensors FP8 quantizes (layout.md "FP8"):
 // every `*_proj` weight (qkv, o, gate_up, down, q_a, q_b, kv_a, kv_b, fused_qkv_a, shared experts) and the
@@ -104,16 +106,6 @@ std::vector<ParamRule> shared_expert_rules(const std::string& name);
 std::vector<SkipRule> common_skips();
 std::vector<SkipRule> mtp_layer_skips();
 
-// One table per family (src/model/arch/<family>.cc).
-const ArchTable& llama_table();
-const ArchTable& qwen2_table();
-const ArchTable& qwen3_table();
-const ArchTable& qwen2_moe_table();
-const ArchTable& qwen3_moe_table();
-const ArchTable& mixtral_table();
-const ArchTable& deepseek_v2_table();
-const ArchTable& deepseek_v3_table();
-const ArchTable& ernie4_5_moe_table();
 std::vector<ParamRule> concat(std::initializer_list<std::vector<ParamRule>> blocks);
 
 }  // namespace shardload::arch

@@ -67,8 +67,7 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
   const uint64_t t = static_cast<uint64_t>(tp);
   if (m.heads % t != 0)
     invalid(fmt::format("tp={} does not divide {} attention heads", tp, m.heads));
-  const bool mla = m.family == Family::kDeepseekV2 || m.family == Family::kDeepseekV3;
-  if (!mla) {
+  if (!m.is_mla()) {
     if (t >= m.kv_heads && t % m.kv_heads != 0) {
       invalid(fmt::format("tp={} is not a multiple of {} kv heads", tp, m.kv_heads));
     }

@@ -147,15 +147,15 @@ tiny::Quant parse_quant_options(const TinyOptions& options, bool& static_activat
 const std::vector<std::string>& tiny_architectures() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    for (tiny::Family family : tiny::kAllFamilies) out.emplace_back(tiny::family_name(family));
+    for (const arch::Family* family : arch::families()) out.emplace_back(family->name);
     return out;
   }();
   return names;
 }
 
 TinySummary make_tiny(const TinyOptions& options) {
-  const std::optional<tiny::Family> family = tiny::parse_family(options.arch);
-  if (!family) {
+  const arch::Family* family = arch::find_family(options.arch);
+  if (family == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, "unknown architecture family",
                 {.field = "arch",
                  .expected = fmt::format("one of {}", fmt::join(tiny_architectures(), ", ")),

@@ -10,10 +10,7 @@ namespace shardload::tiny {
 inline constexpr int kUnkTokenId = 0;
 inline constexpr int kBosTokenId = 1;
 inline constexpr int kEosTokenId = 2;
-inline constexpr int kPadTokenId = 3;
-
-// `architectures[0]` of config.json, e.g. "Qwen3MoeForCausalLM".
-std::string_view architecture_name(Family family);
+inline constexpr int kPadTokenId = arch::kTinyPadTokenId;
 
 // config.json with the real field names of the family's Hugging Face config.
 nlohmann::json config_json(const TinyModel& model);

@@ -192,17 +192,6 @@ std::optional<Quant> parse_quant(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_fp8_weight(std::string_view name) {
-  const std::optional<std::string_view> module = strip(name, ".weight");
-  if (!module) return false;
-  const size_t dot = module->rfind('.');
-  const std::string_view last = dot == std::string_view::npos ? *module : module->substr(dot + 1);
-  if (last.find("_proj") != std::string_view::npos) return true;
-  // Mixtral's experts: block_sparse_moe.experts.<x>.w1 / w2 / w3.
-  return (last == "w1" || last == "w2" || last == "w3") &&
-         module->find(".experts.") != std::string_view::npos;
-}
-
 std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shape, Quant quant,
                                     bool static_activations) {
   const Grid g = grid_of(module + ".weight", shape, quant);

@@ -13,17 +13,11 @@
 namespace shardload::tiny {
 
 // Rows and columns of a DeepSeek-V3 FP8 block (weight_block_size [128, 128]).
-inline constexpr uint64_t kFp8Block = 128;
+inline constexpr uint64_t kFp8Block = arch::kFp8BlockSize;
 
 // --quant spellings: "none", "fp8", "fp8-block", in that order.
 const std::vector<std::string>& quant_names();
 std::optional<Quant> parse_quant(std::string_view name);
-
-// Whether a checkpoint tensor is stored as FP8 under --quant: the weight of a linear projection,
-// i.e. "<m>.weight" whose last module contains "_proj" (q/k/v/o, gate/up/down, MLA's q_a/q_b/kv_a/
-// kv_b, shared and routed experts) or is a Mixtral expert's w1/w2/w3. The same set the loader
-// quantizes; embeddings, lm_head, norms, routers, shared_expert_gate and biases stay in bf16.
-bool is_fp8_weight(std::string_view name);
 
 // The tensors of one quantized projection: the F8_E4M3 weight, then its scales ("fp8":
 // weight_scale F32 [] and, with static activations, input_scale F32 []; "fp8-block":

@@ -93,8 +93,8 @@ const std::string& biased_llama() {
 }
 
 const std::vector<std::string> kDense = {"llama", "qwen2", "qwen3"};
-const std::vector<std::string> kMoe = {"qwen2_moe",   "qwen3_moe",   "mixtral",
-                                       "deepseek_v2", "deepseek_v3", "ernie4_5_moe"};
+const std::vector<std::string> kMoe = {"qwen2_moe",   "qwen3_moe",   "mixtral",     "deepseek_v2",
+                                       "deepseek_v3", "ernie4_5_moe", "glm4_moe"};
 
 struct Case {
   std::string label = {};
@@ -133,7 +133,7 @@ std::vector<Case> all_cases() {
     cases.push_back(
         {.label = f + "_tp4_ep2_custom_map", .model = f, .tp = 4, .ep = 2, .custom_map = true});
   }
-  for (const std::string f : {"qwen2_moe", "deepseek_v3", "ernie4_5_moe"}) {
+  for (const std::string f : {"qwen2_moe", "deepseek_v3", "ernie4_5_moe", "glm4_moe"}) {
     cases.push_back(
         {.label = f + "_tp4_ep2_no_split_shared", .model = f, .tp = 4, .ep = 2, .no_split = true});
   }

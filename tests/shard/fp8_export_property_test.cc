@@ -329,7 +329,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"deepseek_v3", "fp8-block", 2, 1, 0},
                       Case{"deepseek_v3", "fp8-block", 4, 2, 0},
                       Case{"deepseek_v3", "fp8-block", 4, 4, 0},
-                      Case{"qwen3_moe", "dynamic", 2, 2, 2}, Case{"qwen3_moe", "dynamic", 4, 2, 0}),
+                      Case{"qwen3_moe", "dynamic", 2, 2, 2}, Case{"qwen3_moe", "dynamic", 4, 2, 0},
+                      Case{"glm4_moe", "fp8", 4, 2, 2}),
     case_name);
 
 }  // namespace

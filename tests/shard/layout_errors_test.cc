@@ -65,6 +65,24 @@ TEST(LayoutErrors, TpNotDividingHeads) {
                  "tp=16 does not divide 8 attention heads");
 }
 
+// GLM-4.5 is grouped-query attention, not MLA: its kv heads must split or replicate evenly, and its
+// experts follow the MoE rules.
+TEST(LayoutErrors, Glm4MoeKvHeadsAndExperts) {
+  const std::string& glm = testing::tiny_model("glm4_moe");
+  expect_refused(glm, {"--tp", "16"}, "tp=16 does not divide 8 attention heads");
+  expect_refused(glm, {"--tp", "4", "--ep", "3"}, "ep=3 does not divide tp=4");
+  expect_refused(glm, {"--tp", "8", "--ep", "8", "--redundant-experts", "3"},
+                 "ep=8 does not divide 11 physical experts");
+  // 6 heads over 3 kv heads: tp 2 divides the heads but not the kv heads (MLA would not care).
+  TempDir dir;
+  fs::copy(glm, dir.file("m"));
+  json config = json::parse(testing::read_file(dir.file("m/config.json")));
+  config["num_attention_heads"] = 6;
+  config["num_key_value_heads"] = 3;
+  testing::write_file(dir.file("m/config.json"), config.dump());
+  expect_refused(dir.file("m"), {"--tp", "2"}, "tp=2 does not divide 3 kv heads");
+}
+
 TEST(LayoutErrors, KvHeadsNotSplittable) {
   // 6 heads over 3 kv heads: tp 2 neither divides the kv heads nor is a multiple of them.
   TempDir dir;

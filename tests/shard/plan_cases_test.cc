@@ -149,6 +149,61 @@ TEST(PlanCases, QkvBiasFollowsTheKvHeadRule) {
                                 {layer + "v_proj.bias", 16, 32, 0, 1, 48 * kBf16}}));
 }
 
+TEST(PlanCases, Glm4MoeLayers) {
+  // GLM-4.5 at tp 4 x ep 2 (heads of 32): attention_bias gives q/k/v biases and no o_proj bias;
+  // rank 3 holds q heads 6-7 and kv head 1, experts 4-7 (ep rank 1) at moe tp rank 1.
+  const Plan plan = plan_for(testing::tiny_model("glm4_moe"), {.tp = 4, .ep = 2});
+  EXPECT_EQ(plan.model.architecture, "Glm4MoeForCausalLM");
+  const std::string a = "model.layers.2.self_attn.";
+  const PlanParam& bias = param(plan, 3, a + "qkv_proj.bias");
+  EXPECT_EQ(bias.shape, (Shape{(2 + 2) * 32}));
+  EXPECT_EQ(pieces(plan, bias),
+            (std::vector<Piece>{{a + "q_proj.bias", 192, 256, 0, 1, 0},
+                                {a + "k_proj.bias", 32, 64, 0, 1, 64 * kBf16},
+                                {a + "v_proj.bias", 32, 64, 0, 1, 96 * kBf16}}));
+  EXPECT_EQ(find_param(plan, 3, a + "o_proj.bias"), nullptr);
+  const PlanParam& q_norm = param(plan, 3, a + "q_norm.weight");
+  EXPECT_EQ(q_norm.dtype, DType::kF32);
+  EXPECT_EQ(q_norm.shape, (Shape{32}));
+  EXPECT_EQ(param(plan, 3, a + "k_norm.weight").dtype, DType::kF32);
+
+  // Layer 0 is dense (first_k_dense_replace = 1), layers 1 and 2 have routed and shared experts.
+  EXPECT_EQ(param(plan, 3, "model.layers.0.mlp.gate_up_proj.weight").shape,
+            (Shape{2 * 384 / 4, kHidden}));
+  EXPECT_EQ(find_param(plan, 3, "model.layers.0.mlp.experts.w13_weight"), nullptr);
+  const std::string m = "model.layers.1.mlp.";
+  EXPECT_EQ(find_param(plan, 3, m + "gate_up_proj.weight"), nullptr);
+  const PlanParam& w13 = param(plan, 3, m + "experts.w13_weight");
+  EXPECT_EQ(w13.shape, (Shape{4, 2 * 32, kHidden}));
+  EXPECT_EQ(pieces(plan, w13).front(), (Piece{m + "experts.4.gate_proj.weight", 32, 64, 0, kHidden, 0}));
+  EXPECT_EQ(param(plan, 3, m + "shared_experts.gate_up_proj.weight").shape,
+            (Shape{2 * 64 / 4, kHidden}));
+  EXPECT_EQ(param(plan, 3, m + "gate.weight").shape, (Shape{8, kHidden}));
+  const PlanParam& score = param(plan, 3, m + "gate.e_score_correction_bias");
+  EXPECT_EQ(score.dtype, DType::kF32);
+  EXPECT_EQ(score.shape, (Shape{8}));
+
+  // The multi-token-prediction layer (index 3 = num_hidden_layers) is skipped whole.
+  for (const PlanParam& p : plan.ranks.at(0).params)
+    EXPECT_EQ(p.name.find("layers.3."), std::string::npos) << p.name;
+  EXPECT_NE(std::find(plan.skipped.begin(), plan.skipped.end(), "model.layers.3.eh_proj.weight"),
+            plan.skipped.end());
+}
+
+TEST(PlanCases, Glm4MoeWithoutQkNorm) {
+  // GLM-4.5-Air: use_qk_norm false and no q/k norms in the checkpoint; nothing else changes.
+  TempDir dir;
+  make_tiny({.arch = "glm4_moe", .out = dir.file("m"), .seed = testing::test_seed()});
+  testing::drop_tensors(dir.file("m"), "self_attn.q_norm.");
+  testing::drop_tensors(dir.file("m"), "self_attn.k_norm.");
+  json config = json::parse(testing::read_file(dir.file("m/config.json")));
+  config["use_qk_norm"] = false;
+  testing::write_file(dir.file("m/config.json"), config.dump());
+  const Plan plan = plan_for(dir.file("m"), {.tp = 2});
+  EXPECT_EQ(find_param(plan, 1, "model.layers.0.self_attn.q_norm.weight"), nullptr);
+  EXPECT_NE(find_param(plan, 1, "model.layers.0.self_attn.qkv_proj.bias"), nullptr);
+}
+
 // ---- vocabulary ----
 
 TEST(PlanCases, VocabPaddedTo64AndSplit) {

@@ -164,6 +164,35 @@ TEST(TinyFamilies, ErnieKeepsRouterAndStaticsInF32AndHasMtp) {
   EXPECT_FALSE(t.has("lm_head.weight"));
 }
 
+TEST(TinyFamilies, Glm4MoeHasQkvBiasesQkNormsCorrectionBiasAndAnMtpLayer) {
+  Tiny t("glm4_moe");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"Glm4MoeForCausalLM"}));
+  const uint64_t e = c.at("n_routed_experts");
+  const uint64_t d = c.at("head_dim");
+  EXPECT_NE(d, c.at("hidden_size").get<uint64_t>() / c.at("num_attention_heads").get<uint64_t>());
+  EXPECT_TRUE(c.at("attention_bias").get<bool>());
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    EXPECT_TRUE(t.has(std::string("model.layers.0.self_attn.") + p + ".bias")) << p;
+  }
+  EXPECT_FALSE(t.has("model.layers.0.self_attn.o_proj.bias")) << "attention_bias is q/k/v only";
+  EXPECT_TRUE(c.at("use_qk_norm").get<bool>());
+  EXPECT_EQ(t.at("model.layers.0.self_attn.q_norm.weight").shape, Shape{d});
+  EXPECT_TRUE(t.has("model.layers.0.mlp.gate_proj.weight")) << "first_k_dense_replace = 1";
+  EXPECT_FALSE(t.has("model.layers.0.mlp.gate.weight"));
+  const TensorInfo& bias = t.at("model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(bias.dtype, DType::kF32);
+  EXPECT_EQ(bias.shape, Shape{e});
+  EXPECT_TRUE(t.has("model.layers.1.mlp.shared_experts.down_proj.weight"));
+  EXPECT_TRUE(t.has("lm_head.weight"));
+  const std::string mtp =
+      "model.layers." + std::to_string(c.at("num_hidden_layers").get<int>()) + ".";
+  for (const char* name : {"eh_proj.weight", "enorm.weight", "shared_head.head.weight",
+                           "self_attn.q_proj.bias", "mlp.experts.0.up_proj.weight"}) {
+    EXPECT_TRUE(t.has(mtp + name)) << name;
+  }
+}
+
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   Tiny small("qwen3_moe");
   Tiny big("qwen3_moe", 6, 16);

@@ -218,6 +218,7 @@ bool is_moe(const json& c, int i) {
     return i >= c.at("first_k_dense_replace").get<int>() &&
            i % c.at("moe_layer_freq").get<int>() == 0;
   }
+  if (type == "glm4_moe") return i >= c.at("first_k_dense_replace").get<int>();
   if (type == "ernie4_5_moe") {
     const int end =
         c.contains("moe_layer_end_index") ? c.at("moe_layer_end_index").get<int>() : layers - 1;
@@ -237,6 +238,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"deepseek_v2", "DeepseekV2ForCausalLM"},
     {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM"},
+    {"glm4_moe", "Glm4MoeForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -329,9 +331,9 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
   if (moe_family) {
     EXPECT_GT(moe_layers, 0);
   }
-  // Layers past num_hidden_layers exist only as DeepSeek MTP layers.
+  // Layers past num_hidden_layers exist only as DeepSeek-style MTP layers (DeepSeek-V3, GLM-4.5).
   const std::string past = "model.layers." + std::to_string(layers) + ".";
-  const bool deepseek_mtp = GetParam() == "deepseek_v3";
+  const bool deepseek_mtp = GetParam() == "deepseek_v3" || GetParam() == "glm4_moe";
   EXPECT_EQ(has(c, past + "input_layernorm.weight"), deepseek_mtp);
   EXPECT_FALSE(has(c, "model.layers." + std::to_string(layers + mtp) + ".input_layernorm.weight"));
 }

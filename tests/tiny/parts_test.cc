@@ -2,6 +2,7 @@
 // streams.
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,12 @@
 
 namespace shardload::tiny {
 namespace {
+
+const arch::Family& family_named(std::string_view name) {
+  const arch::Family* family = arch::find_family(name);
+  if (family == nullptr) throw std::runtime_error("no family " + std::string(name));
+  return *family;
+}
 
 // Every tp in {1,2,4,8} and ep in {1,2,4} must be a legal layout (layout.md's divisibility rules).
 void expect_shardable(const TinyModel& m, const std::string& what) {
@@ -36,9 +43,9 @@ void expect_shardable(const TinyModel& m, const std::string& what) {
 }
 
 TEST(TinyModel, DefaultsAreSmallShardableAndSplitIntoThreeShards) {
-  for (Family family : kAllFamilies) {
-    const TinyModel m = default_model(family);
-    const std::string name(family_name(family));
+  for (const arch::Family* family : arch::families()) {
+    const TinyModel m = default_model(*family);
+    const std::string name(family->name);
     expect_shardable(m, name);
     EXPECT_NE(m.vocab % 64, 0u) << name;
     EXPECT_GE(m.layers, 2) << name;
@@ -51,13 +58,13 @@ TEST(TinyModel, DefaultsAreSmallShardableAndSplitIntoThreeShards) {
 }
 
 TEST(TinyModel, ScalesToTargetsWithinFifteenPercent) {
-  for (Family family : kAllFamilies) {
+  for (const arch::Family* family : arch::families()) {
     for (uint64_t target :
          {4'000'000ull, 30'000'000ull, 300'000'000ull, 2'000'000'000ull, 30'000'000'000ull}) {
-      TinyModel m = default_model(family);
+      TinyModel m = default_model(*family);
       scale_to_size(m, target);
       const double bytes = static_cast<double>(total_bytes(m));
-      const std::string what = std::string(family_name(family)) + " " + std::to_string(target);
+      const std::string what = std::string(family->name) + " " + std::to_string(target);
       EXPECT_NEAR(bytes, static_cast<double>(target), 0.15 * static_cast<double>(target)) << what;
       expect_shardable(m, what);
       EXPECT_LE(m.head_dim, 128u) << what;
@@ -66,7 +73,7 @@ TEST(TinyModel, ScalesToTargetsWithinFifteenPercent) {
 }
 
 TEST(TinyModel, ScalingKeepsCountsAndManyExpertsStillScale) {
-  TinyModel m = default_model(Family::kQwen3Moe);
+  TinyModel m = default_model(family_named("qwen3_moe"));
   apply_counts(m, 50, 128);
   scale_to_size(m, 2'000'000'000);
   EXPECT_EQ(m.layers, 50);
@@ -76,7 +83,7 @@ TEST(TinyModel, ScalingKeepsCountsAndManyExpertsStillScale) {
 }
 
 TEST(TinyModel, CountsOverrideDefaults) {
-  TinyModel m = default_model(Family::kDeepseekV3);
+  TinyModel m = default_model(family_named("deepseek_v3"));
   apply_counts(m, 5, 6);
   EXPECT_EQ(m.layers, 5);
   EXPECT_EQ(m.experts, 6u);
@@ -84,38 +91,39 @@ TEST(TinyModel, CountsOverrideDefaults) {
   apply_counts(m, 5, 3);
   EXPECT_EQ(m.n_group, 1u) << "groups must divide the experts";
   EXPECT_LE(m.experts_per_token, m.experts);
-  TinyModel q = default_model(Family::kQwen3Moe);
+  TinyModel q = default_model(family_named("qwen3_moe"));
   apply_counts(q, 1, -1);
   EXPECT_EQ(q.layers, 1);
   EXPECT_TRUE(q.mlp_only_layers == std::vector<int>{0});
   for (int bad : {0, -3, 100000}) {
-    TinyModel x = default_model(Family::kLlama);
+    TinyModel x = default_model(family_named("llama"));
     EXPECT_THROW(apply_counts(x, bad, -1), Error) << bad;
-    TinyModel y = default_model(Family::kMixtral);
+    TinyModel y = default_model(family_named("mixtral"));
     EXPECT_THROW(apply_counts(y, -1, bad), Error) << bad;
   }
 }
 
 TEST(TinyModel, MoeLayerRules) {
-  const TinyModel ds = default_model(Family::kDeepseekV3);
+  const TinyModel ds = default_model(family_named("deepseek_v3"));
   EXPECT_FALSE(is_moe_layer(ds, 0));
   EXPECT_TRUE(is_moe_layer(ds, 1));
   EXPECT_TRUE(is_moe_layer(ds, ds.layers)) << "the MTP layer is MoE, as in DeepSeek-V3";
-  const TinyModel ernie = default_model(Family::kErnie45Moe);
+  const TinyModel ernie = default_model(family_named("ernie4_5_moe"));
   EXPECT_FALSE(is_moe_layer(ernie, 0));
   EXPECT_TRUE(is_moe_layer(ernie, ernie.layers - 1));
-  EXPECT_FALSE(is_moe_layer(default_model(Family::kQwen3), 1));
-  EXPECT_TRUE(is_moe_layer(default_model(Family::kQwen2Moe), 0));
+  EXPECT_FALSE(is_moe_layer(default_model(family_named("qwen3")), 1));
+  EXPECT_TRUE(is_moe_layer(default_model(family_named("qwen2_moe")), 0));
 }
 
 TEST(TinyModel, ConfigNamesTheArchitecture) {
-  for (Family family : kAllFamilies) {
-    const nlohmann::json c = config_json(default_model(family));
-    EXPECT_EQ(c.at("architectures")[0], std::string(architecture_name(family)));
-    EXPECT_EQ(c.at("model_type"), std::string(family_name(family)));
-    EXPECT_EQ(parse_family(family_name(family)), family);
+  for (const arch::Family* family : arch::families()) {
+    const nlohmann::json c = config_json(default_model(*family));
+    EXPECT_EQ(c.at("architectures")[0], std::string(family->architectures.front()));
+    EXPECT_EQ(c.at("model_type"), std::string(family->name));
+    EXPECT_EQ(arch::find_family(family->name), family);
+    EXPECT_EQ(arch::family_for_architecture(family->architectures.front()), family);
   }
-  EXPECT_FALSE(parse_family("llama3").has_value());
+  EXPECT_EQ(arch::find_family("llama3"), nullptr);
 }
 
 TEST(TinyShards, CountGrowsWithSizeAndNoShardIsEmpty) {

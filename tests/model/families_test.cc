@@ -1,0 +1,86 @@
+// Reading config.json through the families' descriptors: each class name maps to one family, whose
+// reader fills its own fields; GLM-4.5's attention_bias means q/k/v biases and its first
+// first_k_dense_replace layers are dense.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "model/arch/family.h"
+#include "shardload/error.h"
+#include "shardload/model.h"
+
+namespace shardload {
+namespace {
+
+nlohmann::json glm4_moe_config() {
+  return {{"architectures", {"Glm4MoeForCausalLM"}},
+          {"hidden_size", 64},
+          {"vocab_size", 128},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 32},
+          {"intermediate_size", 96},
+          {"attention_bias", true},
+          {"use_qk_norm", true},
+          {"n_routed_experts", 16},
+          {"n_shared_experts", 1},
+          {"moe_intermediate_size", 32},
+          {"first_k_dense_replace", 2},
+          {"n_group", 4},
+          {"topk_group", 2}};
+}
+
+TEST(ModelFamilies, Glm4MoeConfig) {
+  const ModelConfig m = ModelConfig::from_json(glm4_moe_config());
+  EXPECT_EQ(family_name(m.family), "glm4_moe");
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.attention_bias) << "o_proj has no bias";
+  EXPECT_FALSE(m.is_mla());
+  EXPECT_EQ(m.head_dim, 32u);
+  EXPECT_EQ(m.experts, 16u);
+  EXPECT_EQ(m.moe_intermediate, 32u);
+  EXPECT_EQ(m.shared_intermediate, 32u);
+  EXPECT_EQ(m.n_group, 4u);
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{false, false, true, true}));
+}
+
+TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {
+  nlohmann::json config = glm4_moe_config();
+  config["n_routed_experts"] = uint64_t{1} << 40;
+  try {
+    ModelConfig::from_json(config);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(e.field(), "n_routed_experts");
+    EXPECT_EQ(e.message(), "size out of range");
+  }
+}
+
+TEST(ModelFamilies, EveryClassNameHasOneFamilyAndEveryNameIsKnown) {
+  std::set<std::string_view> names;
+  std::set<std::string_view> classes;
+  for (const arch::Family* family : arch::families()) {
+    EXPECT_TRUE(names.insert(family->name).second) << family->name;
+    EXPECT_EQ(arch::find_family(family->name), family);
+    ASSERT_FALSE(family->architectures.empty()) << family->name;
+    for (std::string_view cls : family->architectures) {
+      EXPECT_TRUE(classes.insert(cls).second) << cls;
+      EXPECT_EQ(arch::family_for_architecture(cls), family) << cls;
+    }
+  }
+  EXPECT_TRUE(names.contains("glm4_moe"));
+  EXPECT_EQ(arch::family_for_architecture("Glm4ForCausalLM"), nullptr);
+}
+
+TEST(ModelFamilies, ExpertCountSpellingsOncePerFamilyOrder) {
+  EXPECT_EQ(expert_count_fields(),
+            (std::vector<std::string_view>{"num_experts", "num_local_experts", "n_routed_experts",
+                                           "moe_num_experts"}));
+}
+
+}  // namespace
+}  // namespace shardload
