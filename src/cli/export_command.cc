@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "cli/parallel_options.h"
-#include "cli/plural.h"
+#include "core/plural.h"
 #include "cli/progress.h"
 #include "cli/usage_error.h"
 #include "shardload/checkpoint.h"

@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/export_note.h"
-#include "cli/plural.h"
+#include "core/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/model.h"

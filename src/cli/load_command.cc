@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
-#include "cli/plural.h"
+#include "core/plural.h"
 #include "cli/usage_error.h"
 #include "cli/progress.h"
 #include "core/seconds_since.h"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/plural.h"
+#include "core/plural.h"
 #include "cli/usage_error.h"
 #include "shardload/tiny.h"
 

@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/export_note.h"
-#include "cli/plural.h"
+#include "core/plural.h"
 #include "cli/parallel_options.h"
 #include "shardload/checkpoint.h"
 #include "shardload/plan.h"

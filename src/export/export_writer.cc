@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/plural.h"
 #include "export/resolved_path.h"
 #include "export/staging_dir.h"
 #include "shardload/error.h"
@@ -43,7 +44,7 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
   if (!in_order) {
     throw Error(ErrorKind::kInvalidArgument, "an export holds every rank of the layout, in order",
                 {.expected = fmt::format("ranks 0..{}", plan.ranks.size() - 1),
-                 .found = fmt::format("{} ranks", ranks.size())});
+                 .found = count_of(ranks.size(), "rank")});
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/fault_injection.h"
 #include "core/parallel_for.h"
+#include "core/plural.h"
 #include "core/seconds_since.h"
 #include "format/posix_io.h"
 #include "load/direct_reader.h"
@@ -679,7 +680,7 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
 void check_rank(const Plan& plan, int r) {
   if (r < 0 || r >= static_cast<int>(plan.ranks.size())) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("rank {} is outside the layout of {} ranks", r, plan.ranks.size()));
+                fmt::format("rank {} is outside the layout of {}", r, count_of(plan.ranks.size(), "rank")));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/plural.h"
 #include "serve/manifest.h"
 #include "serve/shm_layout.h"
 #include "serve/shm_reuse.h"
@@ -186,8 +187,8 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   if (note_.empty()) {
     uint64_t total = 0;
     for (const RankWeights& rank : live_.ranks) total += rank.buffer.size();
-    note_ = fmt::format("loaded {} into {}: {} ranks, {} bytes", model_path, dir(),
-                        live_.ranks.size(), total);
+    note_ = fmt::format("loaded {} into {}: {}, {} bytes", model_path, dir(),
+                        count_of(live_.ranks.size(), "rank"), total);
   }
 }
 
