@@ -58,6 +58,8 @@ inline constexpr int kServeMaxConnections = 64;
 bool is_loopback_host(std::string_view host);
 // True when `host` is one that ServeOptions::host accepts.
 bool is_valid_host(std::string_view host);
+// True when `group` (a name or a numeric id) is one that ServeOptions::shm_group accepts.
+bool is_known_group(const std::string& group);
 
 // The weight server: rank weights in shared memory that other processes map, updated in place
 // behind a per-file seqlock word, and an HTTP API (SGLang's endpoint names) on options.host:

@@ -227,3 +227,16 @@ void ShmDir::remove_all() const {
 }
 
 }  // namespace shardload::serve
+
+namespace shardload {
+
+bool is_known_group(const std::string& group) {
+  try {
+    serve::resolve_group(group);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace shardload

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/parallel_options.h"
+#include "shardload/checkpoint.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/serve.h"
@@ -57,6 +58,11 @@ std::string check_staging_bytes(const std::string& text) {
   } catch (const Error&) {
     return fmt::format("expected a byte size such as 0, 4096, 512M or 2G, found \"{}\"", text);
   }
+}
+
+std::string check_shm_group(const std::string& group) {
+  return is_known_group(group) ? ""
+                               : fmt::format("expected a group name or id, found \"{}\"", group);
 }
 
 std::string check_host(const std::string& host) {
@@ -135,6 +141,9 @@ void run_serve(const ServeCommandOptions& options) {
   serve.host = options.host;
   serve.api_key = options.api_key;
   const std::string dir = shm_dir(serve.name);
+  // A layout the model cannot take is a usage error (exit 2) before anything starts, as in the
+  // other commands; the server plans again from the same checkpoint.
+  plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
   if (serve.api_key.empty() && !is_loopback_host(serve.host)) {
     std::cerr << fmt::format(
         "warning: listening on {} without --api-key: anyone who can reach this address can "
@@ -202,7 +211,8 @@ void add_serve_options(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--shm-group", options->shm_group,
                  "Let this group read the shared memory (directory 0750, files 0640); default: "
-                 "this user only (0700, 0600)");
+                 "this user only (0700, 0600)")
+      ->check(check_shm_group);
   cmd.callback([options] { run_serve(*options); });
 }
 
