@@ -36,7 +36,8 @@ test-asan: deps
 # Every entry point that parses untrusted bytes has a libFuzzer target: the safetensors header
 # (FUZZ_SECONDS), then each JSON reader (JSON_FUZZ_SECONDS each) from a shared seed corpus.
 JSON_FUZZ_SECONDS ?= 20
-JSON_FUZZ_TARGETS := config_json_fuzz expert_map_fuzz expert_load_fuzz request_body_fuzz shm_manifest_fuzz
+JSON_FUZZ_TARGETS := config_json_fuzz expert_map_fuzz expert_load_fuzz request_body_fuzz shm_manifest_fuzz \
+  export_manifest_fuzz
 fuzz: deps
 	CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_FUZZ=ON \
 	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF
