@@ -24,8 +24,7 @@ TEST(ServeHostileBody, DeeplyNestedBodiesAreRefusedAndTheServerLives) {
   const std::string model = make_moe_model(models, "model", 3);
   const std::string name = unique_name("deep");
   const ShmCleanup cleanup(name);
-  ServerProcess server(
-      {model, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"});
+  ServerProcess server(serve_args(model, name));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
@@ -43,8 +42,7 @@ TEST(ServeHostileBody, DeeplyNestedBodiesAreRefusedAndTheServerLives) {
   EXPECT_EQ(get(port, "/health").status, 200);
   EXPECT_EQ(endpoint_checksums(port), before);
   EXPECT_EQ(served_version(port), 0u);
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 // Another local user points an update at a directory of links to a file only the server's user
@@ -70,8 +68,7 @@ TEST(ServeHostileBody, AnUpdateFromLinksToAnotherUsersFileLeaksNothing) {
 
   const std::string name = unique_name("links");
   const ShmCleanup cleanup(name);
-  ServerProcess server({model, "--tp", "2", "--ep", "2", "--name", name, "--port", "0",
-                        "--threads", "2"});
+  ServerProcess server(serve_args(model, name));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
@@ -88,8 +85,7 @@ TEST(ServeHostileBody, AnUpdateFromLinksToAnotherUsersFileLeaksNothing) {
     }
   }
   EXPECT_EQ(endpoint_checksums(port), before);
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace

@@ -11,20 +11,11 @@
 namespace shardload::testing {
 namespace {
 
-class HttpAuthTest : public ::testing::Test {
+class HttpAuthTest : public TwoModelsTest<21, 22> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 21);
-    second_ = make_moe_model(*models_, "second", 22);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static std::vector<std::string> args(const std::string& name, std::vector<std::string> more) {
-    std::vector<std::string> out = {first_,   "--tp", "2", "--ep",      "2", "--name",
-                                    name,     "--port", "0", "--threads", "2"};
-    out.insert(out.end(), more.begin(), more.end());
-    return out;
+  static std::vector<std::string> args(const std::string& name,
+                                       const std::vector<std::string>& more) {
+    return serve_args(first_, name, more);
   }
 
   static httplib::Headers bearer(const std::string& key) {
@@ -36,20 +27,7 @@ class HttpAuthTest : public ::testing::Test {
     ASSERT_TRUE(reply.body.is_object()) << reply.text;
     EXPECT_EQ(reply.body["success"], false);
   }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
-  }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
-
-TempDir* HttpAuthTest::models_ = nullptr;
-std::string HttpAuthTest::first_;
-std::string HttpAuthTest::second_;
 
 TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
   const std::string name = unique_name("key");

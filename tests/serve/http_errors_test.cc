@@ -12,32 +12,24 @@
 namespace shardload::testing {
 namespace {
 
-class HttpErrorsTest : public ::testing::Test {
+class HttpErrorsTest : public TwoModelsTest<31, 32> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 31);
-    second_ = make_moe_model(*models_, "second", 32);
-  }
-  static void TearDownTestSuite() { delete models_; }
+  static std::vector<std::string> args(const std::string& name) { return serve_args(first_, name); }
 
-  static std::vector<std::string> args(const std::string& name) {
-    return {first_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"};
+  // Announces a body one byte over the limit on PATH (HEADERS are added) and never sends it: the
+  // server must answer from the headers alone. Status 0 (and a failure) when it cannot be sent.
+  static HttpReply announce_too_large(int port, const std::string& path,
+                                      const std::string& headers = "") {
+    RawConnection connection(port);
+    if (!connection.send(fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                     "application/json\r\nContent-Length: {}\r\n{}\r\n",
+                                     path, kServeMaxBodyBytes + 1, headers))) {
+      ADD_FAILURE() << "the request could not be sent";
+      return {};
+    }
+    return parse_raw_reply(connection.read_all());
   }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
-  }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
-
-TempDir* HttpErrorsTest::models_ = nullptr;
-std::string HttpErrorsTest::first_;
-std::string HttpErrorsTest::second_;
 
 TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
   const std::string name = unique_name("routes");
@@ -98,13 +90,7 @@ TEST_F(HttpErrorsTest, BodyOverTheLimitAnswers413WithTheLimit) {
   ServerProcess server(args(name));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0);
-  // Announced, never sent: the server must answer from the headers alone.
-  RawConnection connection(port);
-  ASSERT_TRUE(connection.send(fmt::format(
-      "POST /update_weights_from_disk HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\n\r\n",
-      kServeMaxBodyBytes + 1)));
-  const HttpReply reply = parse_raw_reply(connection.read_all());
+  const HttpReply reply = announce_too_large(port, "/update_weights_from_disk");
   ASSERT_EQ(reply.status, 413) << reply.text;
   ASSERT_TRUE(reply.body.is_object()) << reply.text;
   EXPECT_EQ(reply.body["success"], false);
@@ -123,17 +109,11 @@ TEST_F(HttpErrorsTest, BodyOverTheLimitIsRefusedBeforeContinue) {
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0);
   // What curl sends before a body over 1 MB: the answer must be the refusal, not "100 Continue".
-  RawConnection connection(port);
-  ASSERT_TRUE(connection.send(fmt::format(
-      "POST /rebalance HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
-      kServeMaxBodyBytes + 1)));
-  const HttpReply reply = parse_raw_reply(connection.read_all());
+  const HttpReply reply = announce_too_large(port, "/rebalance", "Expect: 100-continue\r\n");
   ASSERT_EQ(reply.status, 413) << reply.text;
   ASSERT_TRUE(reply.body.is_object()) << reply.text;
   EXPECT_EQ(reply.body["max_body_bytes"], kServeMaxBodyBytes) << reply.text;
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 TEST_F(HttpErrorsTest, RelativeModelPathIsMadeAbsolute) {

@@ -52,24 +52,10 @@ HttpReply health(int port) {
   return to_reply(c.Get("/health"));
 }
 
-class HttpSlowClientsTest : public ::testing::Test {
+class HttpSlowClientsTest : public OneModelTest<41> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    model_ = make_moe_model(*models_, "model", 41);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static std::vector<std::string> args(const std::string& name) {
-    return {model_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"};
-  }
-
-  static TempDir* models_;
-  static std::string model_;
+  static std::vector<std::string> args(const std::string& name) { return serve_args(model_, name); }
 };
-
-TempDir* HttpSlowClientsTest::models_ = nullptr;
-std::string HttpSlowClientsTest::model_;
 
 TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
   const std::string name = unique_name("trickle");
@@ -83,8 +69,7 @@ TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
     EXPECT_EQ(reply.status, 200) << reply.text;
     EXPECT_TRUE(reply.body.is_object() && reply.body.value("status", "") == "ok") << reply.text;
     // SIGTERM while they still trickle.
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+    stop(server);
   }
   EXPECT_FALSE(std::filesystem::exists(cleanup.dir()));
 }
@@ -111,8 +96,7 @@ TEST_F(HttpSlowClientsTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
     std::this_thread::sleep_for(50ms);
   }
   EXPECT_EQ(reply.status, 200) << reply.text;
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace

@@ -40,25 +40,15 @@ struct stat lstat_of(const std::string& path) {
   return st;
 }
 
-class ShmAccessTest : public ::testing::Test {
+class ShmAccessTest : public TwoModelsTest<31, 32> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 31);
-    second_ = make_moe_model(*models_, "second", 32);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (as in CI)";
   }
 
   static std::vector<std::string> args(const std::string& model, const std::string& name,
-                                       std::vector<std::string> more = {}) {
-    std::vector<std::string> out = {model, "--tp",   "2", "--ep",      "2", "--name",
-                                    name,  "--port", "0", "--threads", "2"};
-    out.insert(out.end(), more.begin(), more.end());
-    return out;
+                                       const std::vector<std::string>& more = {}) {
+    return serve_args(model, name, more);
   }
 
   // The exit code of a start that must be refused; nullopt (and a failure) when it listens.
@@ -76,9 +66,13 @@ class ShmAccessTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  // Starts a server on the first model under NAME and expects NOTE in what it prints by the time it
+  // listens (why it reused or reloaded the directory); stops it.
+  static void expect_start_note(const std::string& name, const std::string& note) {
+    ServerProcess server(args(first_, name));
+    ASSERT_GT(server.wait_for_port(), 0);
+    EXPECT_NE(server.out().find(note), std::string::npos) << server.output();
+    stop(server);
   }
 
   // Runs a server with --keep on `model` until it listens, then stops it: the directory stays.
@@ -87,15 +81,7 @@ class ShmAccessTest : public ::testing::Test {
     ASSERT_GT(server.wait_for_port(), 0);
     stop(server);
   }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
-
-TempDir* ShmAccessTest::models_ = nullptr;
-std::string ShmAccessTest::first_;
-std::string ShmAccessTest::second_;
 
 // Another user made the directory first (and could still write into it): refused, untouched.
 TEST_F(ShmAccessTest, ADirectoryPreCreatedByAnotherUserIsRefused) {
@@ -217,13 +203,8 @@ TEST_F(ShmAccessTest, AManifestThatIsALinkIsNotRead) {
   fs::remove(cleanup.dir() + "/manifest.json");
   fs::create_symlink(copy, cleanup.dir() + "/manifest.json");
 
-  ServerProcess server(args(first_, name));
-  ASSERT_GT(server.wait_for_port(), 0);
-  EXPECT_NE(server.out().find("reloading: no usable manifest.json: " + cleanup.dir() +
-                              "/manifest.json is a symbolic link"),
-            std::string::npos)
-      << server.output();
-  stop(server);
+  expect_start_note(name, "reloading: no usable manifest.json: " + cleanup.dir() +
+                              "/manifest.json is a symbolic link");
 }
 
 // A manifest above the 64 MiB bound is not read (a start never parses an unbounded file).
@@ -235,11 +216,7 @@ TEST_F(ShmAccessTest, AnOversizedManifestIsNotRead) {
   // The same JSON after 64 MiB of white space: valid, and matching, but too long to read.
   write_file(cleanup.dir() + "/manifest.json", std::string(size_t{64} << 20, ' ') + manifest);
 
-  ServerProcess server(args(first_, name));
-  ASSERT_GT(server.wait_for_port(), 0);
-  EXPECT_NE(server.out().find("reloading: manifest.json is larger than"), std::string::npos)
-      << server.output();
-  stop(server);
+  expect_start_note(name, "reloading: manifest.json is larger than");
 }
 
 // A kept directory of this user whose modes let others read (as an older server left them under a

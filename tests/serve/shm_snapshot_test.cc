@@ -81,31 +81,14 @@ bool settled(const std::vector<Stamp>& all) {
   _exit(mixed == 0 ? 0 : 1);
 }
 
-class ShmSnapshotTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 21);
-    second_ = make_moe_model(*models_, "second", 22);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
-};
-
-TempDir* ShmSnapshotTest::models_ = nullptr;
-std::string ShmSnapshotTest::first_;
-std::string ShmSnapshotTest::second_;
+class ShmSnapshotTest : public TwoModelsTest<21, 22> {};
 
 TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const Checksums first_sums = expected_checksums(first_, layout(2, 2));
   const Checksums second_sums = expected_checksums(second_, layout(2, 2));
   const std::string name = unique_name("snapshot");
   const ShmCleanup cleanup(name);
-  ServerProcess server({first_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0",
-                        "--threads", "2", "--staging-bytes", "256K"});
+  ServerProcess server(serve_args(first_, name, {"--staging-bytes", "256K"}));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0);
 
@@ -146,8 +129,7 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
     EXPECT_EQ(mapped.update_in_progress(), 0u) << file;
   }
   EXPECT_EQ(served_version(port), static_cast<uint64_t>(kUpdates));
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace
