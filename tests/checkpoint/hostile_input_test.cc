@@ -41,6 +41,17 @@ Error open_error(const std::string& path) {
   return Error(ErrorKind::kIo, "none");
 }
 
+// Writes a model whose safetensors header is JSON (a one-byte length: JSON is short), and the error
+// that opening it gives.
+Error open_error_with_header(const std::string& json) {
+  TempDir dir;
+  write_model(dir);
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(json.size());
+  write_file(dir.file("model.safetensors"), bytes + json);
+  return open_error(dir.path().string());
+}
+
 void expect_no_secret(const Error& e) {
   const std::string what = e.what();
   EXPECT_EQ(what.find("root"), std::string::npos) << what;
@@ -78,26 +89,14 @@ TEST(HostileInput, AHeaderLengthPastTheEndIsNotPrinted) {
 }
 
 TEST(HostileInput, AnInvalidUtf8ByteIsNotPrinted) {
-  TempDir dir;
-  write_model(dir);
-  const std::string json = "{\"\xfe\": 1}";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(json.size());
-  write_file(dir.file("model.safetensors"), bytes + json);
-  const Error e = open_error(dir.path().string());
+  const Error e = open_error_with_header("{\"\xfe\": 1}");
   EXPECT_EQ(e.kind(), ErrorKind::kHeaderUtf8) << e.what();
   EXPECT_EQ(std::string(e.what()).find("0xfe"), std::string::npos) << e.what();
   EXPECT_EQ(e.found(), "an invalid UTF-8 sequence at file offset 10");
 }
 
 TEST(HostileInput, AHeaderThatIsNotJsonIsNotQuoted) {
-  TempDir dir;
-  write_model(dir);
-  const std::string json = "{\"hunter2-secret-value";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(json.size());
-  write_file(dir.file("model.safetensors"), bytes + json);
-  const Error e = open_error(dir.path().string());
+  const Error e = open_error_with_header("{\"hunter2-secret-value");
   EXPECT_EQ(e.kind(), ErrorKind::kHeaderJson) << e.what();
   expect_no_secret(e);
 }
