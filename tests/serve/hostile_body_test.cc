@@ -22,10 +22,8 @@ std::string nested(const std::string& member) {
 TEST(ServeHostileBody, DeeplyNestedBodiesAreRefusedAndTheServerLives) {
   TempDir models;
   const std::string model = make_moe_model(models, "model", 3);
-  const std::string name = unique_name("deep");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(serve_args(model, name));
-  const int port = server.wait_for_port();
+  TestServer server("deep", model);
+  const int port = server.port;
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
 
@@ -66,10 +64,8 @@ TEST(ServeHostileBody, AnUpdateFromLinksToAnotherUsersFileLeaksNothing) {
                                           "--clear-groups", "/bin/sh", "-c", script});
   ASSERT_EQ(made.exit_code, 0) << made.err;
 
-  const std::string name = unique_name("links");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(serve_args(model, name));
-  const int port = server.wait_for_port();
+  TestServer server("links", model);
+  const int port = server.port;
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
   uint64_t length = 0;

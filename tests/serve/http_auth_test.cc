@@ -30,10 +30,8 @@ class HttpAuthTest : public TwoModelsTest<21, 22> {
 };
 
 TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
-  const std::string name = unique_name("key");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name, {"--api-key", "s3cret-key"}));
-  const int port = server.wait_for_port();
+  TestServer server("key", first_, {"--api-key", "s3cret-key"});
+  const int port = server.port;
   ASSERT_GT(port, 0);
   const nlohmann::json update = {{"model_path", second_}};
 
@@ -70,21 +68,16 @@ TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
 
 TEST_F(HttpAuthTest, KeyFromTheEnvironmentAndTheOptionWins) {
   {
-    const std::string name = unique_name("env");
-    const ShmCleanup cleanup(name);
-    ServerProcess server(args(name, {}), {"SHARDLOAD_API_KEY=from-env"});
-    const int port = server.wait_for_port();
+    TestServer server("env", first_, {}, {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.port;
     ASSERT_GT(port, 0);
     expect_unauthorized(get(port, "/get_model_info"));
     EXPECT_EQ(get(port, "/get_model_info", bearer("from-env")).status, 200);
     stop(server);
   }
   {
-    const std::string name = unique_name("both");
-    const ShmCleanup cleanup(name);
-    ServerProcess server(args(name, {"--api-key", "from-option"}),
-                         {"SHARDLOAD_API_KEY=from-env"});
-    const int port = server.wait_for_port();
+    TestServer server("both", first_, {"--api-key", "from-option"}, {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.port;
     ASSERT_GT(port, 0);
     expect_unauthorized(get(port, "/get_model_info", bearer("from-env")));
     EXPECT_EQ(get(port, "/get_model_info", bearer("from-option")).status, 200);

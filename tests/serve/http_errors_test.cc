@@ -14,8 +14,6 @@ namespace {
 
 class HttpErrorsTest : public TwoModelsTest<31, 32> {
  protected:
-  static std::vector<std::string> args(const std::string& name) { return serve_args(first_, name); }
-
   // Announces a body one byte over the limit on PATH (HEADERS are added) and never sends it: the
   // server must answer from the headers alone. Status 0 (and a failure) when it cannot be sent.
   static HttpReply announce_too_large(int port, const std::string& path,
@@ -32,10 +30,8 @@ class HttpErrorsTest : public TwoModelsTest<31, 32> {
 };
 
 TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
-  const std::string name = unique_name("routes");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("routes", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
 
   const HttpReply unknown = get(port, "/no_such_endpoint");
@@ -66,10 +62,8 @@ TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
 }
 
 TEST_F(HttpErrorsTest, FormEncodedBodiesWorkWellPastEightKilobytes) {
-  const std::string name = unique_name("form");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("form", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   // What `curl -d @update.json` sends: the JSON as it is, typed application/x-www-form-urlencoded;
   // blanks take it to 100 KB.
@@ -85,10 +79,8 @@ TEST_F(HttpErrorsTest, FormEncodedBodiesWorkWellPastEightKilobytes) {
 }
 
 TEST_F(HttpErrorsTest, BodyOverTheLimitAnswers413WithTheLimit) {
-  const std::string name = unique_name("too-large");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("too-large", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   const HttpReply reply = announce_too_large(port, "/update_weights_from_disk");
   ASSERT_EQ(reply.status, 413) << reply.text;
@@ -103,10 +95,8 @@ TEST_F(HttpErrorsTest, BodyOverTheLimitAnswers413WithTheLimit) {
 }
 
 TEST_F(HttpErrorsTest, BodyOverTheLimitIsRefusedBeforeContinue) {
-  const std::string name = unique_name("continue");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("continue", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   // What curl sends before a body over 1 MB: the answer must be the refusal, not "100 Continue".
   const HttpReply reply = announce_too_large(port, "/rebalance", "Expect: 100-continue\r\n");
@@ -117,10 +107,8 @@ TEST_F(HttpErrorsTest, BodyOverTheLimitIsRefusedBeforeContinue) {
 }
 
 TEST_F(HttpErrorsTest, RelativeModelPathIsMadeAbsolute) {
-  const std::string name = unique_name("relative");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));  // the server runs in this process's working directory
-  const int port = server.wait_for_port();
+  TestServer server("relative", first_);  // the server runs in this process's working directory
+  const int port = server.port;
   ASSERT_GT(port, 0);
   const std::string relative =
       std::filesystem::relative(second_, std::filesystem::current_path()).string();
@@ -130,7 +118,7 @@ TEST_F(HttpErrorsTest, RelativeModelPathIsMadeAbsolute) {
   const std::string absolute = std::filesystem::absolute(second_).lexically_normal().string();
   const HttpReply info = get(port, "/get_model_info");
   EXPECT_EQ(info.body.value("model_path", ""), absolute) << info.text;
-  EXPECT_EQ(read_manifest(cleanup.dir()).value("model_path", ""), absolute);
+  EXPECT_EQ(read_manifest(server.dir()).value("model_path", ""), absolute);
   stop(server);
 }
 

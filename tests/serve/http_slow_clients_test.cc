@@ -52,16 +52,11 @@ HttpReply health(int port) {
   return to_reply(c.Get("/health"));
 }
 
-class HttpSlowClientsTest : public OneModelTest<41> {
- protected:
-  static std::vector<std::string> args(const std::string& name) { return serve_args(model_, name); }
-};
+class HttpSlowClientsTest : public OneModelTest<41> {};
 
 TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
-  const std::string name = unique_name("trickle");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("trickle", model_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   {
     const TricklingClients clients(port, 32);
@@ -71,14 +66,12 @@ TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
     // SIGTERM while they still trickle.
     stop(server);
   }
-  EXPECT_FALSE(std::filesystem::exists(cleanup.dir()));
+  EXPECT_FALSE(std::filesystem::exists(server.dir()));
 }
 
 TEST_F(HttpSlowClientsTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
-  const std::string name = unique_name("limit");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("limit", model_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   {
     const TricklingClients clients(port, kServeMaxConnections);

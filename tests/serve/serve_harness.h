@@ -452,6 +452,33 @@ inline void stop(ServerProcess& server) {
   EXPECT_EQ(server.wait_exit(), 0) << server.output();
 }
 
+// The name of one test's server and its /dev/shm directory, which is removed when the test ends.
+class ServeName {
+ public:
+  explicit ServeName(const std::string& test) : name_(unique_name(test)), cleanup_(name_) {}
+  const std::string& name() const { return name_; }
+  const std::string& dir() const { return cleanup_.dir(); }
+
+ private:
+  std::string name_;
+  ShmCleanup cleanup_;
+};
+
+// A server of one test, started on MODEL (serve_args with MORE, ENV added to its environment)
+// under a fresh name, and waited for: `port` is where it listens, -1 (with a failure recorded) when
+// it did not start. The name comes first as a base, so its directory is removed after the server
+// is gone, whatever the server did.
+class TestServer : public ServeName, public ServerProcess {
+ public:
+  TestServer(const std::string& test, const std::string& model,
+             const std::vector<std::string>& more = {}, const std::vector<std::string>& env = {})
+      : ServeName(test),
+        ServerProcess(serve_args(model, name(), more), env),
+        port(wait_for_port()) {}
+
+  const int port;
+};
+
 // A suite whose tests share one tiny MoE model, model_, made once (loading is the slow part). The
 // seed is the suite's own, so suites never serve the same values.
 template <uint64_t Seed>

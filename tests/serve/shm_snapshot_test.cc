@@ -86,10 +86,8 @@ class ShmSnapshotTest : public TwoModelsTest<21, 22> {};
 TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const Checksums first_sums = expected_checksums(first_, layout(2, 2));
   const Checksums second_sums = expected_checksums(second_, layout(2, 2));
-  const std::string name = unique_name("snapshot");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(serve_args(first_, name, {"--staging-bytes", "256K"}));
-  const int port = server.wait_for_port();
+  TestServer server("snapshot", first_, {"--staging-bytes", "256K"});
+  const int port = server.port;
   ASSERT_GT(port, 0);
 
   const TempDir work;
@@ -97,7 +95,7 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const std::string result_path = work.file("result");
   const pid_t reader = fork();
   ASSERT_GE(reader, 0);
-  if (reader == 0) run_reader(cleanup.dir(), stop_path, result_path, first_sums, second_sums);
+  if (reader == 0) run_reader(server.dir(), stop_path, result_path, first_sums, second_sums);
 
   // Many groups per update, many updates: a reader trusting the sequence words alone copies
   // between two groups again and again.
@@ -124,7 +122,7 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
 
   // The header tells the whole update apart: every rank at the served version, no update running.
   for (const char* file : {"/rank-0.bin", "/rank-1.bin"}) {
-    const MappedRankFile mapped(cleanup.dir() + file);
+    const MappedRankFile mapped(server.dir() + file);
     EXPECT_EQ(mapped.version(), static_cast<uint64_t>(kUpdates)) << file;
     EXPECT_EQ(mapped.update_in_progress(), 0u) << file;
   }
