@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "shardload/checkpoint.h"
 #include "shardload/error.h"
@@ -119,21 +120,14 @@ TEST(HostileInput, AConfigLinkToAnotherFileLeaksNoBytes) {
 
 TEST(HostileInput, DeeplyNestedConfigAndIndexAreErrors) {
   const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
-  {
+  for (const auto& [file, kind] : {std::pair{"config.json", ErrorKind::kConfig},
+                                   std::pair{"model.safetensors.index.json", ErrorKind::kIndex}}) {
     TempDir dir;
     write_model(dir);
-    write_file(dir.file("config.json"), deep);
+    write_file(dir.file(file), deep);
     const Error e = open_error(dir.path().string());
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
-    EXPECT_EQ(e.message(), "JSON nested too deeply");
-  }
-  {
-    TempDir dir;
-    write_model(dir);
-    write_file(dir.file("model.safetensors.index.json"), deep);
-    const Error e = open_error(dir.path().string());
-    EXPECT_EQ(e.kind(), ErrorKind::kIndex) << e.what();
-    EXPECT_EQ(e.message(), "JSON nested too deeply");
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_EQ(e.message(), "JSON nested too deeply") << file;
   }
 }
 
