@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "shardload/checkpoint.h"
 #include "shardload/error.h"
@@ -39,6 +40,17 @@ Error open_error(const std::string& path) {
   }
   ADD_FAILURE() << "opening " << path << " did not fail";
   return Error(ErrorKind::kIo, "none");
+}
+
+// Writes a model whose safetensors header is JSON (a one-byte length: JSON is short), and the error
+// that opening it gives.
+Error open_error_with_header(const std::string& json) {
+  TempDir dir;
+  write_model(dir);
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(json.size());
+  write_file(dir.file("model.safetensors"), bytes + json);
+  return open_error(dir.path().string());
 }
 
 void expect_no_secret(const Error& e) {
@@ -78,26 +90,14 @@ TEST(HostileInput, AHeaderLengthPastTheEndIsNotPrinted) {
 }
 
 TEST(HostileInput, AnInvalidUtf8ByteIsNotPrinted) {
-  TempDir dir;
-  write_model(dir);
-  const std::string json = "{\"\xfe\": 1}";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(json.size());
-  write_file(dir.file("model.safetensors"), bytes + json);
-  const Error e = open_error(dir.path().string());
+  const Error e = open_error_with_header("{\"\xfe\": 1}");
   EXPECT_EQ(e.kind(), ErrorKind::kHeaderUtf8) << e.what();
   EXPECT_EQ(std::string(e.what()).find("0xfe"), std::string::npos) << e.what();
   EXPECT_EQ(e.found(), "an invalid UTF-8 sequence at file offset 10");
 }
 
 TEST(HostileInput, AHeaderThatIsNotJsonIsNotQuoted) {
-  TempDir dir;
-  write_model(dir);
-  const std::string json = "{\"hunter2-secret-value";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(json.size());
-  write_file(dir.file("model.safetensors"), bytes + json);
-  const Error e = open_error(dir.path().string());
+  const Error e = open_error_with_header("{\"hunter2-secret-value");
   EXPECT_EQ(e.kind(), ErrorKind::kHeaderJson) << e.what();
   expect_no_secret(e);
 }
@@ -120,21 +120,14 @@ TEST(HostileInput, AConfigLinkToAnotherFileLeaksNoBytes) {
 
 TEST(HostileInput, DeeplyNestedConfigAndIndexAreErrors) {
   const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
-  {
+  for (const auto& [file, kind] : {std::pair{"config.json", ErrorKind::kConfig},
+                                   std::pair{"model.safetensors.index.json", ErrorKind::kIndex}}) {
     TempDir dir;
     write_model(dir);
-    write_file(dir.file("config.json"), deep);
+    write_file(dir.file(file), deep);
     const Error e = open_error(dir.path().string());
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
-    EXPECT_EQ(e.message(), "JSON nested too deeply");
-  }
-  {
-    TempDir dir;
-    write_model(dir);
-    write_file(dir.file("model.safetensors.index.json"), deep);
-    const Error e = open_error(dir.path().string());
-    EXPECT_EQ(e.kind(), ErrorKind::kIndex) << e.what();
-    EXPECT_EQ(e.message(), "JSON nested too deeply");
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_EQ(e.message(), "JSON nested too deeply") << file;
   }
 }
 

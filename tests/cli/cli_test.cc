@@ -16,6 +16,7 @@
 #include "shardload/loader.h"
 #include "shardload/plan.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -26,9 +27,8 @@ using ::shardload::testing::run_command;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
-CommandResult shardload(std::vector<std::string> args) {
-  args.insert(args.begin(), SHARDLOAD_BIN);
-  return run_command(args);
+CommandResult shardload(const std::vector<std::string>& args) {
+  return ::shardload::testing::run_shardload(args);
 }
 
 // A safetensors file from a header text and a data section, with the 8-byte little-endian length prefix.

@@ -6,13 +6,14 @@
 
 #include "run_command.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
 namespace {
 
 using ::shardload::testing::CommandResult;
-using ::shardload::testing::run_command;
+using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
@@ -30,19 +31,17 @@ void expect_clean_error(const CommandResult& result) {
 TEST(HostileJson, EplbRefusesDeeplyNestedLoadStatistics) {
   TempDir dir;
   write_file(dir.file("load.json"), deep_json("expert_load"));
-  expect_clean_error(run_command(
-      {SHARDLOAD_BIN, "eplb", "--load", dir.file("load.json"), "--replicas", "8", "--gpus", "2"}));
+  expect_clean_error(
+      run_shardload({"eplb", "--load", dir.file("load.json"), "--replicas", "8", "--gpus", "2"}));
 }
 
 TEST(HostileJson, PlanRefusesADeeplyNestedExpertMap) {
   TempDir dir;
-  TinyOptions options;
-  options.arch = "qwen3_moe";
-  options.out = dir.file("model");
-  make_tiny(options);
+  const std::string model =
+      ::shardload::testing::make_tiny_model(dir, "qwen3_moe", TinyOptions{}.seed);
   write_file(dir.file("map.json"), deep_json("physical_to_logical_map"));
-  expect_clean_error(run_command({SHARDLOAD_BIN, "plan", options.out, "--tp", "2", "--ep", "2",
-                                  "--expert-map", dir.file("map.json")}));
+  expect_clean_error(run_shardload(
+      {"plan", model, "--tp", "2", "--ep", "2", "--expert-map", dir.file("map.json")}));
 }
 
 }  // namespace

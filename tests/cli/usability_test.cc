@@ -13,6 +13,7 @@
 
 #include "run_command.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -25,18 +26,12 @@ using ::shardload::testing::run_command;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
-CommandResult shardload(std::vector<std::string> args) {
-  args.insert(args.begin(), SHARDLOAD_BIN);
-  return run_command(args);
+CommandResult shardload(const std::vector<std::string>& args) {
+  return ::shardload::testing::run_shardload(args);
 }
 
 std::string tiny(const TempDir& dir, const std::string& arch = "qwen3_moe") {
-  TinyOptions options;
-  options.arch = arch;
-  options.out = dir.file("model");
-  options.seed = 2;
-  make_tiny(options);
-  return options.out;
+  return ::shardload::testing::make_tiny_model(dir, arch, 2);
 }
 
 // One `error: ` line on stderr, nothing on stdout, and the exit status asked for.

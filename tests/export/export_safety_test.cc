@@ -15,6 +15,7 @@
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -27,12 +28,7 @@ using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
 std::string tiny(const TempDir& dir, const std::string& arch = "qwen3_moe") {
-  TinyOptions options;
-  options.arch = arch;
-  options.out = dir.file("model");
-  options.seed = 4;
-  make_tiny(options);
-  return options.out;
+  return ::shardload::testing::make_tiny_model(dir, arch, 4);
 }
 
 struct Loaded {

@@ -7,6 +7,7 @@
 
 #include "shardload/error.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -32,11 +33,7 @@ Exported export_model(const std::string& model, const ParallelConfig& parallel,
 }
 
 std::string tiny(const TempDir& dir, const std::string& arch) {
-  TinyOptions options;
-  options.arch = arch;
-  options.out = dir.file("model");
-  make_tiny(options);
-  return options.out;
+  return ::shardload::testing::make_tiny_model(dir, arch, TinyOptions{}.seed);
 }
 
 TEST(ExportTest, LoadingAnExportGivesBackTheSameRankBytes) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fp8_reference.h"
+#include "poke.h"
 #include "run_command.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
@@ -294,22 +295,7 @@ TEST(Fp8DynamicTest, EachRankTensorAndExpertGetsItsOwnScaleCodeExact) {
   EXPECT_EQ(param(rank, a + "q_norm.weight").dtype, DType::kF32);
 }
 
-// Overwrites element `index` of float32 tensor `tensor` in place; returns the file that holds it.
-std::string poke_float(const std::string& model, const std::string& tensor, uint64_t index,
-                       float value) {
-  const Checkpoint ckpt = Checkpoint::open(model);
-  const Checkpoint::Entry& entry = ckpt.at(tensor);
-  const SafetensorsFile& file = ckpt.files()[entry.file];
-  EXPECT_EQ(entry.info->dtype, DType::kF32) << tensor;
-  EXPECT_LT(index * 4, entry.info->nbytes()) << tensor;
-  const int fd = ::open(file.path().c_str(), O_WRONLY);
-  EXPECT_GE(fd, 0) << file.path();
-  EXPECT_EQ(::pwrite(fd, &value, 4,
-                     static_cast<off_t>(file.header().data_start + entry.info->begin + index * 4)),
-            4);
-  ::close(fd);
-  return file.path();
-}
+using ::shardload::testing::poke_float;
 
 // The Error a load of `model` under tp/ep throws (a failure when it loads).
 Error load_error(const std::string& model, int tp, int ep) {

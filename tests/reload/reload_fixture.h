@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "poke.h"
 #include "shardload/checkpoint.h"
 #include "shardload/reload.h"
 #include "shardload/tiny.h"
@@ -73,23 +74,6 @@ inline void expect_unchanged(const Snapshot& before, const LiveModel& live) {
     ASSERT_EQ(std::memcmp(before[r].data(), live.ranks[r].buffer.data(), before[r].size()), 0)
         << "rank " << r;
   }
-}
-
-// Overwrites element `index` of float32 checkpoint tensor `tensor` of `model` in place (a damaged
-// scale); returns the file that holds it.
-inline std::string poke_float(const std::string& model, const std::string& tensor, uint64_t index,
-                              float value) {
-  const Checkpoint ckpt = Checkpoint::open(model);
-  const Checkpoint::Entry& entry = ckpt.at(tensor);
-  const SafetensorsFile& file = ckpt.files()[entry.file];
-  EXPECT_EQ(entry.info->dtype, DType::kF32) << tensor;
-  EXPECT_LT(index * 4, entry.info->nbytes()) << tensor;
-  const int fd = ::open(file.path().c_str(), O_WRONLY);
-  EXPECT_GE(fd, 0) << file.path();
-  const off_t at = static_cast<off_t>(file.header().data_start + entry.info->begin + index * 4);
-  EXPECT_EQ(::pwrite(fd, &value, 4, at), 4);
-  ::close(fd);
-  return file.path();
 }
 
 }  // namespace shardload::testing

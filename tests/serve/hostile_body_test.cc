@@ -22,11 +22,8 @@ std::string nested(const std::string& member) {
 TEST(ServeHostileBody, DeeplyNestedBodiesAreRefusedAndTheServerLives) {
   TempDir models;
   const std::string model = make_moe_model(models, "model", 3);
-  const std::string name = unique_name("deep");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(
-      {model, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"});
-  const int port = server.wait_for_port();
+  TestServer server("deep", model);
+  const int port = server.port;
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
 
@@ -43,8 +40,7 @@ TEST(ServeHostileBody, DeeplyNestedBodiesAreRefusedAndTheServerLives) {
   EXPECT_EQ(get(port, "/health").status, 200);
   EXPECT_EQ(endpoint_checksums(port), before);
   EXPECT_EQ(served_version(port), 0u);
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 // Another local user points an update at a directory of links to a file only the server's user
@@ -68,11 +64,8 @@ TEST(ServeHostileBody, AnUpdateFromLinksToAnotherUsersFileLeaksNothing) {
                                           "--clear-groups", "/bin/sh", "-c", script});
   ASSERT_EQ(made.exit_code, 0) << made.err;
 
-  const std::string name = unique_name("links");
-  const ShmCleanup cleanup(name);
-  ServerProcess server({model, "--tp", "2", "--ep", "2", "--name", name, "--port", "0",
-                        "--threads", "2"});
-  const int port = server.wait_for_port();
+  TestServer server("links", model);
+  const int port = server.port;
   ASSERT_GT(port, 0) << server.output();
   const Checksums before = endpoint_checksums(port);
   uint64_t length = 0;
@@ -88,8 +81,7 @@ TEST(ServeHostileBody, AnUpdateFromLinksToAnotherUsersFileLeaksNothing) {
     }
   }
   EXPECT_EQ(endpoint_checksums(port), before);
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace

@@ -11,20 +11,11 @@
 namespace shardload::testing {
 namespace {
 
-class HttpAuthTest : public ::testing::Test {
+class HttpAuthTest : public TwoModelsTest<21, 22> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 21);
-    second_ = make_moe_model(*models_, "second", 22);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static std::vector<std::string> args(const std::string& name, std::vector<std::string> more) {
-    std::vector<std::string> out = {first_,   "--tp", "2", "--ep",      "2", "--name",
-                                    name,     "--port", "0", "--threads", "2"};
-    out.insert(out.end(), more.begin(), more.end());
-    return out;
+  static std::vector<std::string> args(const std::string& name,
+                                       const std::vector<std::string>& more) {
+    return serve_args(first_, name, more);
   }
 
   static httplib::Headers bearer(const std::string& key) {
@@ -36,26 +27,11 @@ class HttpAuthTest : public ::testing::Test {
     ASSERT_TRUE(reply.body.is_object()) << reply.text;
     EXPECT_EQ(reply.body["success"], false);
   }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
-  }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
 
-TempDir* HttpAuthTest::models_ = nullptr;
-std::string HttpAuthTest::first_;
-std::string HttpAuthTest::second_;
-
 TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
-  const std::string name = unique_name("key");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name, {"--api-key", "s3cret-key"}));
-  const int port = server.wait_for_port();
+  TestServer server("key", first_, {"--api-key", "s3cret-key"});
+  const int port = server.port;
   ASSERT_GT(port, 0);
   const nlohmann::json update = {{"model_path", second_}};
 
@@ -92,21 +68,16 @@ TEST_F(HttpAuthTest, EveryEndpointButHealthNeedsTheKey) {
 
 TEST_F(HttpAuthTest, KeyFromTheEnvironmentAndTheOptionWins) {
   {
-    const std::string name = unique_name("env");
-    const ShmCleanup cleanup(name);
-    ServerProcess server(args(name, {}), {"SHARDLOAD_API_KEY=from-env"});
-    const int port = server.wait_for_port();
+    TestServer server("env", first_, {}, {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.port;
     ASSERT_GT(port, 0);
     expect_unauthorized(get(port, "/get_model_info"));
     EXPECT_EQ(get(port, "/get_model_info", bearer("from-env")).status, 200);
     stop(server);
   }
   {
-    const std::string name = unique_name("both");
-    const ShmCleanup cleanup(name);
-    ServerProcess server(args(name, {"--api-key", "from-option"}),
-                         {"SHARDLOAD_API_KEY=from-env"});
-    const int port = server.wait_for_port();
+    TestServer server("both", first_, {"--api-key", "from-option"}, {"SHARDLOAD_API_KEY=from-env"});
+    const int port = server.port;
     ASSERT_GT(port, 0);
     expect_unauthorized(get(port, "/get_model_info", bearer("from-env")));
     EXPECT_EQ(get(port, "/get_model_info", bearer("from-option")).status, 200);

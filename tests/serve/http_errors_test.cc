@@ -12,38 +12,26 @@
 namespace shardload::testing {
 namespace {
 
-class HttpErrorsTest : public ::testing::Test {
+class HttpErrorsTest : public TwoModelsTest<31, 32> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 31);
-    second_ = make_moe_model(*models_, "second", 32);
+  // Announces a body one byte over the limit on PATH (HEADERS are added) and never sends it: the
+  // server must answer from the headers alone. Status 0 (and a failure) when it cannot be sent.
+  static HttpReply announce_too_large(int port, const std::string& path,
+                                      const std::string& headers = "") {
+    RawConnection connection(port);
+    if (!connection.send(fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                     "application/json\r\nContent-Length: {}\r\n{}\r\n",
+                                     path, kServeMaxBodyBytes + 1, headers))) {
+      ADD_FAILURE() << "the request could not be sent";
+      return {};
+    }
+    return parse_raw_reply(connection.read_all());
   }
-  static void TearDownTestSuite() { delete models_; }
-
-  static std::vector<std::string> args(const std::string& name) {
-    return {first_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"};
-  }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
-  }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
 
-TempDir* HttpErrorsTest::models_ = nullptr;
-std::string HttpErrorsTest::first_;
-std::string HttpErrorsTest::second_;
-
 TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
-  const std::string name = unique_name("routes");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("routes", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
 
   const HttpReply unknown = get(port, "/no_such_endpoint");
@@ -74,10 +62,8 @@ TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
 }
 
 TEST_F(HttpErrorsTest, FormEncodedBodiesWorkWellPastEightKilobytes) {
-  const std::string name = unique_name("form");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("form", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   // What `curl -d @update.json` sends: the JSON as it is, typed application/x-www-form-urlencoded;
   // blanks take it to 100 KB.
@@ -93,18 +79,10 @@ TEST_F(HttpErrorsTest, FormEncodedBodiesWorkWellPastEightKilobytes) {
 }
 
 TEST_F(HttpErrorsTest, BodyOverTheLimitAnswers413WithTheLimit) {
-  const std::string name = unique_name("too-large");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("too-large", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
-  // Announced, never sent: the server must answer from the headers alone.
-  RawConnection connection(port);
-  ASSERT_TRUE(connection.send(fmt::format(
-      "POST /update_weights_from_disk HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\n\r\n",
-      kServeMaxBodyBytes + 1)));
-  const HttpReply reply = parse_raw_reply(connection.read_all());
+  const HttpReply reply = announce_too_large(port, "/update_weights_from_disk");
   ASSERT_EQ(reply.status, 413) << reply.text;
   ASSERT_TRUE(reply.body.is_object()) << reply.text;
   EXPECT_EQ(reply.body["success"], false);
@@ -117,30 +95,20 @@ TEST_F(HttpErrorsTest, BodyOverTheLimitAnswers413WithTheLimit) {
 }
 
 TEST_F(HttpErrorsTest, BodyOverTheLimitIsRefusedBeforeContinue) {
-  const std::string name = unique_name("continue");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("continue", first_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   // What curl sends before a body over 1 MB: the answer must be the refusal, not "100 Continue".
-  RawConnection connection(port);
-  ASSERT_TRUE(connection.send(fmt::format(
-      "POST /rebalance HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
-      kServeMaxBodyBytes + 1)));
-  const HttpReply reply = parse_raw_reply(connection.read_all());
+  const HttpReply reply = announce_too_large(port, "/rebalance", "Expect: 100-continue\r\n");
   ASSERT_EQ(reply.status, 413) << reply.text;
   ASSERT_TRUE(reply.body.is_object()) << reply.text;
   EXPECT_EQ(reply.body["max_body_bytes"], kServeMaxBodyBytes) << reply.text;
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 TEST_F(HttpErrorsTest, RelativeModelPathIsMadeAbsolute) {
-  const std::string name = unique_name("relative");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));  // the server runs in this process's working directory
-  const int port = server.wait_for_port();
+  TestServer server("relative", first_);  // the server runs in this process's working directory
+  const int port = server.port;
   ASSERT_GT(port, 0);
   const std::string relative =
       std::filesystem::relative(second_, std::filesystem::current_path()).string();
@@ -150,7 +118,7 @@ TEST_F(HttpErrorsTest, RelativeModelPathIsMadeAbsolute) {
   const std::string absolute = std::filesystem::absolute(second_).lexically_normal().string();
   const HttpReply info = get(port, "/get_model_info");
   EXPECT_EQ(info.body.value("model_path", ""), absolute) << info.text;
-  EXPECT_EQ(read_manifest(cleanup.dir()).value("model_path", ""), absolute);
+  EXPECT_EQ(read_manifest(server.dir()).value("model_path", ""), absolute);
   stop(server);
 }
 

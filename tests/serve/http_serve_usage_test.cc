@@ -10,14 +10,8 @@
 namespace shardload::testing {
 namespace {
 
-class HttpServeUsageTest : public ::testing::Test {
+class HttpServeUsageTest : public OneModelTest<51> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    model_ = make_moe_model(*models_, "model", 51);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
   static std::vector<std::string> args(const std::string& name, std::vector<std::string> more) {
     std::vector<std::string> out = {model_, "--tp", "2",      "--ep", "2",
                                     "--name", name, "--port", "0"};
@@ -33,13 +27,7 @@ class HttpServeUsageTest : public ::testing::Test {
     EXPECT_NE(run.err.find(option), std::string::npos) << run.err;
     EXPECT_EQ(run.out.find("listening"), std::string::npos) << run.out;
   }
-
-  static TempDir* models_;
-  static std::string model_;
 };
-
-TempDir* HttpServeUsageTest::models_ = nullptr;
-std::string HttpServeUsageTest::model_;
 
 TEST_F(HttpServeUsageTest, UsageErrorsExitTwoAndNameTheOption) {
   const std::string name = unique_name("usage");

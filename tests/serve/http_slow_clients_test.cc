@@ -52,30 +52,11 @@ HttpReply health(int port) {
   return to_reply(c.Get("/health"));
 }
 
-class HttpSlowClientsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    model_ = make_moe_model(*models_, "model", 41);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static std::vector<std::string> args(const std::string& name) {
-    return {model_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0", "--threads", "2"};
-  }
-
-  static TempDir* models_;
-  static std::string model_;
-};
-
-TempDir* HttpSlowClientsTest::models_ = nullptr;
-std::string HttpSlowClientsTest::model_;
+class HttpSlowClientsTest : public OneModelTest<41> {};
 
 TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
-  const std::string name = unique_name("trickle");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("trickle", model_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   {
     const TricklingClients clients(port, 32);
@@ -83,17 +64,14 @@ TEST_F(HttpSlowClientsTest, TricklingBodiesStarveNeitherHealthNorShutdown) {
     EXPECT_EQ(reply.status, 200) << reply.text;
     EXPECT_TRUE(reply.body.is_object() && reply.body.value("status", "") == "ok") << reply.text;
     // SIGTERM while they still trickle.
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+    stop(server);
   }
-  EXPECT_FALSE(std::filesystem::exists(cleanup.dir()));
+  EXPECT_FALSE(std::filesystem::exists(server.dir()));
 }
 
 TEST_F(HttpSlowClientsTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
-  const std::string name = unique_name("limit");
-  const ShmCleanup cleanup(name);
-  ServerProcess server(args(name));
-  const int port = server.wait_for_port();
+  TestServer server("limit", model_);
+  const int port = server.port;
   ASSERT_GT(port, 0);
   {
     const TricklingClients clients(port, kServeMaxConnections);
@@ -111,8 +89,7 @@ TEST_F(HttpSlowClientsTest, ConnectionsBeyondTheLimitAreRefusedAtOnce) {
     std::this_thread::sleep_for(50ms);
   }
   EXPECT_EQ(reply.status, 200) << reply.text;
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace

@@ -13,37 +13,13 @@
 namespace shardload::testing {
 namespace {
 
-class ServeLifecycleTest : public ::testing::Test {
+class ServeLifecycleTest : public TwoModelsTest<11, 12> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 11);
-    second_ = make_moe_model(*models_, "second", 12);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
   static std::vector<std::string> args(const std::string& model, const std::string& name, int tp,
-                                       int ep, std::vector<std::string> more = {}) {
-    std::vector<std::string> out = {
-        model,    "--tp", std::to_string(tp), "--ep", std::to_string(ep), "--name", name,
-        "--port", "0",    "--threads",        "2"};
-    out.insert(out.end(), more.begin(), more.end());
-    return out;
+                                       int ep, const std::vector<std::string>& more = {}) {
+    return serve_args(model, name, more, tp, ep);
   }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
-  }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
-
-TempDir* ServeLifecycleTest::models_ = nullptr;
-std::string ServeLifecycleTest::first_;
-std::string ServeLifecycleTest::second_;
 
 TEST_F(ServeLifecycleTest, SigtermRemovesTheSharedMemory) {
   const std::string name = unique_name("sigterm");
@@ -52,8 +28,7 @@ TEST_F(ServeLifecycleTest, SigtermRemovesTheSharedMemory) {
   ASSERT_GT(server.wait_for_port(), 0);
   EXPECT_TRUE(std::filesystem::exists(cleanup.dir() + "/manifest.json"));
   EXPECT_TRUE(std::filesystem::exists(cleanup.dir() + "/rank-1.bin"));
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
   EXPECT_FALSE(std::filesystem::exists(cleanup.dir())) << server.output();
 }
 

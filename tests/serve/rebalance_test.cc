@@ -17,25 +17,12 @@ namespace {
 constexpr int kMoeLayers = 3;  // tiny qwen3_moe: layer 0 is dense
 constexpr int kExperts = 8;
 
-class ServeRebalanceTest : public ::testing::Test {
+class ServeRebalanceTest : public OneModelTest<5> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    model_ = make_moe_model(*models_, "model", 5);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
   std::unique_ptr<ServerProcess> start(const std::string& name, bool keep,
                                        const std::string& model = model_) {
-    std::vector<std::string> args = {model, "--tp",   "2", "--ep",      "2", "--name",
-                                     name,  "--port", "0", "--threads", "2"};
-    if (keep) args.push_back("--keep");
-    return std::make_unique<ServerProcess>(args);
-  }
-
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+    return std::make_unique<ServerProcess>(serve_args(
+        model, name, keep ? std::vector<std::string>{"--keep"} : std::vector<std::string>{}));
   }
 
   static ParallelConfig with_map(const std::vector<std::vector<int>>& map) {
@@ -43,13 +30,7 @@ class ServeRebalanceTest : public ::testing::Test {
     parallel.expert_map = map;
     return parallel;
   }
-
-  static TempDir* models_;
-  static std::string model_;
 };
-
-TempDir* ServeRebalanceTest::models_ = nullptr;
-std::string ServeRebalanceTest::model_;
 
 // Every layer's experts in reverse: each EP rank now holds the other rank's experts.
 std::vector<std::vector<int>> reversed_map() {

@@ -134,23 +134,7 @@ class ServerProcess {
   // The port from the "listening on 127.0.0.1:PORT" line; -1 (and a test failure) when the server
   // exits first or does not get there in time.
   int wait_for_port(std::chrono::seconds timeout = kStartTimeout) {
-    constexpr std::string_view kListening = "listening on 127.0.0.1:";
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      const std::string text = out();
-      const size_t at = text.find(kListening);
-      const size_t end = at == std::string::npos ? at : text.find('\n', at);
-      // The whole line, so that a port half written is never read.
-      if (end != std::string::npos) return std::stoi(text.substr(at + kListening.size()));
-      if (poll_exit()) {
-        ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
-                      << output();
-        return -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "the server did not listen within " << timeout.count() << " s\n" << output();
-    return -1;
+    return wait_for_port_on("127.0.0.1", timeout);
   }
 
   // The port from "listening on ADDRESS:PORT" for a server started with --host; ADDRESS is the
@@ -162,6 +146,7 @@ class ServerProcess {
       const std::string text = out();
       const size_t at = text.find(listening);
       const size_t end = at == std::string::npos ? at : text.find('\n', at);
+      // The whole line, so that a port half written is never read.
       if (end != std::string::npos) return std::stoi(text.substr(at + listening.size()));
       if (poll_exit()) {
         ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
@@ -448,5 +433,88 @@ inline ParallelConfig layout(int tp, int ep) {
   parallel.ep = ep;
   return parallel;
 }
+
+// The usual serve command line: MODEL at tp x ep under NAME on a free loopback port with two load
+// threads, then MORE.
+inline std::vector<std::string> serve_args(const std::string& model, const std::string& name,
+                                           const std::vector<std::string>& more = {}, int tp = 2,
+                                           int ep = 2) {
+  std::vector<std::string> out = {model,    "--tp", std::to_string(tp), "--ep", std::to_string(ep),
+                                  "--name", name,   "--port",           "0",    "--threads",
+                                  "2"};
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+// Stops a server the way an operator does (SIGTERM) and expects a clean exit.
+inline void stop(ServerProcess& server) {
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+}
+
+// The name of one test's server and its /dev/shm directory, which is removed when the test ends.
+class ServeName {
+ public:
+  explicit ServeName(const std::string& test) : name_(unique_name(test)), cleanup_(name_) {}
+  const std::string& name() const { return name_; }
+  const std::string& dir() const { return cleanup_.dir(); }
+
+ private:
+  std::string name_;
+  ShmCleanup cleanup_;
+};
+
+// A server of one test, started on MODEL (serve_args with MORE, ENV added to its environment)
+// under a fresh name, and waited for: `port` is where it listens, -1 (with a failure recorded) when
+// it did not start. The name comes first as a base, so its directory is removed after the server
+// is gone, whatever the server did.
+class TestServer : public ServeName, public ServerProcess {
+ public:
+  TestServer(const std::string& test, const std::string& model,
+             const std::vector<std::string>& more = {}, const std::vector<std::string>& env = {})
+      : ServeName(test),
+        ServerProcess(serve_args(model, name(), more), env),
+        port(wait_for_port()) {}
+
+  const int port;
+};
+
+// A suite whose tests share one tiny MoE model, model_, made once (loading is the slow part). The
+// seed is the suite's own, so suites never serve the same values.
+template <uint64_t Seed>
+class OneModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new TempDir();
+    model_ = make_moe_model(*models_, "model", Seed);
+  }
+  static void TearDownTestSuite() {
+    delete models_;
+    models_ = nullptr;
+  }
+
+  static inline TempDir* models_ = nullptr;
+  static inline std::string model_;
+};
+
+// A suite whose tests share two tiny MoE models with different values, first_ and second_ (an
+// update from one to the other changes every tensor), made once.
+template <uint64_t FirstSeed, uint64_t SecondSeed>
+class TwoModelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new TempDir();
+    first_ = make_moe_model(*models_, "first", FirstSeed);
+    second_ = make_moe_model(*models_, "second", SecondSeed);
+  }
+  static void TearDownTestSuite() {
+    delete models_;
+    models_ = nullptr;
+  }
+
+  static inline TempDir* models_ = nullptr;
+  static inline std::string first_;
+  static inline std::string second_;
+};
 
 }  // namespace shardload::testing

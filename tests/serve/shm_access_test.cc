@@ -40,25 +40,15 @@ struct stat lstat_of(const std::string& path) {
   return st;
 }
 
-class ShmAccessTest : public ::testing::Test {
+class ShmAccessTest : public TwoModelsTest<31, 32> {
  protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 31);
-    second_ = make_moe_model(*models_, "second", 32);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "acting as another user needs root (as in CI)";
   }
 
   static std::vector<std::string> args(const std::string& model, const std::string& name,
-                                       std::vector<std::string> more = {}) {
-    std::vector<std::string> out = {model, "--tp",   "2", "--ep",      "2", "--name",
-                                    name,  "--port", "0", "--threads", "2"};
-    out.insert(out.end(), more.begin(), more.end());
-    return out;
+                                       const std::vector<std::string>& more = {}) {
+    return serve_args(model, name, more);
   }
 
   // The exit code of a start that must be refused; nullopt (and a failure) when it listens.
@@ -76,9 +66,22 @@ class ShmAccessTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  static void stop(ServerProcess& server) {
-    server.signal(SIGTERM);
-    EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  // Starts a server on the first model under NAME and expects NOTE in what it prints by the time it
+  // listens (why it reused or reloaded the directory); stops it.
+  static void expect_start_note(const std::string& name, const std::string& note) {
+    ServerProcess server(args(first_, name));
+    ASSERT_GT(server.wait_for_port(), 0);
+    EXPECT_NE(server.out().find(note), std::string::npos) << server.output();
+    stop(server);
+  }
+
+  // Moves rank-0.bin of DIR into ELSEWHERE (another file system: copied, then removed), so that a
+  // link can be planted in its place; returns where it is now.
+  static std::string move_rank_file(const std::string& dir, const TempDir& elsewhere) {
+    const std::string moved = elsewhere.file("victim.bin");
+    fs::copy_file(dir + "/rank-0.bin", moved);
+    fs::remove(dir + "/rank-0.bin");
+    return moved;
   }
 
   // Runs a server with --keep on `model` until it listens, then stops it: the directory stays.
@@ -87,15 +90,7 @@ class ShmAccessTest : public ::testing::Test {
     ASSERT_GT(server.wait_for_port(), 0);
     stop(server);
   }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
 };
-
-TempDir* ShmAccessTest::models_ = nullptr;
-std::string ShmAccessTest::first_;
-std::string ShmAccessTest::second_;
 
 // Another user made the directory first (and could still write into it): refused, untouched.
 TEST_F(ShmAccessTest, ADirectoryPreCreatedByAnotherUserIsRefused) {
@@ -140,19 +135,16 @@ TEST_F(ShmAccessTest, ASymlinkedDirectoryIsRefusedAndItsTargetUntouched) {
 // A directory of this user that others may write to (here a link to a file of the right size was
 // planted in it): refused before any file in it is opened, and the link's target is not written.
 TEST_F(ShmAccessTest, ADirectoryOthersCanWriteIsRefusedAndAPlantedLinkNotWrittenThrough) {
-  const std::string name = unique_name("openmode");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("openmode");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const TempDir elsewhere;
-  const std::string victim = elsewhere.file("victim.bin");
-  fs::copy_file(cleanup.dir() + "/rank-0.bin", victim);  // another file system: no rename
-  fs::remove(cleanup.dir() + "/rank-0.bin");
+  const std::string victim = move_rank_file(cleanup.dir(), elsewhere);
   fs::permissions(cleanup.dir(), fs::perms::all);
   ASSERT_EQ(as_nobody({"ln", "-s", victim, cleanup.dir() + "/rank-0.bin"}).exit_code, 0);
   const std::string before = read_file(victim);
 
   // Another model: a server that accepted the directory would load it in place, through the link.
-  ServerProcess server(args(second_, name));
+  ServerProcess server(args(second_, cleanup.name()));
   EXPECT_EQ(refused_start(server), 1);
   EXPECT_NE(server.err().find("writable by group or others"), std::string::npos) << server.err();
   EXPECT_TRUE(read_file(victim) == before) << "the server wrote through the planted link";
@@ -161,17 +153,14 @@ TEST_F(ShmAccessTest, ADirectoryOthersCanWriteIsRefusedAndAPlantedLinkNotWritten
 // A rank file that is a link in the server's own directory is never opened: it is replaced by a
 // new file and its target keeps its bytes.
 TEST_F(ShmAccessTest, ASymlinkedRankFileIsReplacedNotWrittenThrough) {
-  const std::string name = unique_name("filelink");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("filelink");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const TempDir elsewhere;
-  const std::string victim = elsewhere.file("victim.bin");
-  fs::copy_file(cleanup.dir() + "/rank-0.bin", victim);  // another file system: no rename
-  fs::remove(cleanup.dir() + "/rank-0.bin");
+  const std::string victim = move_rank_file(cleanup.dir(), elsewhere);
   fs::create_symlink(victim, cleanup.dir() + "/rank-0.bin");
   const std::string before = read_file(victim);
 
-  ServerProcess server(args(second_, name));
+  ServerProcess server(args(second_, cleanup.name()));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0);
   EXPECT_NE(server.out().find("reloading: " + cleanup.dir() + "/rank-0.bin is a symbolic link"),
@@ -187,15 +176,14 @@ TEST_F(ShmAccessTest, ASymlinkedRankFileIsReplacedNotWrittenThrough) {
 // A link left at the old fixed temporary name of the manifest is neither written through nor
 // renamed into place: temporary manifests have unique names and are created exclusively.
 TEST_F(ShmAccessTest, TheManifestIsNeverWrittenThroughALink) {
-  const std::string name = unique_name("manifestlink");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("manifestlink");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const TempDir elsewhere;
   const std::string victim = elsewhere.file("victim.txt");
   write_file(victim, std::string_view("victim"));
   fs::create_symlink(victim, cleanup.dir() + "/manifest.json.tmp");
 
-  ServerProcess server(args(first_, name));
+  ServerProcess server(args(first_, cleanup.name()));
   const int port = server.wait_for_port();
   ASSERT_GT(port, 0);
   const HttpReply reply = post(port, "/update_weights_from_disk", {{"model_path", second_}});
@@ -208,51 +196,39 @@ TEST_F(ShmAccessTest, TheManifestIsNeverWrittenThroughALink) {
 
 // A manifest that is a link (to a copy that matches) is not followed: the start reloads.
 TEST_F(ShmAccessTest, AManifestThatIsALinkIsNotRead) {
-  const std::string name = unique_name("manifestread");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("manifestread");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const TempDir elsewhere;
   const std::string copy = elsewhere.file("manifest.json");
   fs::copy_file(cleanup.dir() + "/manifest.json", copy);
   fs::remove(cleanup.dir() + "/manifest.json");
   fs::create_symlink(copy, cleanup.dir() + "/manifest.json");
 
-  ServerProcess server(args(first_, name));
-  ASSERT_GT(server.wait_for_port(), 0);
-  EXPECT_NE(server.out().find("reloading: no usable manifest.json: " + cleanup.dir() +
-                              "/manifest.json is a symbolic link"),
-            std::string::npos)
-      << server.output();
-  stop(server);
+  expect_start_note(cleanup.name(), "reloading: no usable manifest.json: " + cleanup.dir() +
+                                        "/manifest.json is a symbolic link");
 }
 
 // A manifest above the 64 MiB bound is not read (a start never parses an unbounded file).
 TEST_F(ShmAccessTest, AnOversizedManifestIsNotRead) {
-  const std::string name = unique_name("manifestbig");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("manifestbig");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const std::string manifest = read_file(cleanup.dir() + "/manifest.json");
   // The same JSON after 64 MiB of white space: valid, and matching, but too long to read.
   write_file(cleanup.dir() + "/manifest.json", std::string(size_t{64} << 20, ' ') + manifest);
 
-  ServerProcess server(args(first_, name));
-  ASSERT_GT(server.wait_for_port(), 0);
-  EXPECT_NE(server.out().find("reloading: manifest.json is larger than"), std::string::npos)
-      << server.output();
-  stop(server);
+  expect_start_note(cleanup.name(), "reloading: manifest.json is larger than");
 }
 
 // A kept directory of this user whose modes let others read (as an older server left them under a
 // 022 umask) is reused with its modes set again: 0700 and 0600.
 TEST_F(ShmAccessTest, AReusedDirectoryGetsItsModesSetAgain) {
-  const std::string name = unique_name("remode");
-  const ShmCleanup cleanup(name);
-  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, name));
+  const ServeName cleanup("remode");
+  ASSERT_NO_FATAL_FAILURE(keep_directory(first_, cleanup.name()));
   const std::vector<std::string> files = {"/manifest.json", "/rank-0.bin", "/rank-1.bin"};
   ASSERT_EQ(::chmod(cleanup.dir().c_str(), 0755), 0);
   for (const std::string& file : files) ASSERT_EQ(::chmod((cleanup.dir() + file).c_str(), 0644), 0);
 
-  ServerProcess server(args(first_, name));
+  ServerProcess server(args(first_, cleanup.name()));
   ASSERT_GT(server.wait_for_port(), 0);
   EXPECT_NE(server.out().find("reusing"), std::string::npos) << server.output();
   EXPECT_EQ(lstat_of(cleanup.dir()).st_mode & 07777, 0700u);

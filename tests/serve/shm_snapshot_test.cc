@@ -81,32 +81,13 @@ bool settled(const std::vector<Stamp>& all) {
   _exit(mixed == 0 ? 0 : 1);
 }
 
-class ShmSnapshotTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 21);
-    second_ = make_moe_model(*models_, "second", 22);
-  }
-  static void TearDownTestSuite() { delete models_; }
-
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
-};
-
-TempDir* ShmSnapshotTest::models_ = nullptr;
-std::string ShmSnapshotTest::first_;
-std::string ShmSnapshotTest::second_;
+class ShmSnapshotTest : public TwoModelsTest<21, 22> {};
 
 TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const Checksums first_sums = expected_checksums(first_, layout(2, 2));
   const Checksums second_sums = expected_checksums(second_, layout(2, 2));
-  const std::string name = unique_name("snapshot");
-  const ShmCleanup cleanup(name);
-  ServerProcess server({first_, "--tp", "2", "--ep", "2", "--name", name, "--port", "0",
-                        "--threads", "2", "--staging-bytes", "256K"});
-  const int port = server.wait_for_port();
+  TestServer server("snapshot", first_, {"--staging-bytes", "256K"});
+  const int port = server.port;
   ASSERT_GT(port, 0);
 
   const TempDir work;
@@ -114,7 +95,7 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const std::string result_path = work.file("result");
   const pid_t reader = fork();
   ASSERT_GE(reader, 0);
-  if (reader == 0) run_reader(cleanup.dir(), stop_path, result_path, first_sums, second_sums);
+  if (reader == 0) run_reader(server.dir(), stop_path, result_path, first_sums, second_sums);
 
   // Many groups per update, many updates: a reader trusting the sequence words alone copies
   // between two groups again and again.
@@ -141,13 +122,12 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
 
   // The header tells the whole update apart: every rank at the served version, no update running.
   for (const char* file : {"/rank-0.bin", "/rank-1.bin"}) {
-    const MappedRankFile mapped(cleanup.dir() + file);
+    const MappedRankFile mapped(server.dir() + file);
     EXPECT_EQ(mapped.version(), static_cast<uint64_t>(kUpdates)) << file;
     EXPECT_EQ(mapped.update_in_progress(), 0u) << file;
   }
   EXPECT_EQ(served_version(port), static_cast<uint64_t>(kUpdates));
-  server.signal(SIGTERM);
-  EXPECT_EQ(server.wait_exit(), 0) << server.output();
+  stop(server);
 }
 
 }  // namespace

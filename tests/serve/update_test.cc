@@ -14,45 +14,34 @@
 namespace shardload::testing {
 namespace {
 
-class ServeUpdateTest : public ::testing::Test {
+class ServeUpdateTest : public TwoModelsTest<1, 2> {
  protected:
   static void SetUpTestSuite() {
-    models_ = new TempDir();
-    first_ = make_moe_model(*models_, "first", 1);
-    second_ = make_moe_model(*models_, "second", 2);
+    TwoModelsTest::SetUpTestSuite();
     first_sums_ = new Checksums(expected_checksums(first_, layout(2, 2)));
     second_sums_ = new Checksums(expected_checksums(second_, layout(2, 2)));
   }
   static void TearDownTestSuite() {
     delete first_sums_;
     delete second_sums_;
-    delete models_;
+    TwoModelsTest::TearDownTestSuite();
   }
 
   // A server on the first model, tp=2 ep=2, on a free port.
   void start(const std::string& test, std::vector<std::string> more = {}) {
     name_ = unique_name(test);
     cleanup_ = std::make_unique<ShmCleanup>(name_);
-    std::vector<std::string> args = {first_, "--tp",   "2", "--ep",      "2", "--name",
-                                     name_,  "--port", "0", "--threads", "2"};
-    args.insert(args.end(), more.begin(), more.end());
-    server_ = std::make_unique<ServerProcess>(args);
+    server_ = std::make_unique<ServerProcess>(serve_args(first_, name_, more));
     port_ = server_->wait_for_port();
     ASSERT_GT(port_, 0);
   }
 
   void TearDown() override {
-    if (server_) {
-      server_->signal(SIGTERM);
-      EXPECT_EQ(server_->wait_exit(), 0) << server_->output();
-    }
+    if (server_) stop(*server_);
   }
 
   const std::string& dir() const { return cleanup_->dir(); }
 
-  static TempDir* models_;
-  static std::string first_;
-  static std::string second_;
   static Checksums* first_sums_;
   static Checksums* second_sums_;
   std::string name_;
@@ -61,9 +50,6 @@ class ServeUpdateTest : public ::testing::Test {
   int port_ = -1;
 };
 
-TempDir* ServeUpdateTest::models_ = nullptr;
-std::string ServeUpdateTest::first_;
-std::string ServeUpdateTest::second_;
 Checksums* ServeUpdateTest::first_sums_ = nullptr;
 Checksums* ServeUpdateTest::second_sums_ = nullptr;
 
