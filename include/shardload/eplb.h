@@ -7,11 +7,10 @@
 
 namespace shardload {
 
-// The load statistics and the deployment that DeepSeek's EPLB (`rebalance_experts`) places experts
-// for.
+// The input of DeepSeek's EPLB (`rebalance_experts`): per-layer expert loads and the deployment.
 struct EplbInput {
-  std::vector<std::vector<double>>
-      load;          // [layers][logical experts], converted to float32 before use
+  // [layers][logical experts], converted to float32 before use.
+  std::vector<std::vector<double>> load;
   int replicas = 0;  // P: physical experts per layer
   int groups = 1;    // G: expert groups
   int nodes = 1;     // N: server nodes
@@ -30,8 +29,7 @@ struct EplbResult {
 // Keeps the O(P x E) replication and the P-sized maps bounded for requests from outside.
 inline constexpr int kEplbMaxReplicas = 1 << 16;
 
-// Whether `input` is placed with the hierarchical policy (groups packed onto nodes first): G % N ==
-// 0.
+// Whether `input` gets the hierarchical policy, G % N == 0 (groups are packed onto nodes first).
 bool eplb_is_hierarchical(const EplbInput& input);
 
 // Checks every precondition (shapes, loads, divisibility) without placing anything. Throws
@@ -45,8 +43,8 @@ EplbResult rebalance_experts(const EplbInput& input);
 // Throws Error(kInvalidArgument) for malformed text or a member of the wrong shape.
 std::vector<std::vector<double>> parse_expert_load(std::string_view json_text);
 
-// parse_expert_load on a file's contents. Throws Error(kIo) when it cannot be read; errors name the
-// file.
+// parse_expert_load on a file's contents, with errors that name the file. Throws Error(kIo) when
+// the file cannot be read.
 std::vector<std::vector<double>> read_expert_load(const std::string& path);
 
 // {"physical_to_logical_map": ..., "logical_to_physical_map": ..., "logical_count": ...}.

@@ -101,8 +101,7 @@ UpdateResult rebalance_experts(LiveModel& live,
                                const std::vector<std::vector<int>>& physical_to_logical,
                                const UpdateOptions& options = {});
 
-// Whether a checkpoint tensor name is selected by the filter (exposed for tests and the server's
-// replies).
+// Whether the filter selects a checkpoint tensor name (exposed for tests and the server's replies).
 bool filter_selects(const WeightFilter& filter, std::string_view name);
 
 }  // namespace shardload

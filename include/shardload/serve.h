@@ -42,8 +42,8 @@ struct ServeOptions {
   // name: its members too (directory 0750, files 0640, owned by that group).
   std::string shm_group;
 
-  // HTTP access. `host`: the address to listen on (a numeric IPv4 or IPv6 address, or
-  // "localhost"). `api_key`: when not empty, every request but GET/HEAD /health must carry
+  // HTTP access. `host`: the address to listen on (a numeric IPv4 or IPv6 address, or "localhost").
+  // `api_key`: when not empty, every request but GET/HEAD /health must carry
   // "Authorization: Bearer API_KEY" and is answered 401 otherwise.
   std::string host = "127.0.0.1";
   std::string api_key;
@@ -53,8 +53,8 @@ struct ServeOptions {
 inline constexpr size_t kServeMaxBodyBytes = size_t{64} << 20;  // an expert_load of thousands of layers
 inline constexpr int kServeMaxConnections = 64;
 
-// True for the loopback addresses ("localhost", 127.0.0.0/8, ::1, ::ffff:127.x.y.z): only
-// processes on this machine can reach a server listening there.
+// True for the loopback addresses ("localhost", 127.0.0.0/8, ::1, ::ffff:127.x.y.z): only processes
+// on this machine can reach a server listening there.
 bool is_loopback_host(std::string_view host);
 // True when `host` is one that ServeOptions::host accepts.
 bool is_valid_host(std::string_view host);

@@ -47,6 +47,141 @@ OpenResult open_file(const std::string& path, IoBackend backend) {
   return result;
 }
 
+// config.json of a model directory, or null (with a warning) when there is none.
+nlohmann::json read_config(const fs::path& dir, std::vector<std::string>& warnings) {
+  const fs::path file = dir / "config.json";
+  if (!fs::exists(file)) {
+    warnings.push_back(fmt::format("{}: no config.json", dir.string()));
+    return nullptr;
+  }
+  nlohmann::json config =
+      read_json_file(file.string(), ErrorKind::kConfig, kConfigJsonLimits, "config.json");
+  if (!config.is_object()) {
+    throw Error(ErrorKind::kConfig, "config.json is not a JSON object", {.file = file.string()});
+  }
+  return config;
+}
+
+// The files a checkpoint's tensors are in, and what is known of them once they are found.
+struct Shards {
+  std::vector<std::string> paths;    // in the order Checkpoint::files_ will hold them
+  bool indexed = false;              // a directory with model.safetensors.index.json
+  checkpoint::WeightMap weight_map;  // the index (empty without one)
+  // Headers already opened, one per path (empty: none yet). A directory with an index has its
+  // headers parsed while the index is read: a MoE index and its shard headers each take
+  // milliseconds.
+  std::vector<OpenResult> opened;
+};
+
+// Reads the index while every .safetensors file of the directory is opened, in parallel; the
+// index's failure is reported first.
+std::vector<OpenResult> read_index_and_headers(const fs::path& dir,
+                                               const std::vector<std::string>& present,
+                                               IoBackend backend,
+                                               checkpoint::WeightMap& weight_map) {
+  std::vector<OpenResult> opened(present.size());
+  std::exception_ptr index_failed;
+  parallel_for(present.size() + 1, 0, [&](size_t i, int) {
+    if (i == 0) {
+      try {
+        weight_map = checkpoint::read_weight_map((dir / kIndexFile).string());
+      } catch (...) {
+        index_failed = std::current_exception();
+      }
+      return;
+    }
+    opened[i - 1] = open_file((dir / present[i - 1]).string(), backend);
+  });
+  if (index_failed) std::rethrow_exception(index_failed);
+  return opened;
+}
+
+// Every file the index names is in the directory.
+void check_index_files_exist(const fs::path& dir, const std::vector<std::string>& present,
+                             const checkpoint::WeightMap& weight_map) {
+  const std::vector<std::string>& used = weight_map.shards;
+  for (uint32_t s = 0; s < used.size(); ++s) {
+    if (!std::binary_search(present.begin(), present.end(), used[s])) {
+      const auto tensor = std::find_if(weight_map.tensors.begin(), weight_map.tensors.end(),
+                                       [&](const auto& kv) { return kv.second == s; });
+      throw Error(ErrorKind::kIndex, "the index names a file that does not exist",
+                  {.file = (dir / kIndexFile).string(), .tensor = tensor->first,
+                   .field = "weight_map", .found = used[s]});
+    }
+  }
+}
+
+// The opened headers of the `used` files, in the order of `used` (both lists are sorted).
+std::vector<OpenResult> keep_used(const std::vector<std::string>& present,
+                                  const std::vector<std::string>& used,
+                                  std::vector<OpenResult>& opened) {
+  std::vector<OpenResult> kept;
+  for (size_t i = 0, u = 0; i < present.size() && u < used.size(); ++i) {
+    if (present[i] == used[u]) {
+      kept.push_back(std::move(opened[i]));
+      ++u;
+    }
+  }
+  return kept;
+}
+
+// Without an index: model.safetensors, or the directory's only .safetensors file.
+std::vector<std::string> single_file(const std::string& path,
+                                     const std::vector<std::string>& present) {
+  if (std::binary_search(present.begin(), present.end(), std::string(kSingleFile))) {
+    return {std::string(kSingleFile)};
+  }
+  if (present.size() == 1) return present;
+  if (present.empty()) throw Error(ErrorKind::kIo, "no .safetensors file", {.file = path});
+  throw Error(ErrorKind::kIndex,
+              fmt::format("{} .safetensors files and no {}", present.size(), kIndexFile),
+              {.file = path});
+}
+
+// The files of a model directory (`shards.indexed` already set): those its index names, or its
+// single file. Real repositories ship e.g. consolidated.safetensors beside the shards: ignored,
+// with a warning.
+void find_shards(const std::string& path, IoBackend backend, Shards& shards,
+                 std::vector<std::string>& warnings) {
+  const fs::path dir(path);
+  const std::vector<std::string> present = safetensors_in(dir);
+  std::vector<std::string> used;
+  if (shards.indexed) {
+    std::vector<OpenResult> opened =
+        read_index_and_headers(dir, present, backend, shards.weight_map);
+    check_index_files_exist(dir, present, shards.weight_map);
+    used = shards.weight_map.shards;
+    shards.opened = keep_used(present, used, opened);
+  } else {
+    used = single_file(path, present);
+  }
+  for (const std::string& name : present) {
+    if (!std::binary_search(used.begin(), used.end(), name)) {
+      warnings.push_back(fmt::format("{}: ignoring {}, which the model does not name", path, name));
+    }
+  }
+  for (const std::string& name : used) shards.paths.push_back((dir / name).string());
+}
+
+// The headers of every file, parsed in parallel (a MoE shard's header lists thousands of tensors)
+// unless already opened; every file is tried and the first failing one in order is reported, as a
+// sequential open would.
+std::vector<SafetensorsFile> open_headers(Shards& shards, IoBackend backend) {
+  std::vector<OpenResult>& opened = shards.opened;
+  if (opened.empty()) {
+    opened.resize(shards.paths.size());
+    parallel_for(shards.paths.size(), 0,
+                 [&](size_t i, int) { opened[i] = open_file(shards.paths[i], backend); });
+  }
+  std::vector<SafetensorsFile> files;
+  files.reserve(opened.size());
+  for (OpenResult& result : opened) {
+    if (result.failed) std::rethrow_exception(result.failed);
+    files.push_back(std::move(*result.file));
+  }
+  return files;
+}
+
 }  // namespace
 
 const Checkpoint::Entry* Checkpoint::find(std::string_view name) const {
@@ -68,97 +203,18 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   if (ec || !fs::exists(status)) {
     throw Error(ErrorKind::kIo, "no such file or directory", {.file = path});
   }
-
-  std::vector<std::string> shard_files;  // paths, in the order files_ will hold them
-  checkpoint::WeightMap weight_map;
-  const bool indexed = fs::is_directory(status) && fs::exists(fs::path(path) / kIndexFile);
-  // Headers parsed while the index is read (a MoE index and its shard headers each take
-  // milliseconds): the directory's files, of which the index then keeps those it names.
-  std::vector<OpenResult> early;
-  if (!fs::is_directory(status)) {
-    shard_files.push_back(path);
-  } else {
+  Shards shards;
+  if (fs::is_directory(status)) {
     ckpt.is_directory_ = true;
-    const fs::path dir(path);
-    if (fs::exists(dir / "config.json")) {
-      ckpt.config_ = read_json_file((dir / "config.json").string(), ErrorKind::kConfig,
-                                    kConfigJsonLimits, "config.json");
-      if (!ckpt.config_.is_object()) {
-        throw Error(ErrorKind::kConfig, "config.json is not a JSON object",
-                    {.file = (dir / "config.json").string()});
-      }
-    } else {
-      ckpt.warnings_.push_back(fmt::format("{}: no config.json", path));
-    }
-    const std::vector<std::string> present = safetensors_in(dir);
-    std::vector<std::string> used;
-    if (indexed) {
-      early.resize(present.size());
-      std::exception_ptr index_failed;
-      parallel_for(present.size() + 1, 0, [&](size_t i, int) {
-        if (i == 0) {
-          try {
-            weight_map = checkpoint::read_weight_map((dir / kIndexFile).string());
-          } catch (...) {
-            index_failed = std::current_exception();
-          }
-          return;
-        }
-        early[i - 1] = open_file((dir / present[i - 1]).string(), backend);
-      });
-      if (index_failed) std::rethrow_exception(index_failed);
-      used = weight_map.shards;
-      for (uint32_t s = 0; s < used.size(); ++s) {
-        if (!std::binary_search(present.begin(), present.end(), used[s])) {
-          const auto tensor = std::find_if(weight_map.tensors.begin(), weight_map.tensors.end(),
-                                           [&](const auto& kv) { return kv.second == s; });
-          throw Error(ErrorKind::kIndex, "the index names a file that does not exist",
-                      {.file = (dir / kIndexFile).string(), .tensor = tensor->first,
-                       .field = "weight_map", .found = used[s]});
-        }
-      }
-      // Keep the used files' results, in the order of `used` (both lists are sorted).
-      std::vector<OpenResult> kept;
-      for (size_t i = 0, u = 0; i < present.size() && u < used.size(); ++i) {
-        if (present[i] == used[u]) {
-          kept.push_back(std::move(early[i]));
-          ++u;
-        }
-      }
-      early = std::move(kept);
-    } else if (std::binary_search(present.begin(), present.end(), std::string(kSingleFile))) {
-      used.push_back(std::string(kSingleFile));
-    } else if (present.size() == 1) {
-      used = present;
-    } else if (present.empty()) {
-      throw Error(ErrorKind::kIo, "no .safetensors file", {.file = path});
-    } else {
-      throw Error(ErrorKind::kIndex,
-                  fmt::format("{} .safetensors files and no {}", present.size(), kIndexFile),
-                  {.file = path});
-    }
-    // Real repositories ship e.g. consolidated.safetensors beside the shards: ignored, with a warning.
-    for (const std::string& name : present) {
-      if (!std::binary_search(used.begin(), used.end(), name)) {
-        ckpt.warnings_.push_back(fmt::format("{}: ignoring {}, which the model does not name",
-                                             path, name));
-      }
-    }
-    for (const std::string& name : used) shard_files.push_back((dir / name).string());
+    shards.indexed = fs::exists(fs::path(path) / kIndexFile);
+    ckpt.config_ = read_config(fs::path(path), ckpt.warnings_);
+    find_shards(path, backend, shards, ckpt.warnings_);
+  } else {
+    shards.paths.push_back(path);
   }
+  ckpt.files_ = open_headers(shards, backend);
 
-  // Headers are parsed in parallel (a MoE shard's header lists thousands of tensors); every file is
-  // tried and the first failing one in order is reported, as a sequential open would.
-  if (early.empty()) {
-    early.resize(shard_files.size());
-    parallel_for(shard_files.size(), 0,
-                 [&](size_t i, int) { early[i] = open_file(shard_files[i], backend); });
-  }
-  ckpt.files_.reserve(early.size());
-  for (OpenResult& result : early) {
-    if (result.failed) std::rethrow_exception(result.failed);
-    ckpt.files_.push_back(std::move(*result.file));
-  }
+  // The name table: every tensor's file and, below, its place in tensor_names().
   size_t tensor_count = 0;
   for (const SafetensorsFile& file : ckpt.files_) tensor_count += file.header().tensors.size();
   ckpt.entries_.reserve(tensor_count);
@@ -168,10 +224,11 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
       unique &= ckpt.entries_.emplace(info.name, Entry{f, &info, 0}).second;
     }
   }
-  if (unique && indexed && ckpt.take_index_names(weight_map)) return ckpt;
-  if (!unique || indexed) {
+  if (unique && shards.indexed && ckpt.take_index_names(shards.weight_map)) return ckpt;
+  if (!unique || shards.indexed) {
     ckpt.entries_.clear();
-    ckpt.check_tensors(weight_map, indexed);  // throws the first problem, in file order
+    // Throws the first problem, in file order.
+    ckpt.check_tensors(shards.weight_map, shards.indexed);
   }
   ckpt.sort_names();
   return ckpt;

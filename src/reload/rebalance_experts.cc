@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,7 +15,6 @@
 #include <map>
 #include <optional>
 #include <span>
-#include <unordered_map>
 
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
@@ -71,20 +71,24 @@ struct Move {
   std::vector<std::optional<SlotRef>> from;
 };
 
-// What fills slot `slot` of a module's parameters on a rank: the source tensors, cuts and places of
-// its pieces. Slots with equal signatures hold equal bytes once post-processed, because
-// post-processing is per slot (only the merged input scale is per rank; it has no pieces).
-std::string slot_signature(const RankPlan& rank, const std::vector<size_t>& params, uint64_t slots,
-                           uint64_t slot) {
-  std::string out;
+// One piece that fills a slot: the parameter (index into a rank's params), the source tensor, its
+// rows and columns, where it lands within the slot, and its divisor.
+using PieceKey = std::array<uint64_t, 8>;
+// What fills a slot of a module's parameters on a rank: its pieces. Slots with equal signatures
+// hold equal bytes once post-processed, because post-processing is per slot (only the merged input
+// scale is per rank; it has no pieces).
+using SlotSignature = std::vector<PieceKey>;
+
+SlotSignature slot_signature(const RankPlan& rank, const std::vector<size_t>& params,
+                             uint64_t slots, uint64_t slot) {
+  SlotSignature out;
   for (size_t k : params) {
     const PlanParam& param = rank.params[k];
     const uint64_t slot_bytes = param.nbytes / slots;
     for (const PlanPiece& piece : param.pieces) {
       if (piece.dst_offset / slot_bytes != slot) continue;
-      out += fmt::format("{}:{}:{}-{}:{}-{}@{}/{};", k, piece.source, piece.row_begin,
-                         piece.row_end, piece.col_begin, piece.col_end,
-                         piece.dst_offset - slot * slot_bytes, piece.divisor);
+      out.push_back({k, piece.source, piece.row_begin, piece.row_end, piece.col_begin,
+                     piece.col_end, piece.dst_offset - slot * slot_bytes, piece.divisor});
     }
   }
   return out;
@@ -120,6 +124,164 @@ size_t root(std::vector<size_t>& parent, size_t u) {
   return u;
 }
 
+// The plan of live rank `i` (index into LiveModel::ranks) in `plan`.
+const RankPlan& rank_plan(const Plan& plan, const LiveModel& live, size_t i) {
+  return plan.ranks[static_cast<size_t>(live.ranks[i].rank)];
+}
+
+// One module's slots on every live rank, under the live map and under the new one.
+struct ModuleSlots {
+  std::vector<std::vector<SlotSignature>> before;  // [rank index][slot]
+  std::vector<std::vector<SlotSignature>> after;
+  std::map<SlotSignature, std::vector<SlotRef>> holders;  // every slot that holds each expert now
+
+  bool rewritten(const SlotRef& s) const {
+    return before[s.rank_index][s.slot] != after[s.rank_index][s.slot];
+  }
+  bool rank_rewritten(size_t i) const { return before[i] != after[i]; }
+};
+
+ModuleSlots module_slots(const LiveModel& live, const Plan& plan, const std::vector<size_t>& params,
+                         uint64_t slots) {
+  const size_t ranks = live.ranks.size();
+  ModuleSlots out;
+  out.before.assign(ranks, std::vector<SlotSignature>(slots));
+  out.after = out.before;
+  for (size_t i = 0; i < ranks; ++i) {
+    for (uint64_t j = 0; j < slots; ++j) {
+      out.before[i][j] = slot_signature(rank_plan(live.plan, live, i), params, slots, j);
+      out.after[i][j] = slot_signature(rank_plan(plan, live, i), params, slots, j);
+      out.holders[out.before[i][j]].push_back({i, j});
+    }
+  }
+  return out;
+}
+
+// Every copy of a rebalance, as update units with the moves that fill them.
+struct MovePlan {
+  std::vector<Move> moves;  // moves[u] fills units[u]
+  std::vector<Unit> units;
+  std::vector<size_t> parent;  // union-find of the units that must commit together
+};
+
+// The unit of one rank whose slots of `module` change: the bytes of its rewritten slots, and its
+// merged input scale whole (the rank's maximum, recomputed).
+Unit rewritten_unit(const RankPlan& rank, size_t i, uint32_t module,
+                    const std::vector<size_t>& params, uint64_t slots, const ModuleSlots& state) {
+  Unit unit{.rank_index = i, .module = module, .ranges = {}, .bytes = 0, .tensors = 0};
+  for (size_t k : params) {
+    const PlanParam& param = rank.params[k];
+    if (param.exported()) ++unit.tensors;
+    if (param.role == ParamRole::kInputScale) {
+      add_range(unit, param.offset, param.nbytes);
+      continue;
+    }
+    const uint64_t slot_bytes = param.nbytes / slots;
+    for (uint64_t j = 0; j < slots; ++j) {
+      if (state.rewritten({i, j})) add_range(unit, param.offset + j * slot_bytes, slot_bytes);
+    }
+  }
+  return unit;
+}
+
+// The live slot a rewritten slot copies from: of its own rank first (staged with its unit), then
+// one that keeps its expert (never rewritten), then any (whose unit must then commit in the same
+// group).
+SlotRef pick_holder(const std::vector<SlotRef>& candidates, size_t i, const ModuleSlots& state) {
+  auto pick = std::find_if(candidates.begin(), candidates.end(),
+                           [&](const SlotRef& s) { return s.rank_index == i; });
+  if (pick == candidates.end()) {
+    pick = std::find_if(candidates.begin(), candidates.end(),
+                        [&](const SlotRef& s) { return !state.rewritten(s); });
+  }
+  if (pick == candidates.end()) pick = candidates.begin();
+  return *pick;
+}
+
+// Adds the moves and units of one module: a unit per rank whose slots change, then each rewritten
+// slot's source, joining units that read each other's rewritten slots.
+void plan_module_moves(const LiveModel& live, const Plan& plan, uint32_t module,
+                       const std::vector<size_t>& params, uint64_t slots, MovePlan& out) {
+  const ModuleSlots state = module_slots(live, plan, params, slots);
+  const size_t ranks = live.ranks.size();
+  std::vector<std::optional<size_t>> unit_of(ranks);  // the unit of each rank, if it has one
+  const size_t first_move = out.moves.size();
+  for (size_t i = 0; i < ranks; ++i) {
+    if (!state.rank_rewritten(i)) continue;
+    unit_of[i] = out.units.size();
+    out.parent.push_back(out.units.size());
+    out.moves.push_back({i, module, std::vector<std::optional<SlotRef>>(slots)});
+    out.units.push_back(rewritten_unit(rank_plan(plan, live, i), i, module, params, slots, state));
+  }
+  for (size_t u = first_move; u < out.moves.size(); ++u) {
+    Move& move = out.moves[u];
+    const size_t i = move.rank_index;
+    for (uint64_t j = 0; j < slots; ++j) {
+      if (!state.rewritten({i, j})) continue;
+      const auto found = state.holders.find(state.after[i][j]);
+      if (found == state.holders.end()) {
+        throw Error(ErrorKind::kConflict,
+                    "no live slot holds the expert a slot needs; nothing was changed",
+                    {.tensor = plan.modules[module].name,
+                     .field = fmt::format("rank {} slot {}", live.ranks[i].rank, j)});
+      }
+      const SlotRef from = pick_holder(found->second, i, state);
+      move.from[j] = from;
+      if (from.rank_index != i && state.rewritten(from)) {
+        out.parent[root(out.parent, u)] = root(out.parent, *unit_of[from.rank_index]);
+      }
+    }
+  }
+}
+
+// Bytes a move copied from its own rank and from other ranks.
+struct CopiedBytes {
+  uint64_t local = 0;
+  uint64_t remote = 0;
+};
+
+// Stages one move into `to` (its rank's staging buffer): copies every rewritten slot from its live
+// holder, which no commit has changed yet, and recomputes the merged input scale.
+CopiedBytes stage_move(const LiveModel& live, const Plan& plan, const std::vector<size_t>& params,
+                       uint64_t slots, const Move& move, std::byte* to) {
+  const RankPlan& rank = rank_plan(plan, live, move.rank_index);
+  const PlanParam* input = nullptr;
+  const PlanParam* input_parts = nullptr;
+  CopiedBytes copied;
+  for (size_t k : params) {
+    const PlanParam& param = rank.params[k];
+    if (param.role == ParamRole::kInputScale) {
+      input = &param;
+      continue;
+    }
+    if (param.role == ParamRole::kInputScaleParts) {
+      // The whole per-part table: the maximum needs the rows of the slots that stay too.
+      input_parts = &param;
+      std::memcpy(to + param.offset, live.ranks[move.rank_index].buffer.data() + param.offset,
+                  param.nbytes);
+    }
+    const uint64_t slot_bytes = param.nbytes / slots;
+    for (uint64_t j = 0; j < slots; ++j) {
+      if (!move.from[j]) continue;
+      const SlotRef& from = *move.from[j];
+      const PlanParam& source = rank_plan(plan, live, from.rank_index).params[k];
+      std::memcpy(
+          to + param.offset + j * slot_bytes,
+          live.ranks[from.rank_index].buffer.data() + source.offset + from.slot * slot_bytes,
+          slot_bytes);
+      (from.rank_index == move.rank_index ? copied.local : copied.remote) += slot_bytes;
+    }
+  }
+  if (input != nullptr && input_parts != nullptr) {
+    // As a load merges it: the maximum over every part of every expert of the rank.
+    float m = 0;
+    for (float s : floats(to, *input_parts)) m = std::max(m, s);
+    std::span<float> merged = floats(to, *input);
+    std::fill(merged.begin(), merged.end(), m);
+  }
+  return copied;
+}
+
 }  // namespace
 }  // namespace reload
 
@@ -135,88 +297,13 @@ UpdateResult rebalance_experts(LiveModel& live,
   Plan plan = permute_expert_slots(live.plan, physical_to_logical);
   const uint64_t slots = local_slots(plan);
   const std::map<uint32_t, std::vector<size_t>> params_of = expert_params(plan, slots);
-  const size_t ranks = live.ranks.size();
-  auto old_rank = [&](size_t i) -> const RankPlan& {
-    return live.plan.ranks[static_cast<size_t>(live.ranks[i].rank)];
-  };
-  auto new_rank = [&](size_t i) -> const RankPlan& {
-    return plan.ranks[static_cast<size_t>(live.ranks[i].rank)];
-  };
 
-  std::vector<Move> moves;
-  std::vector<Unit> units;
-  std::vector<size_t> parent;
+  MovePlan moves;
   for (const auto& [module, params] : params_of) {
-    std::vector<std::vector<std::string>> before(ranks, std::vector<std::string>(slots));
-    std::vector<std::vector<std::string>> after = before;
-    // Every slot that holds each expert now, by what fills it.
-    std::unordered_map<std::string, std::vector<SlotRef>> holders;
-    for (size_t i = 0; i < ranks; ++i) {
-      for (uint64_t j = 0; j < slots; ++j) {
-        before[i][j] = slot_signature(old_rank(i), params, slots, j);
-        after[i][j] = slot_signature(new_rank(i), params, slots, j);
-        holders[before[i][j]].push_back({i, j});
-      }
-    }
-    auto rewritten = [&](const SlotRef& s) {
-      return before[s.rank_index][s.slot] != after[s.rank_index][s.slot];
-    };
-    std::vector<size_t> unit_of(ranks, SIZE_MAX);
-    const size_t first_move = moves.size();
-    for (size_t i = 0; i < ranks; ++i) {
-      Move move{i, module, std::vector<std::optional<SlotRef>>(slots)};
-      Unit unit{.rank_index = i, .module = module, .ranges = {}, .bytes = 0, .tensors = 0};
-      bool any = false;
-      for (uint64_t j = 0; j < slots; ++j) any = any || rewritten({i, j});
-      if (!any) continue;
-      for (size_t k : params) {
-        const PlanParam& param = new_rank(i).params[k];
-        if (param.exported()) ++unit.tensors;
-        if (param.role == ParamRole::kInputScale) {
-          add_range(unit, param.offset, param.nbytes);  // the rank's maximum: recomputed whole
-          continue;
-        }
-        const uint64_t slot_bytes = param.nbytes / slots;
-        for (uint64_t j = 0; j < slots; ++j) {
-          if (rewritten({i, j})) add_range(unit, param.offset + j * slot_bytes, slot_bytes);
-        }
-      }
-      unit_of[i] = units.size();
-      parent.push_back(units.size());
-      moves.push_back(std::move(move));
-      units.push_back(std::move(unit));
-    }
-    for (size_t u = first_move; u < moves.size(); ++u) {
-      Move& move = moves[u];
-      const size_t i = move.rank_index;
-      for (uint64_t j = 0; j < slots; ++j) {
-        if (!rewritten({i, j})) continue;
-        const auto found = holders.find(after[i][j]);
-        if (found == holders.end()) {
-          throw Error(ErrorKind::kConflict,
-                      "no live slot holds the expert a slot needs; nothing was changed",
-                      {.tensor = plan.modules[module].name,
-                       .field = fmt::format("rank {} slot {}", live.ranks[i].rank, j)});
-        }
-        // Own rank first (staged with this unit), then a slot that keeps its expert (never
-        // rewritten), then any: that slot's unit must then commit in the same group as this one.
-        const std::vector<SlotRef>& candidates = found->second;
-        auto pick = std::find_if(candidates.begin(), candidates.end(),
-                                 [&](const SlotRef& s) { return s.rank_index == i; });
-        if (pick == candidates.end()) {
-          pick = std::find_if(candidates.begin(), candidates.end(),
-                              [&](const SlotRef& s) { return !rewritten(s); });
-        }
-        if (pick == candidates.end()) pick = candidates.begin();
-        move.from[j] = *pick;
-        if (pick->rank_index != i && rewritten(*pick)) {
-          parent[root(parent, u)] = root(parent, unit_of[pick->rank_index]);
-        }
-      }
-    }
+    plan_module_moves(live, plan, module, params, slots, moves);
   }
-  std::vector<size_t> together(units.size());
-  for (size_t u = 0; u < units.size(); ++u) together[u] = root(parent, u);
+  std::vector<size_t> together(moves.units.size());
+  for (size_t u = 0; u < moves.units.size(); ++u) together[u] = root(moves.parent, u);
 
   std::atomic<uint64_t> local_bytes{0};
   std::atomic<uint64_t> remote_bytes{0};
@@ -228,55 +315,20 @@ UpdateResult rebalance_experts(LiveModel& live,
       throw Error(ErrorKind::kCancelled, "the rebalance was cancelled before its commit");
     }
     first_group = false;
-    // Copies read live slots, which no commit has changed yet: a slot rewritten by another unit is
-    // read in the same group as that unit (group_units keeps them together).
+    // A slot rewritten by another unit is read in the same group as that unit (group_units keeps
+    // them together), before any commit changes it.
     parallel_for(group.size(), options.threads, [&](size_t g, int) {
-      const Move& move = moves[group[g]];
-      const RankPlan& rank = new_rank(move.rank_index);
-      std::byte* to = staging.ranks()[move.rank_index].buffer.data();
-      const PlanParam* input = nullptr;
-      const PlanParam* input_parts = nullptr;
-      uint64_t local = 0;
-      uint64_t remote = 0;
-      for (size_t k : params_of.at(move.module)) {
-        const PlanParam& param = rank.params[k];
-        if (param.role == ParamRole::kInputScale) {
-          input = &param;
-          continue;
-        }
-        if (param.role == ParamRole::kInputScaleParts) {
-          // The whole per-part table: the maximum needs the rows of the slots that stay too.
-          input_parts = &param;
-          std::memcpy(to + param.offset, live.ranks[move.rank_index].buffer.data() + param.offset,
-                      param.nbytes);
-        }
-        const uint64_t slot_bytes = param.nbytes / slots;
-        for (uint64_t j = 0; j < slots; ++j) {
-          if (!move.from[j]) continue;
-          const SlotRef& from = *move.from[j];
-          const PlanParam& source = new_rank(from.rank_index).params[k];
-          std::memcpy(
-              to + param.offset + j * slot_bytes,
-              live.ranks[from.rank_index].buffer.data() + source.offset + from.slot * slot_bytes,
-              slot_bytes);
-          (from.rank_index == move.rank_index ? local : remote) += slot_bytes;
-        }
-      }
-      if (input != nullptr && input_parts != nullptr) {
-        // As a load merges it: the maximum over every part of every expert of the rank.
-        float m = 0;
-        for (float s : floats(to, *input_parts)) m = std::max(m, s);
-        std::span<float> merged = floats(to, *input);
-        std::fill(merged.begin(), merged.end(), m);
-      }
-      local_bytes += local;
-      remote_bytes += remote;
+      const Move& move = moves.moves[group[g]];
+      const CopiedBytes copied = stage_move(live, plan, params_of.at(move.module), slots, move,
+                                            staging.ranks()[move.rank_index].buffer.data());
+      local_bytes += copied.local;
+      remote_bytes += copied.remote;
     });
     return 0;  // nothing read from storage
   };
   UpdateOptions run_options = options;
   run_options.cancel = nullptr;  // honoured by `stage`, before the first commit only
-  UpdateResult result = run_update(live, nullptr, plan, units, stage, run_options, together);
+  UpdateResult result = run_update(live, nullptr, plan, moves.units, stage, run_options, together);
   result.local_bytes = local_bytes;
   result.remote_bytes = remote_bytes;
   live.plan = std::move(plan);  // its parallel config carries the new map

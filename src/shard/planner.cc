@@ -386,138 +386,196 @@ class Planner {
     return b;
   }
 
-  // The rank tensors of one rule instance: its parameter and, for an FP8 linear layer, its scales (and the
-  // internal tensors post-processing reads), all in module `module`.
+  // The tensor-parallel group a rule's parameter is cut over, and this rank's place in it.
+  struct CutGroup {
+    uint64_t size;
+    uint64_t rank;
+  };
+
+  CutGroup cut_group(const ParamRule& rule, int rank) const {
+    const ParallelConfig& p = plan_.parallel;
+    if (rule.group == Group::kExpert) {
+      return {static_cast<uint64_t>(plan_.moe_tp), static_cast<uint64_t>(rank % plan_.moe_tp)};
+    }
+    if (rule.group == Group::kSharedExpert && !p.split_shared_experts) return {1, 0};
+    return {static_cast<uint64_t>(p.tp), static_cast<uint64_t>(rank)};
+  }
+
+  // The layout of one slot: the block of each part, stacked along the rows of a rows x cols tensor.
+  struct SlotLayout {
+    std::vector<Block> blocks;
+    uint64_t rows = 0;
+    uint64_t cols = 0;
+  };
+
+  // Cuts every part of the instance's first source row for one rank; fused parts must be equally
+  // wide.
+  SlotLayout slot_layout(const Instance& inst, CutGroup group,
+                         std::vector<uint64_t>* part_rows) const {
+    const ParamRule& rule = *inst.rule;
+    const std::vector<uint32_t>& first_ids = inst.source_ids.front();
+    SlotLayout layout;
+    for (size_t k = 0; k < rule.parts.size(); ++k) {
+      const Block b = cut(rule.parts[k], source(first_ids[k]), group.size, group.rank, inst.target);
+      const uint64_t block_cols = b.col_end - b.col_begin;
+      if (k > 0 && block_cols != layout.cols) {
+        throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
+                    {.tensor = source(first_ids[k]).name,
+                     .field = inst.target,
+                     .expected = std::to_string(layout.cols),
+                     .found = std::to_string(block_cols)});
+      }
+      layout.cols = block_cols;
+      layout.rows += b.out_rows;
+      layout.blocks.push_back(b);
+      if (part_rows != nullptr) part_rows->push_back(b.out_rows);
+    }
+    return layout;
+  }
+
+  // The pieces that fill one slot, starting `base` bytes into the parameter, from sources `ids`.
+  static void add_slot(PlanParam& param, const SlotLayout& layout, const std::vector<uint32_t>& ids,
+                       uint64_t base, uint64_t esize) {
+    uint64_t row = 0;
+    for (size_t k = 0; k < layout.blocks.size(); ++k) {
+      const Block& b = layout.blocks[k];
+      if (b.row_end > b.row_begin) {
+        param.pieces.push_back({ids[k], b.row_begin, b.row_end, b.col_begin, b.col_end,
+                                base + row * layout.cols * esize, b.divisor});
+      }
+      if (b.row_end - b.row_begin < b.out_rows) param.has_padding = true;
+      row += b.out_rows;
+    }
+  }
+
+  // Fills the parameter's slots and sets its shape: one slot per local expert of this rank's
+  // expert-parallel group ([slots, rows, cols]), or the one slot of any other parameter. Returns
+  // the logical expert (source row of inst.sources) of each slot.
+  std::vector<size_t> place_slots(const Instance& inst, int rank, const SlotLayout& layout,
+                                  uint64_t esize, PlanParam& param) const {
+    const ParamRule& rule = *inst.rule;
+    std::vector<size_t> slot_logical;
+    if (rule.group == Group::kExpert) {
+      const uint64_t local = static_cast<uint64_t>(plan_.physical_experts / plan_.parallel.ep);
+      const uint64_t ep_rank = static_cast<uint64_t>(rank / plan_.moe_tp);
+      const uint64_t slot_bytes = layout.rows * layout.cols * esize;
+      const std::vector<int>& map = plan_.physical_to_logical[static_cast<size_t>(inst.moe_layer)];
+      for (uint64_t j = 0; j < local; ++j) {
+        slot_logical.push_back(static_cast<size_t>(map[ep_rank * local + j]));
+        add_slot(param, layout, inst.source_ids[slot_logical.back()], j * slot_bytes, esize);
+      }
+      param.shape = {local, layout.rows, layout.cols};
+      return slot_logical;
+    }
+    slot_logical.push_back(0);
+    add_slot(param, layout, inst.source_ids.front(), 0, esize);
+    const bool vector = source(inst.source_ids.front()[0]).shape.size() <= 1;
+    param.shape = vector ? Shape{layout.rows} : Shape{layout.rows, layout.cols};
+    if (rule.flatten) param.shape = {layout.rows * layout.cols};
+    return slot_logical;
+  }
+
+  // A float32 tensor that post-processing fills or reads (a scale, a scale table, a float32 twin).
+  static PlanParam float_param(std::string name, uint32_t module, ParamRole role, Shape shape) {
+    PlanParam extra;
+    extra.name = std::move(name);
+    extra.module = module;
+    extra.role = role;
+    extra.dtype = DType::kF32;
+    extra.shape = std::move(shape);
+    extra.nbytes = shape_nbytes(extra.shape, extra.dtype);
+    return extra;
+  }
+
+  // A merged per-tensor scale: [1] for a dense layer, [El] per expert, [El, 2] for w13 (both
+  // columns equal, the shape the engines keep so that the next reload fits).
+  static Shape merged_scale_shape(bool expert, uint64_t slots, uint64_t parts) {
+    return !expert ? Shape{1} : parts == 2 ? Shape{slots, 2} : Shape{slots};
+  }
+
+  // Dynamic FP8: the weight reads nothing; its float32 twin takes the pieces, and post-processing
+  // quantizes the twin into the weight and its merged scale.
+  void add_dynamic_fp8(const Instance& inst, PlanParam param,
+                       const std::vector<size_t>& slot_logical, uint64_t parts,
+                       std::vector<PlanParam>& out) const {
+    const bool expert = inst.rule->group == Group::kExpert;
+    PlanParam twin = float_param(with_suffix(inst.target, "weight_f32"), param.module,
+                                 ParamRole::kDynamicSource, param.shape);
+    twin.pieces = std::move(param.pieces);
+    param.pieces.clear();
+    const uint32_t module = param.module;
+    out.push_back(std::move(param));
+    out.push_back(float_param(with_suffix(inst.target, "weight_scale"), module,
+                              ParamRole::kWeightScale,
+                              merged_scale_shape(expert, slot_logical.size(), parts)));
+    out.push_back(std::move(twin));
+  }
+
+  // Static per-tensor: each part's scalar scales land in a [slots, parts] table.
+  static PlanParam scale_table(const std::vector<std::vector<uint32_t>>& ids,
+                               const std::vector<size_t>& slot_logical, uint64_t parts,
+                               std::string name, uint32_t module, ParamRole role) {
+    const uint64_t slots = slot_logical.size();
+    PlanParam table = float_param(std::move(name), module, role, Shape{slots, parts});
+    for (uint64_t j = 0; j < slots; ++j) {
+      for (uint64_t k = 0; k < parts; ++k) {
+        table.pieces.push_back({ids[slot_logical[j]][k], 0, 1, 0, 1, (j * parts + k) * 4, 1});
+      }
+    }
+    return table;
+  }
+
+  // Static per-tensor FP8: the weight, its merged scale and the per-part scale tables
+  // post-processing merges them from (and the same for input scales when the checkpoint has them).
+  void add_static_fp8(const Instance& inst, PlanParam param,
+                      const std::vector<size_t>& slot_logical, uint64_t parts,
+                      std::vector<PlanParam>& out) const {
+    const bool expert = inst.rule->group == Group::kExpert;
+    const uint64_t slots = slot_logical.size();
+    const uint32_t module = param.module;
+    out.push_back(std::move(param));
+    out.push_back(float_param(with_suffix(inst.target, "weight_scale"), module,
+                              ParamRole::kWeightScale, merged_scale_shape(expert, slots, parts)));
+    out.push_back(scale_table(inst.weight_scale_ids, slot_logical, parts,
+                              with_suffix(inst.target, "weight_scale_parts"), module,
+                              ParamRole::kWeightScaleParts));
+    if (inst.input_scales.front().empty()) return;
+    out.push_back(float_param(with_suffix(inst.target, "input_scale"), module,
+                              ParamRole::kInputScale, expert ? Shape{slots} : Shape{1}));
+    out.push_back(scale_table(inst.input_scale_ids, slot_logical, parts,
+                              with_suffix(inst.target, "input_scale_parts"), module,
+                              ParamRole::kInputScaleParts));
+  }
+
+  // The rank tensors of one rule instance: its parameter and, for an FP8 linear layer, its scales
+  // (and the internal tensors post-processing reads), all in module `module`.
   std::vector<PlanParam> plan_params(const Instance& inst, int rank, uint32_t module,
                                      std::vector<uint64_t>* part_rows) const {
     const ParamRule& rule = *inst.rule;
-    const ParallelConfig& p = plan_.parallel;
-    uint64_t group = static_cast<uint64_t>(p.tp);
-    uint64_t group_rank = static_cast<uint64_t>(rank);
-    if (rule.group == Group::kExpert) {
-      group = static_cast<uint64_t>(plan_.moe_tp);
-      group_rank = static_cast<uint64_t>(rank % plan_.moe_tp);
-    } else if (rule.group == Group::kSharedExpert && !p.split_shared_experts) {
-      group = 1;
-      group_rank = 0;
-    }
     const bool dynamic = inst.quantized && plan_.quantization == Quantization::kFp8Dynamic;
     PlanParam param;
     param.name = inst.target;
     param.module = module;
-    param.dtype = inst.quantized ? DType::kF8E4M3 : rule.keep == Keep::kFloat32 ? DType::kF32 : plan_.dtype;
+    param.dtype = inst.quantized                ? DType::kF8E4M3
+                  : rule.keep == Keep::kFloat32 ? DType::kF32
+                                                : plan_.dtype;
     // Dynamic FP8 reads the checkpoint into a float32 twin that post-processing quantizes.
-    const DType read_dtype = dynamic ? DType::kF32 : param.dtype;
-    const uint64_t esize = dtype_bits(read_dtype) / 8;
-
-    // The layout of one slot: parts stacked along the rows.
-    std::vector<Block> blocks;
-    uint64_t rows = 0;
-    uint64_t cols = 0;
-    const std::vector<uint32_t>& first_ids = inst.source_ids.front();
-    for (size_t k = 0; k < rule.parts.size(); ++k) {
-      const Block b = cut(rule.parts[k], source(first_ids[k]), group, group_rank, inst.target);
-      const uint64_t block_cols = b.col_end - b.col_begin;
-      if (k > 0 && block_cols != cols) {
-        throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
-                    {.tensor = source(first_ids[k]).name,
-                     .field = inst.target,
-                     .expected = std::to_string(cols),
-                     .found = std::to_string(block_cols)});
-      }
-      cols = block_cols;
-      rows += b.out_rows;
-      blocks.push_back(b);
-      if (part_rows != nullptr) part_rows->push_back(b.out_rows);
-    }
-    const uint64_t slot_bytes = rows * cols * esize;
-    const bool vector = source(first_ids[0]).shape.size() <= 1;
-
-    auto add_slot = [&](const std::vector<uint32_t>& ids, uint64_t base) {
-      uint64_t row = 0;
-      for (size_t k = 0; k < blocks.size(); ++k) {
-        const Block& b = blocks[k];
-        if (b.row_end > b.row_begin) {
-          param.pieces.push_back({ids[k], b.row_begin, b.row_end, b.col_begin,
-                                  b.col_end, base + row * cols * esize, b.divisor});
-        }
-        if (b.row_end - b.row_begin < b.out_rows) param.has_padding = true;
-        row += b.out_rows;
-      }
-    };
-
-    std::vector<size_t> slot_logical;  // the logical expert (source row of inst.sources) of each slot
-    const bool expert = rule.group == Group::kExpert;
-    if (expert) {
-      const uint64_t local = static_cast<uint64_t>(plan_.physical_experts / p.ep);
-      const uint64_t ep_rank = static_cast<uint64_t>(rank / plan_.moe_tp);
-      const std::vector<int>& map = plan_.physical_to_logical[static_cast<size_t>(inst.moe_layer)];
-      for (uint64_t j = 0; j < local; ++j) {
-        slot_logical.push_back(static_cast<size_t>(map[ep_rank * local + j]));
-        add_slot(inst.source_ids[slot_logical.back()], j * slot_bytes);
-      }
-      param.shape = {local, rows, cols};
-    } else {
-      slot_logical.push_back(0);
-      add_slot(first_ids, 0);
-      param.shape = vector ? Shape{rows} : Shape{rows, cols};
-      if (rule.flatten) param.shape = {rows * cols};
-    }
+    const uint64_t esize = dtype_bits(dynamic ? DType::kF32 : param.dtype) / 8;
+    const SlotLayout layout = slot_layout(inst, cut_group(rule, rank), part_rows);
+    const std::vector<size_t> slot_logical = place_slots(inst, rank, layout, esize, param);
     param.nbytes = shape_nbytes(param.shape, param.dtype);
+
     std::vector<PlanParam> out;
     if (!inst.quantized) {
       out.push_back(std::move(param));
-      return out;
-    }
-
-    const uint64_t slots = slot_logical.size();
-    const uint64_t parts = blocks.size();
-    auto make = [&](std::string name, ParamRole role, Shape shape) {
-      PlanParam extra;
-      extra.name = std::move(name);
-      extra.module = module;
-      extra.role = role;
-      extra.dtype = DType::kF32;
-      extra.shape = std::move(shape);
-      extra.nbytes = shape_nbytes(extra.shape, extra.dtype);
-      return extra;
-    };
-    // A merged per-tensor scale: [1] for a dense layer, [El] per expert, [El, 2] for w13 (both columns equal,
-    // the shape the engines keep so that the next reload fits).
-    const Shape merged = !expert ? Shape{1} : parts == 2 ? Shape{slots, 2} : Shape{slots};
-    if (plan_.quantization == Quantization::kFp8Block) {
+    } else if (plan_.quantization == Quantization::kFp8Block) {
       out.push_back(std::move(param));
-      out.push_back(block_scale_param(inst, blocks, slot_logical, expert, module));
-      return out;
-    }
-    if (dynamic) {
-      PlanParam twin = make(with_suffix(inst.target, "weight_f32"), ParamRole::kDynamicSource, param.shape);
-      twin.pieces = std::move(param.pieces);
-      param.pieces.clear();
-      out.push_back(std::move(param));
-      out.push_back(make(with_suffix(inst.target, "weight_scale"), ParamRole::kWeightScale, merged));
-      out.push_back(std::move(twin));
-      return out;
-    }
-    // Static per-tensor: each part's scalar scales land in [slots, parts] tables; post-processing merges them.
-    auto scale_table = [&](const std::vector<std::vector<uint32_t>>& ids, std::string name, ParamRole role) {
-      PlanParam table = make(std::move(name), role, Shape{slots, parts});
-      for (uint64_t j = 0; j < slots; ++j) {
-        for (uint64_t k = 0; k < parts; ++k) {
-          table.pieces.push_back({ids[slot_logical[j]][k], 0, 1, 0, 1, (j * parts + k) * 4, 1});
-        }
-      }
-      return table;
-    };
-    out.push_back(std::move(param));
-    out.push_back(make(with_suffix(inst.target, "weight_scale"), ParamRole::kWeightScale, merged));
-    out.push_back(scale_table(inst.weight_scale_ids, with_suffix(inst.target, "weight_scale_parts"),
-                              ParamRole::kWeightScaleParts));
-    if (!inst.input_scales.front().empty()) {
-      out.push_back(make(with_suffix(inst.target, "input_scale"), ParamRole::kInputScale,
-                         expert ? Shape{slots} : Shape{1}));
-      out.push_back(scale_table(inst.input_scale_ids, with_suffix(inst.target, "input_scale_parts"),
-                                ParamRole::kInputScaleParts));
+      out.push_back(block_scale_param(inst, layout.blocks, slot_logical,
+                                      rule.group == Group::kExpert, module));
+    } else if (dynamic) {
+      add_dynamic_fp8(inst, std::move(param), slot_logical, layout.blocks.size(), out);
+    } else {
+      add_static_fp8(inst, std::move(param), slot_logical, layout.blocks.size(), out);
     }
     return out;
   }
