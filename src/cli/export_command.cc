@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "cli/parallel_options.h"
+#include "core/byte_size.h"
 #include "core/plural.h"
 #include "cli/progress.h"
 #include "cli/usage_error.h"
