@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "core/plural.h"
+#include "core/shape_text.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/model.h"
@@ -35,8 +36,6 @@ std::string human_bytes(uint64_t bytes) {
   }
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
-
-std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // The first of several spellings families use for the same config field.
 const nlohmann::json* config_field(const nlohmann::json& config,
@@ -175,7 +174,7 @@ void run_inspect(const InspectOptions& options) {
     for (const std::string& name : ckpt.tensor_names()) {
       const Checkpoint::Entry& entry = ckpt.at(name);
       std::cout << fmt::format("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", name, width,
-                               dtype_name(entry.info->dtype), shape_string(entry.info->shape),
+                               dtype_name(entry.info->dtype), shape_text(entry.info->shape),
                                entry.info->nbytes(),
                                fs::path(ckpt.files()[entry.file].path()).filename().string());
     }
