@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "core/plural.h"
@@ -148,7 +149,7 @@ void run_inspect(const InspectOptions& options) {
   namespace fs = std::filesystem;
   if (is_export_dir(options.path)) return inspect_export(options);
   const Checkpoint ckpt = Checkpoint::open(options.path);
-  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  print_warnings(ckpt);
 
   std::map<std::string, uint64_t> dtype_bytes;
   std::map<std::string, uint64_t> dtype_count;
