@@ -11,7 +11,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=OFF
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_FAULT_INJECTION=OFF
 	cmake --build build -j $(JOBS)
 
 # The main job on the embedded tiny MoE model: validate it, plan and load a tp 4 x ep 2 layout, export it.
@@ -29,7 +29,7 @@ test: test-asan fuzz
 SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
 test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
-	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
+	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 

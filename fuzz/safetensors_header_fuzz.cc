@@ -29,15 +29,11 @@ void check_invariants(const shardload::SafetensorsHeader& header, uint64_t file_
     check(tensor.begin == next);
     check(tensor.end >= tensor.begin);
     check(shardload::shape_nbytes(tensor.shape, tensor.dtype) == tensor.nbytes());
-    check(header.find(tensor.name) == &tensor);
+    check(header.find(tensor.name) == &tensor);  // the name index: every name, each once
     next = tensor.end;
   }
   check(next == header.data_bytes());
   check(next == file_size - header.data_start);
-  check(header.by_name_.size() == header.tensors.size());
-  for (size_t i = 1; i < header.by_name_.size(); ++i) {  // strictly ordered: names are unique
-    check(header.tensors[header.by_name_[i - 1]].name < header.tensors[header.by_name_[i]].name);
-  }
 }
 
 // The JSON text of the file's header (whatever its length prefix says, cut to the file).

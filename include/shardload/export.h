@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,10 +18,6 @@ struct ExportOptions {
   uint64_t max_file_size = uint64_t{5} << 30;  // a part is closed when the next tensor would pass it
   bool overwrite = false;
 };
-
-// Parses "5G", "512M", "100K", "4096" (powers of 1024). Throws Error(kInvalidArgument) naming
-// `flag`, the option the text came from (empty: none is named).
-uint64_t parse_byte_size(const std::string& text, std::string_view flag = {});
 
 // Throws Error(kInvalidArgument) when an export of `model` cannot go to options.out: --out is the
 // model's directory or inside it, the model is inside --out (both compared with symlinks resolved),

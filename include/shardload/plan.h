@@ -43,6 +43,13 @@ std::vector<std::vector<int>> parse_expert_map_text(std::string_view text,
 // e.g. an expert-map file, a request or a manifest). Throws Error(kInvalidArgument).
 std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows, const std::string& file = {});
 
+// Checks a physical_to_logical map against a model: one row per MoE layer, all rows as long (at
+// least one slot per logical expert), every entry a logical expert, every expert placed in every
+// row; with `redundant_experts` given, that many slots more than experts. Returns the slots per
+// layer. Throws Error(kInvalidArgument). validate_layout runs it on ParallelConfig::expert_map.
+uint64_t validate_expert_map(const ModelConfig& model, const std::vector<std::vector<int>>& map,
+                             std::optional<int> redundant_experts = {});
+
 // Checks a layout against a model before any I/O. Throws Error(kInvalidArgument) with messages such as
 // "tp=3 does not divide 16 attention heads".
 void validate_layout(const ModelConfig& model, const ParallelConfig& parallel);

@@ -27,6 +27,11 @@ struct TensorInfo {
   bool operator==(const TensorInfo&) const = default;
 };
 
+struct SafetensorsHeader;
+namespace format {
+bool index_tensor_names(SafetensorsHeader& header);  // the parser's, src/format/header_json.h
+}  // namespace format
+
 // A fully validated safetensors header.
 struct SafetensorsHeader {
   uint64_t header_bytes = 0;  // N, the JSON length declared in the first 8 bytes
@@ -39,6 +44,8 @@ struct SafetensorsHeader {
   uint64_t data_bytes() const { return tensors.empty() ? 0 : tensors.back().end; }
   bool operator==(const SafetensorsHeader&) const = default;
 
+ private:
+  friend bool format::index_tensor_names(SafetensorsHeader& header);
   // Positions in `tensors`, ordered by name: find() searches it. Filled by the parser; a sorted
   // vector rather than a hash map, so that a 7k-tensor shard costs no per-name allocation here.
   std::vector<uint32_t> by_name_;

@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "cli/parallel_options.h"
+#include "core/byte_size.h"
 #include "core/plural.h"
 #include "cli/progress.h"
 #include "cli/usage_error.h"
@@ -39,7 +41,7 @@ void run_export(const ExportCommandOptions& options) {
   as_usage_error([&] { check_export_target(options.model, export_options); });
 
   const Checkpoint ckpt = Checkpoint::open(options.model);
-  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
   LoadOptions load_options;
   load_options.threads = options.threads;

@@ -9,9 +9,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "core/plural.h"
+#include "core/shape_text.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/model.h"
@@ -35,8 +37,6 @@ std::string human_bytes(uint64_t bytes) {
   }
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
-
-std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // The first of several spellings families use for the same config field.
 const nlohmann::json* config_field(const nlohmann::json& config,
@@ -149,7 +149,7 @@ void run_inspect(const InspectOptions& options) {
   namespace fs = std::filesystem;
   if (is_export_dir(options.path)) return inspect_export(options);
   const Checkpoint ckpt = Checkpoint::open(options.path);
-  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  print_warnings(ckpt);
 
   std::map<std::string, uint64_t> dtype_bytes;
   std::map<std::string, uint64_t> dtype_count;
@@ -175,7 +175,7 @@ void run_inspect(const InspectOptions& options) {
     for (const std::string& name : ckpt.tensor_names()) {
       const Checkpoint::Entry& entry = ckpt.at(name);
       std::cout << fmt::format("{:<{}}  {:<7}  {:<20}  {:>12}  {}\n", name, width,
-                               dtype_name(entry.info->dtype), shape_string(entry.info->shape),
+                               dtype_name(entry.info->dtype), shape_text(entry.info->shape),
                                entry.info->nbytes(),
                                fs::path(ckpt.files()[entry.file].path()).filename().string());
     }

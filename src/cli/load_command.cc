@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
 #include "core/plural.h"
@@ -109,7 +110,7 @@ void run_load(const LoadCommandOptions& options) {
   const auto load_start = std::chrono::steady_clock::now();
   auto start = load_start;
   const Checkpoint ckpt = Checkpoint::open(options.model);
-  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  print_warnings(ckpt);
   const double open_seconds = seconds_since(start);
   start = std::chrono::steady_clock::now();
   const Plan plan = plan_for_flags(ckpt, parallel);

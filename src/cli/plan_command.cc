@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
 #include "core/plural.h"
@@ -24,7 +25,7 @@ void run_plan(const PlanOptions& options) {
   // The layout is read (and the expert map checked) before the checkpoint is opened.
   const ParallelConfig parallel = options.parallel.to_config();
   const Checkpoint ckpt = Checkpoint::open(options.model);
-  for (const std::string& warning : ckpt.warnings()) std::cerr << "warning: " << warning << "\n";
+  print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
   if (options.json) {
     std::cout << plan.to_json().dump(1) << "\n";

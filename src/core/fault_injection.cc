@@ -1,5 +1,9 @@
 #include "core/fault_injection.h"
 
+// Only test builds compile the injection in (see the header); production builds get the empty
+// inline hooks and nothing from this file.
+#ifdef SHARDLOAD_FAULT_INJECTION
+
 #include <fmt/format.h>
 
 #include <atomic>
@@ -126,3 +130,5 @@ void in_commit() {
 }
 
 }  // namespace shardload::fault
+
+#endif  // SHARDLOAD_FAULT_INJECTION

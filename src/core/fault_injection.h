@@ -7,13 +7,19 @@
 #include "shardload/error.h"
 
 // Test-only fault injection, so that the failure paths of an update (an I/O error after data was
-// staged, a commit paused while a test kills the process) can be reached on purpose. Off unless the
-// environment variable SHARDLOAD_FAULT is set (read once, at the first hook) or a test calls
-// configure(). Spec: comma separated `key:value` pairs:
+// staged, a commit paused while a test kills the process) can be reached on purpose. Compiled in
+// only with the CMake option SHARDLOAD_FAULT_INJECTION (on for test builds, off for `make build`
+// and Release): without it the hooks below are empty inline functions, so a production binary
+// cannot be told to fail and pays nothing for them. When compiled in, off unless the environment
+// variable SHARDLOAD_FAULT is set (read once, at the first hook) or a test calls configure().
+// Spec: comma separated `key:value` pairs:
 //   read_error_after:N   every read fails with an injected EIO once N bytes were read since
-//   configuration commit_pause_ms:N    each commit group sleeps N ms after it began (the sequence
-//   word is odd meanwhile)
+//                        configuration
+//   commit_pause_ms:N    each commit group sleeps N ms after it began (the sequence word is odd
+//                        meanwhile)
 namespace shardload::fault {
+
+#ifdef SHARDLOAD_FAULT_INJECTION
 
 // Replaces the configuration (empty: off) and resets the byte count. Throws
 // Error(kInvalidArgument).
@@ -29,5 +35,13 @@ void after_read(uint64_t bytes);
 
 // Called by a commit group once it began.
 void in_commit();
+
+#else  // production build: the hooks compile to nothing
+
+inline void before_read(uint64_t /*bytes*/, const ErrorDetails& /*where*/) {}
+inline void after_read(uint64_t /*bytes*/) {}
+inline void in_commit() {}
+
+#endif
 
 }  // namespace shardload::fault

@@ -10,16 +10,19 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_text.h"
 #include "shardload/error.h"
 
 namespace shardload {
+
+std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 uint64_t shape_numel(const Shape& shape) {
   uint64_t numel = 1;
   for (uint64_t dim : shape) {
     if (__builtin_mul_overflow(numel, dim, &numel)) {
       throw Error(ErrorKind::kShapeOverflow, "element count overflows 64 bits",
-                  {.field = "shape", .found = fmt::format("[{}]", fmt::join(shape, ", "))});
+                  {.field = "shape", .found = shape_text(shape)});
     }
   }
   return numel;
@@ -29,7 +32,7 @@ uint64_t shape_nbytes(const Shape& shape, DType dtype) {
   uint64_t bits = 0;
   if (__builtin_mul_overflow(shape_numel(shape), static_cast<uint64_t>(dtype_bits(dtype)), &bits)) {
     throw Error(ErrorKind::kShapeOverflow, "byte size overflows 64 bits",
-                {.field = "shape", .found = fmt::format("[{}]", fmt::join(shape, ", "))});
+                {.field = "shape", .found = shape_text(shape)});
   }
   if (bits % 8 != 0) {
     throw Error(ErrorKind::kSizeMismatch,

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_text.h"
 #include "format/header_json.h"
 #include "format/length_prefix.h"
 #include "format/utf8.h"
@@ -21,8 +22,6 @@ using format::kLengthBytes;
 std::string offsets_string(uint64_t begin, uint64_t end) {
   return fmt::format("[{}, {}]", begin, end);
 }
-
-std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // Bytes the shape and dtype call for, checked the way the crate checks them: element count, then
 // bits, each without overflow (a zero dimension after an overflowing prefix still overflows), whole
@@ -42,7 +41,7 @@ uint64_t expected_bytes(const TensorInfo& tensor, std::string_view file) {
                 {.file = std::string(file),
                  .tensor = tensor.name,
                  .field = "shape",
-                 .found = shape_string(tensor.shape)});
+                 .found = shape_text(tensor.shape)});
   }
   if (bits % 8 != 0) {
     throw Error(
@@ -98,7 +97,7 @@ uint64_t validate_offsets(const std::vector<TensorInfo>& tensors, std::string_vi
     const uint64_t bytes = expected_bytes(tensor, file);
     if (tensor.nbytes() != bytes) {
       throw Error(ErrorKind::kSizeMismatch,
-                  fmt::format("length does not match shape {} x {}", shape_string(tensor.shape),
+                  fmt::format("length does not match shape {} x {}", shape_text(tensor.shape),
                               dtype_name(tensor.dtype)),
                   {.file = std::string(file),
                    .tensor = tensor.name,

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_input.h"
+#include "eplb/expert_load_json.h"
 #include "shardload/eplb.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
@@ -75,8 +76,7 @@ RebalanceRequest parse_rebalance_request(std::string_view body) {
   RebalanceRequest request;
   if (map != nullptr) request.physical_to_logical_map = parse_expert_map(*map, "request body");
   // The eplb command's reader checks the load rows (numbers, one row per layer, equal lengths).
-  if (load != nullptr)
-    request.expert_load = parse_expert_load(nlohmann::json{{"expert_load", *load}}.dump());
+  if (load != nullptr) request.expert_load = expert_load_from_json(*load);
   return request;
 }
 

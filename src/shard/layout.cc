@@ -58,6 +58,46 @@ std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows,
   return map;
 }
 
+uint64_t validate_expert_map(const ModelConfig& m, const std::vector<std::vector<int>>& map,
+                             std::optional<int> redundant_experts) {
+  const size_t layers = static_cast<size_t>(m.moe_layer_count());
+  if (map.size() != layers) {
+    invalid(fmt::format("the expert map has {} rows for {} MoE layers", map.size(), layers));
+  }
+  if (map.empty()) invalid("the model has no MoE layers for an expert map");
+  const uint64_t physical = map.front().size();
+  if (physical < m.experts) {
+    invalid(fmt::format("the expert map has {} physical experts, fewer than {} logical", physical,
+                        m.experts));
+  }
+  if (redundant_experts && static_cast<uint64_t>(*redundant_experts) != physical - m.experts) {
+    invalid(
+        fmt::format("--redundant-experts {} disagrees with the expert map ({} physical - {} "
+                    "logical = {})",
+                    *redundant_experts, physical, m.experts, physical - m.experts));
+  }
+  for (size_t layer = 0; layer < map.size(); ++layer) {
+    const std::vector<int>& row = map[layer];
+    if (row.size() != physical) {
+      invalid(fmt::format("expert map row {} has {} entries, expected {}", layer, row.size(),
+                          physical));
+    }
+    std::set<int> seen;
+    for (int logical : row) {
+      if (logical < 0 || static_cast<uint64_t>(logical) >= m.experts) {
+        invalid(fmt::format("expert map row {} names expert {}, but the model has {} experts",
+                            layer, logical, m.experts));
+      }
+      seen.insert(logical);
+    }
+    if (seen.size() != m.experts) {
+      invalid(fmt::format("expert map row {} places {} of {} logical experts", layer, seen.size(),
+                          m.experts));
+    }
+  }
+  return physical;
+}
+
 void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
   const int tp = p.tp;
   const int ep = p.ep;
@@ -103,44 +143,7 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
     invalid(fmt::format("--redundant-experts {} is negative", *p.redundant_experts));
   }
   uint64_t physical = m.experts + static_cast<uint64_t>(p.redundant_experts.value_or(0));
-  if (!p.expert_map.empty()) {
-    const size_t layers = static_cast<size_t>(m.moe_layer_count());
-    if (p.expert_map.size() != layers) {
-      invalid(
-          fmt::format("the expert map has {} rows for {} MoE layers", p.expert_map.size(), layers));
-    }
-    physical = p.expert_map.front().size();
-    if (physical < m.experts) {
-      invalid(fmt::format("the expert map has {} physical experts, fewer than {} logical", physical,
-                          m.experts));
-    }
-    if (p.redundant_experts &&
-        static_cast<uint64_t>(*p.redundant_experts) != physical - m.experts) {
-      invalid(
-          fmt::format("--redundant-experts {} disagrees with the expert map ({} physical - {} "
-                      "logical = {})",
-                      *p.redundant_experts, physical, m.experts, physical - m.experts));
-    }
-    for (size_t layer = 0; layer < p.expert_map.size(); ++layer) {
-      const std::vector<int>& row = p.expert_map[layer];
-      if (row.size() != physical) {
-        invalid(fmt::format("expert map row {} has {} entries, expected {}", layer, row.size(),
-                            physical));
-      }
-      std::set<int> seen;
-      for (int logical : row) {
-        if (logical < 0 || static_cast<uint64_t>(logical) >= m.experts) {
-          invalid(fmt::format("expert map row {} names expert {}, but the model has {} experts",
-                              layer, logical, m.experts));
-        }
-        seen.insert(logical);
-      }
-      if (seen.size() != m.experts) {
-        invalid(fmt::format("expert map row {} places {} of {} logical experts", layer, seen.size(),
-                            m.experts));
-      }
-    }
-  }
+  if (!p.expert_map.empty()) physical = validate_expert_map(m, p.expert_map, p.redundant_experts);
   if (physical % static_cast<uint64_t>(ep) != 0) {
     invalid(fmt::format("ep={} does not divide {} physical experts", ep, physical));
   }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <thread>
 
 #include "core/parallel_for.h"
 #include "shardload/convert.h"
@@ -238,7 +237,7 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
   std::vector<const Group*> work;
   for (const auto& [module, group] : by_module) work.push_back(&group);
 
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = static_cast<unsigned>(default_thread_count());
   threads = static_cast<unsigned>(std::min<size_t>({threads, kMaxThreads, work.size()}));
   parallel_for(work.size(), static_cast<int>(threads),
                [&](size_t i, int) { fill_group(*work[i], seed); });

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
-#include <thread>
 
 #include "core/parallel_for.h"
 #include "shardload/convert.h"
@@ -137,7 +136,7 @@ void fill_values(std::span<const FillJob> jobs, uint64_t seed, unsigned threads)
     const uint64_t numel = shape_numel(jobs[j].spec->shape);
     for (uint64_t c = 0; c * kChunkElements < numel; ++c) items.push_back({j, c});
   }
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = static_cast<unsigned>(default_thread_count());
   threads = static_cast<unsigned>(std::min<size_t>({threads, kMaxThreads, items.size() / 4 + 1}));
 
   parallel_for(items.size(), static_cast<int>(threads),

@@ -41,7 +41,7 @@ constexpr std::string_view kFile = "model.safetensors";
     }
   }
   if (a.metadata != b.metadata) return ::testing::AssertionFailure() << "metadata";
-  return ::testing::AssertionFailure() << "name order (by_name_) or header offsets";
+  return ::testing::AssertionFailure() << "name index or header offsets";
 }
 
 // What a parser made of a text: its header, or the message of its error.

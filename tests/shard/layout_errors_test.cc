@@ -11,6 +11,10 @@
 
 #include "handmade.h"
 #include "shard_test_util.h"
+#include "shardload/checkpoint.h"
+#include "shardload/error.h"
+#include "shardload/model.h"
+#include "shardload/plan.h"
 
 namespace shardload {
 namespace {
@@ -220,6 +224,27 @@ TEST(LayoutErrors, RedundantExpertsDisagreeWithTheMap) {
   const CommandResult ok = testing::shardload_cli(
       {"plan", testing::tiny_model("qwen3_moe"), "--expert-map", map, "--redundant-experts", "2"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// The map check on its own (a rebalance checks its map with it): the slots per layer, or the same
+// errors as --expert-map.
+TEST(LayoutErrors, ExpertMapCheckAlone) {
+  const ModelConfig model =
+      ModelConfig::from_json(Checkpoint::open(testing::tiny_model("qwen3_moe")).config());
+  const std::vector<int> row = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1};
+  EXPECT_EQ(validate_expert_map(model, {row, row, row}), 10u);
+  EXPECT_EQ(validate_expert_map(model, {row, row, row}, 2), 10u);
+  try {
+    validate_expert_map(model, {row, row, {0, 1, 2, 3, 4, 5, 6, 6, 6, 6}});
+    ADD_FAILURE() << "a row missing an expert passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("expert map row 2 places 7 of 8 logical experts"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(validate_expert_map(model, {row, row, row}, 1), Error);
+  EXPECT_THROW(validate_expert_map(model, {}), Error);
 }
 
 TEST(LayoutErrors, ExpertMapFileProblems) {

@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "cli/parallel_options.h"
+#include "core/byte_size.h"
 #include "shardload/checkpoint.h"
 #include "shardload/error.h"
-#include "shardload/export.h"
 #include "shardload/serve.h"
 
 namespace shardload::cli {

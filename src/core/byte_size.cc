@@ -1,8 +1,9 @@
+#include "core/byte_size.h"
+
 #include <cctype>
 #include <charconv>
 
 #include "shardload/error.h"
-#include "shardload/export.h"
 
 namespace shardload {
 
