@@ -27,33 +27,19 @@ namespace shardload {
 namespace reload {
 namespace {
 
+// The layout's own check of a map (validate_expert_map), plus what a rebalance adds: the live
+// buffers never change size, so the map keeps the live number of physical slots.
 void check_map(const Plan& plan, const std::vector<std::vector<int>>& map) {
   if (plan.physical_to_logical.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "the model has no routed experts to rebalance");
   }
-  if (map.size() != plan.physical_to_logical.size()) {
-    throw Error(ErrorKind::kInvalidArgument, "the expert map needs one row per MoE layer",
+  const uint64_t slots = validate_expert_map(plan.model, map);
+  if (slots != static_cast<uint64_t>(plan.physical_experts)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "a rebalance keeps the number of physical slots of the live layout",
                 {.field = "physical_to_logical_map",
-                 .expected = fmt::format("{} rows", plan.physical_to_logical.size()),
-                 .found = fmt::format("{} rows", map.size())});
-  }
-  const int experts = static_cast<int>(plan.model.experts);
-  for (size_t layer = 0; layer < map.size(); ++layer) {
-    if (map[layer].size() != static_cast<size_t>(plan.physical_experts)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  "a row of the expert map does not have one entry per physical slot",
-                  {.field = fmt::format("physical_to_logical_map[{}]", layer),
-                   .expected = fmt::format("{} entries", plan.physical_experts),
-                   .found = fmt::format("{} entries", map[layer].size())});
-    }
-    for (size_t p = 0; p < map[layer].size(); ++p) {
-      if (map[layer][p] < 0 || map[layer][p] >= experts) {
-        throw Error(ErrorKind::kInvalidArgument, "the expert map names an unknown expert",
-                    {.field = fmt::format("physical_to_logical_map[{}][{}]", layer, p),
-                     .expected = fmt::format("0 <= expert < {}", experts),
-                     .found = fmt::format("{}", map[layer][p])});
-      }
-    }
+                 .expected = fmt::format("{} entries per row", plan.physical_experts),
+                 .found = fmt::format("{} entries per row", slots)});
   }
 }
 

@@ -10,14 +10,13 @@
 
 #include "core/fault_injection.h"
 #include "core/parallel_for.h"
+#include "core/shape_text.h"
 #include "shardload/error.h"
 
 namespace shardload::reload {
 namespace {
 
 constexpr uint64_t kCommitChunk = uint64_t{8} << 20;  // work item of the parallel commit copy
-
-std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_text.h"
 #include "model/arch_table.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
@@ -20,8 +21,6 @@ using arch::ParamRule;
 using arch::Part;
 using arch::Split;
 using arch::When;
-
-std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // prefix + pattern with every "{E}" replaced by `expert`, built in one allocation (a MoE model
 // names tens of thousands of sources).

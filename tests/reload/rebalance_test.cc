@@ -99,10 +99,11 @@ TEST(RebalanceErrors, BadMapsAreRejectedBeforeAnyChange) {
     expect_unchanged(before, live);
     EXPECT_EQ(live.version, 0u);
   };
-  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, 8}), "unknown expert");
-  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, -1}), "unknown expert");
-  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6}), "one entry per physical slot");
-  expect_rejected(rows(2, {0, 1, 2, 3, 4, 5, 6, 7}), "one row per MoE layer");
+  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, 8}), "names expert 8, but the model has 8");
+  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, -1}), "names expert -1, but the model has 8");
+  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6}), "7 physical experts, fewer than 8 logical");
+  expect_rejected(rows(3, {0, 1, 2, 3, 4, 5, 6, 7, 0}), "keeps the number of physical slots");
+  expect_rejected(rows(2, {0, 1, 2, 3, 4, 5, 6, 7}), "2 rows for 3 MoE layers");
   expect_rejected(rows(3, {0, 0, 1, 2, 3, 4, 5, 6}), "places 7 of 8 logical experts");
 }
 
