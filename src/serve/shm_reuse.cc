@@ -55,7 +55,9 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
       return fmt::format("header of rank {} says an update was in progress (killed during it)", r);
     }
   }
-  if (manifest.value("update_in_progress", false)) {
+  // Anything but an explicit false (a damaged or tampered manifest included) is not a clean stop.
+  const auto in_progress = manifest.find("update_in_progress");
+  if (in_progress != manifest.end() && (!in_progress->is_boolean() || in_progress->get<bool>())) {
     return "the manifest says an update was in progress when the server stopped";
   }
   if (!member_equals(manifest, "format", kShmManifestFormat)) {
