@@ -22,14 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The manifest names the model by an absolute path, so a reader or a restart in another directory
-// finds the same checkpoint.
-std::string absolute_path(const std::string& path) {
-  std::string out = fs::absolute(path).lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 // N when `name` is "rank-N.bin".
 std::optional<size_t> rank_of_file(const std::string& name) {
   if (!name.starts_with("rank-") || !name.ends_with(".bin")) return std::nullopt;
@@ -88,7 +80,7 @@ ShmStore::~ShmStore() {
 }
 
 void ShmStore::open_or_load(const ServeOptions& options) {
-  const std::string model_path = absolute_path(options.model_path);
+  const std::string model_path = absolute_model_path(options.model_path);
   const Checkpoint checkpoint = Checkpoint::open(model_path);
   Plan plan = make_plan(checkpoint, options.parallel);
   if (dir_.names().empty()) return load(checkpoint, std::move(plan), model_path, 0);
@@ -221,5 +213,14 @@ void ShmStore::write_manifest(bool update_in_progress) {
 }
 
 void ShmStore::remove() const { dir_.remove_all(); }
+
+std::string absolute_model_path(const std::string& path) {
+  std::error_code error;
+  const fs::path full = fs::absolute(path, error);
+  if (error) return path;
+  std::string out = full.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
 
 }  // namespace shardload::serve

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <exception>
-#include <filesystem>
 
 #include "serve/requests.h"
 #include "shardload/eplb.h"
@@ -17,17 +16,6 @@ Reply failure(std::string_view message, uint64_t version) {
   return {
       400,
       {{"success", false}, {"message", message}, {"version", version}, {"num_updated_tensors", 0}}};
-}
-
-// A relative model_path is taken from the server's working directory, once, as the start-up path
-// is: the manifest and /get_model_info then name the checkpoint wherever a reader runs.
-std::string absolute_path(const std::string& path) {
-  std::error_code error;
-  const std::filesystem::path full = std::filesystem::absolute(path, error);
-  if (error) return path;  // no working directory: the update then fails to open it, and says so
-  std::string out = full.lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
 }
 
 std::string summary(const UpdateResult& result) {
@@ -84,7 +72,8 @@ Reply WeightService::update_weights_from_disk(std::string_view body) {
   UpdateRequest request;
   try {
     request = parse_update_request(body);
-    request.model_path = absolute_path(request.model_path);
+    // A relative model_path is taken from the server's working directory, as the start-up path is.
+    request.model_path = absolute_model_path(request.model_path);
   } catch (const Error& e) {
     return failure(e.what(), published_version());
   }
