@@ -53,6 +53,12 @@ struct ExportLayout {
   std::optional<bool> split_shared_experts{};
   std::optional<DType> dtype{};
   std::optional<bool> quantize_fp8{};  // --quantization fp8 (true) or none (false)
+  // Data-parallel attention (--dp, --dp-style, --enable-dp-lm-head, --moe-dense-tp-size 1): the
+  // scopes these give, with the export's values for those not given, must be the export's.
+  std::optional<int> dp{};
+  std::optional<DpStyle> dp_style{};
+  std::optional<bool> dp_lm_head{};
+  std::optional<bool> replicate_dense_mlp{};
 };
 
 // An export loaded back: the manifest and, per rank, its tensors read from the rank files.

@@ -21,6 +21,20 @@ std::string_view family_name(const arch::Family* family);
 // config.json's spellings of the number of routed experts, one per family with experts, each once.
 const std::vector<std::string_view>& expert_count_fields();
 
+// The groups of parameters a layout splits on their own (../shared/spec/layout.md, "Data-parallel
+// attention"). Norms, q/k norms, routers and score biases are kReplicated: whole on every rank.
+enum class ParamGroup {
+  kAttention,      // qkv / o, MLA q / q_b / kv_b / o, their biases
+  kEmbedding,      // embed_tokens
+  kLmHead,         // lm_head
+  kDenseMlp,       // the MLP of dense layers
+  kSharedExperts,  // shared_expert(s).*
+  kExperts,        // routed experts: EP x MoE-TP over all T ranks, whatever the scopes
+  kReplicated,
+};
+
+std::string_view group_name(ParamGroup group);  // "attention", "embedding", ..., "replicated"
+
 // How the checkpoint's (or, for kFp8Dynamic, the loaded) linear weights are quantized (layout.md "FP8").
 enum class Quantization {
   kNone,

@@ -20,10 +20,32 @@ enum class RowBias {
   kDivided,  // FastDeploy tp_row_bias: bias / T on every rank, divided in float32, then cast
 };
 
+// The group of ranks that splits a parameter group: all T ranks (index G), the attention group of
+// A = T / D ranks (index G % A), or none (the tensor whole, vocab tables padded as at tp 1).
+enum class Scope { kWorld, kAttention, kReplicated };
+
+// Whose data-parallel layout --dp means: SGLang's DP attention (attention in the attention scope,
+// embeddings replicated, dense MLP, lm_head and shared experts over the world), or vLLM's DP replicas
+// (every non-expert group in the attention scope).
+enum class DpStyle { kSglang, kVllm };
+
+std::string_view scope_name(Scope scope);       // "world", "attention", "replicated"
+std::string_view dp_style_name(DpStyle style);  // "sglang", "vllm"
+
+// The size of the group of ranks that splits a parameter, and one rank's index in it.
+struct SplitGroup {
+  uint64_t size = 1;
+  uint64_t index = 0;
+};
+
 // The layout of a deployment, spelled as vLLM and SGLang spell it (--tensor-parallel-size, ...).
 struct ParallelConfig {
-  int tp = 1;
+  int tp = 1;  // the world size T (SGLang's --tp-size)
   int ep = 1;
+  int dp = 1;  // attention data-parallel size D (divides T); A = T / D ranks split attention
+  DpStyle dp_style = DpStyle::kSglang;
+  bool dp_lm_head = false;           // --enable-dp-lm-head: lm_head in the attention scope
+  bool replicate_dense_mlp = false;  // --moe-dense-tp-size 1: dense MLPs whole on every rank
   std::optional<int> redundant_experts;  // unset: 0, or P - E when an expert map is given
   // physical_to_logical_map, one row per MoE layer (--expert-map FILE); empty: the default p -> p % E.
   std::vector<std::vector<int>> expert_map;
@@ -31,7 +53,29 @@ struct ParallelConfig {
   bool split_shared_experts = true;  // false: --no-split-shared-experts (replicated whole)
   std::optional<DType> dtype;        // unset: --dtype auto (config torch_dtype)
   bool quantize_fp8 = false;         // --quantization fp8: dynamic FP8 for a bf16/fp16/fp32 checkpoint
+
+  int attention_tp() const { return dp > 0 ? tp / dp : tp; }  // A
+  int dp_rank(int rank) const { return rank / attention_tp(); }
+  int attention_rank(int rank) const { return rank % attention_tp(); }
+  // Which ranks split a non-expert group under this layout (kExperts: kWorld; their EP x MoE-TP cut
+  // is split_group's).
+  Scope scope(ParamGroup group) const;
+  // The ranks that split `group` and `rank`'s index among them (experts: the T / EP ranks of one EP
+  // rank).
+  SplitGroup split_group(ParamGroup group, int rank) const;
+  // Whether the layout differs from the plain one by its data-parallel fields (--dp > 1 or a group's
+  // scope moved): then exports and manifests carry dp_size, dp_style and scopes.
+  bool has_dp_fields() const;
 };
+
+// The groups that have a scope, in the order exports list them.
+inline constexpr ParamGroup kScopedGroups[] = {ParamGroup::kAttention, ParamGroup::kEmbedding,
+                                               ParamGroup::kLmHead, ParamGroup::kDenseMlp,
+                                               ParamGroup::kSharedExperts};
+
+// {group: scope} for every group with a scope ("attention": "attention", "embedding": "replicated", ...),
+// as plans, exports and the weight server's manifest give it.
+nlohmann::json scopes_json(const ParallelConfig& parallel);
 
 // Reads {"physical_to_logical_map": [[...], ...]}. Throws Error(kInvalidArgument) naming the file.
 std::vector<std::vector<int>> read_expert_map(const std::string& path);
@@ -106,6 +150,7 @@ struct PlanModule {
   // layer's index among MoE layers); -1 for every other module. Lets expert slots be named and
   // moved without parsing tensor names.
   int moe_layer = -1;
+  ParamGroup group = ParamGroup::kReplicated;  // the group its rule belongs to (scales follow it)
 };
 
 // A rank tensor: its name, dtype and shape as ../shared/spec/layout.md gives them, its place in the rank's
@@ -129,6 +174,8 @@ struct RankPlan {
   int rank = 0;
   int ep_rank = 0;
   int moe_tp_rank = 0;
+  int dp_rank = 0;         // G / A
+  int attention_rank = 0;  // G % A
   std::vector<PlanParam> params;
   uint64_t bytes = 0;       // size of the rank allocation
   uint64_t read_bytes = 0;  // checkpoint bytes this rank reads

@@ -68,8 +68,13 @@ ExportLayout asked_layout(const ParallelOptions& flags) {
   if (flags.given("--redundant-experts")) layout.redundant_experts = config.redundant_experts;
   if (flags.given("--expert-map")) layout.expert_map = config.expert_map;
   if (flags.given("--row-bias")) layout.row_bias = config.row_bias;
-  if (flags.given("--no-split-shared-experts"))
+  if (flags.given("--no-split-shared-experts") || flags.given("--moe-a2a-backend"))
     layout.split_shared_experts = config.split_shared_experts;
+  if (flags.moe_a2a_backend == "deepep") layout.ep_equals_tp = true;
+  if (flags.given("--dp")) layout.dp = config.dp;
+  if (flags.given("--dp-style")) layout.dp_style = config.dp_style;
+  if (flags.given("--enable-dp-lm-head")) layout.dp_lm_head = config.dp_lm_head;
+  if (flags.given("--moe-dense-tp-size")) layout.replicate_dense_mlp = config.replicate_dense_mlp;
   if (config.dtype) layout.dtype = config.dtype;
   if (flags.given("--quantization")) layout.quantize_fp8 = config.quantize_fp8;
   return layout;
@@ -141,12 +146,19 @@ void run_load(const LoadCommandOptions& options) {
       checksums.print();
     }
   }
+  // The checkpoint bytes the plan uses: a full load reads exactly these, each once, however many
+  // ranks hold a replicated or attention-scoped tensor.
+  uint64_t source_bytes = 0;
+  for (const PlanSource& source : plan.sources) source_bytes += shape_nbytes(source.shape, source.dtype);
+  const std::string dp =
+      plan.parallel.has_dp_fields() ? fmt::format(" dp={}", plan.parallel.dp) : std::string();
   std::cout << fmt::format(
-      "loaded {} of {} (tp={} ep={}): read {} bytes, wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
+      "loaded {} of {} (tp={} ep={}{}): read {} bytes (of {} in the checkpoint's planned tensors), "
+      "wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
       "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), "
       "postprocess {:.3f} s; total {:.4f} s\n",
-      count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
-      stats.bytes_read, stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate,
+      count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, dp,
+      stats.bytes_read, source_bytes, stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate,
       stats.seconds_copy, rate(stats.bytes_read, stats.seconds_copy),
       rate(stats.bytes_written, stats.seconds_copy), stats.read_requests, io_mode_name(stats.io),
       stats.seconds_postprocess, load_seconds);

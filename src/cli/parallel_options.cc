@@ -32,6 +32,22 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
       ->check(CLI::IsMember({"full", "divided"}));
   cmd.add_flag("--no-split-shared-experts", o.no_split_shared_experts,
                "Replicate shared experts whole on every rank");
+  cmd.add_option("--data-parallel-size,--dp,--dp-size", o.dp,
+                 "Attention data-parallel size D (divides T): attention split over T/D ranks");
+  cmd.add_flag("--enable-dp-attention", o.enable_dp_attention,
+               "SGLang's data-parallel attention (implied by --dp > 1)");
+  cmd.add_flag("--enable-dp-lm-head", o.enable_dp_lm_head,
+               "Split lm_head over the attention group (T/D ranks) instead of all T");
+  cmd.add_option("--moe-dense-tp-size", o.moe_dense_tp_size,
+                 "1: dense-layer MLPs whole on every rank (SGLang's only other value than T)");
+  cmd.add_option("--dp-style", o.dp_style,
+                 "sglang (DP attention: embeddings replicated, dense MLP and lm_head over T) or vllm "
+                 "(each DP replica holds every non-expert group over its T/D ranks)")
+      ->check(CLI::IsMember({"sglang", "vllm"}));
+  cmd.add_option("--moe-a2a-backend", o.moe_a2a_backend,
+                 "none, or deepep: experts over all T ranks (--ep T) and shared experts replicated, as "
+                 "SGLang sets them for DeepEP")
+      ->check(CLI::IsMember({"none", "deepep"}));
   cmd.add_option("--dtype", o.dtype,
                  "auto (config torch_dtype), bfloat16 (bf16), float16 (fp16, half) or float32 "
                  "(fp32, float)")
@@ -62,10 +78,27 @@ ParallelConfig ParallelOptions::to_config() const {
     }
     config.ep = tp;
   }
+  if (moe_a2a_backend == "deepep") {
+    if (given("--ep") && ep != tp) {
+      throw UsageError(fmt::format("--moe-a2a-backend deepep means --ep {} (the --tp), not --ep {}", tp, ep));
+    }
+    config.ep = tp;
+  }
+  config.dp = dp;
+  config.dp_style = dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  config.dp_lm_head = enable_dp_lm_head;
+  if (moe_dense_tp_size) {
+    if (*moe_dense_tp_size != 1 && *moe_dense_tp_size != tp) {
+      throw UsageError(fmt::format(
+          "--moe-dense-tp-size {}: only 1 (dense MLPs replicated) or the --tp {} is supported, as in SGLang",
+          *moe_dense_tp_size, tp));
+    }
+    config.replicate_dense_mlp = *moe_dense_tp_size == 1 && tp > 1;
+  }
   config.redundant_experts = redundant_experts;
   if (!expert_map_file.empty()) config.expert_map = read_expert_map(expert_map_file);
   config.row_bias = row_bias == "divided" ? RowBias::kDivided : RowBias::kFull;
-  config.split_shared_experts = !no_split_shared_experts;
+  config.split_shared_experts = !no_split_shared_experts && moe_a2a_backend != "deepep";
   if (dtype != "auto") config.dtype = dtype_from_flag(dtype);
   config.quantize_fp8 = quantization == "fp8";
   return config;

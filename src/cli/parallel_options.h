@@ -21,6 +21,12 @@ struct ParallelOptions {
   std::string expert_map_file;
   std::string row_bias = "full";
   bool no_split_shared_experts = false;
+  int dp = 1;                             // attention data-parallel size D
+  bool enable_dp_attention = false;       // SGLang's flag: accepted; --dp > 1 implies it
+  bool enable_dp_lm_head = false;
+  std::optional<int> moe_dense_tp_size;   // SGLang: only 1 (dense MLPs replicated)
+  std::string dp_style = "sglang";
+  std::string moe_a2a_backend = "none";   // deepep: --ep T and shared experts replicated
   std::string dtype = "auto";
   std::string quantization = "none";
   const CLI::App* command = nullptr;  // set by add_parallel_options; tells which flags were given

@@ -37,11 +37,22 @@ void run_plan(const PlanOptions& options) {
   if (plan.physical_experts > 0) std::cout << fmt::format(" physical_experts={}", plan.physical_experts);
   std::cout << fmt::format(", {}, {} skipped\n", count_of(plan.sources.size(), "source"),
                            plan.skipped.size());
+  const bool dp = plan.parallel.has_dp_fields();
+  if (dp) {
+    std::cout << fmt::format("dp={} attn_tp={} dp_style={}, scopes:", plan.parallel.dp,
+                             plan.parallel.attention_tp(), dp_style_name(plan.parallel.dp_style));
+    for (const ParamGroup group : kScopedGroups) {
+      std::cout << fmt::format(" {}={}", group_name(group), scope_name(plan.parallel.scope(group)));
+    }
+    std::cout << "\n";
+  }
   for (const RankPlan& rank : plan.ranks) {
     size_t pieces = 0;
     for (const PlanParam& param : rank.params) pieces += param.pieces.size();
-    std::cout << fmt::format("rank {} (ep {}, moe_tp {}): {}, {}, {} bytes, reads {} bytes\n",
-                             rank.rank, rank.ep_rank, rank.moe_tp_rank,
+    const std::string dp_ranks =
+        dp ? fmt::format(", dp {}, attn_tp {}", rank.dp_rank, rank.attention_rank) : "";
+    std::cout << fmt::format("rank {} (ep {}, moe_tp {}{}): {}, {}, {} bytes, reads {} bytes\n",
+                             rank.rank, rank.ep_rank, rank.moe_tp_rank, dp_ranks,
                              count_of(rank.params.size(), "param"), count_of(pieces, "piece"),
                              rank.bytes, rank.read_bytes);
   }

@@ -95,6 +95,72 @@ std::vector<std::string> rank_files(const nlohmann::json& entry, int rank, const
                .found = asked + " (asked)"});
 }
 
+// dp_size, dp_style and scopes, when the export has them: D divides T, a known style, a known scope
+// for every group.
+void check_dp_fields(const nlohmann::json& manifest, const std::string& file, ExportManifest& out) {
+  if (!manifest.contains("dp_size")) return;
+  out.has_dp_fields = true;
+  out.dp = positive_int(manifest, "dp_size", file);
+  if (out.tp % out.dp != 0) {
+    throw manifest_error("the layout sizes disagree", file, "dp_size",
+                         fmt::format("a divisor of tp_size {}", out.tp), std::to_string(out.dp));
+  }
+  out.dp_style = string_field(manifest, "dp_style", file);
+  if (out.dp_style != "sglang" && out.dp_style != "vllm") {
+    throw manifest_error("not a data-parallel style", file, "dp_style", "\"sglang\" or \"vllm\"",
+                         shown(out.dp_style));
+  }
+  const auto scopes = manifest.find("scopes");
+  if (scopes == manifest.end() || !scopes->is_object()) {
+    throw manifest_error("no scopes object", file, "scopes", "{group: scope}",
+                         scopes == manifest.end() ? "nothing" : shown(*scopes));
+  }
+  for (const ParamGroup group : kScopedGroups) {
+    const std::string name(group_name(group));
+    const auto it = scopes->find(name);
+    const std::string scope = it != scopes->end() && it->is_string() ? it->get<std::string>() : "";
+    if (scope != "world" && scope != "attention" && scope != "replicated") {
+      throw manifest_error("not a scope", file, "scopes." + name,
+                           "\"world\", \"attention\" or \"replicated\"",
+                           it == scopes->end() ? "nothing" : shown(*it));
+    }
+    out.scopes[name] = scope;
+  }
+}
+
+// The layout the export was written with, as far as scopes go.
+ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::json& manifest) {
+  ParallelConfig p;
+  p.tp = checked.tp;
+  p.ep = checked.ep;
+  p.dp = checked.dp;
+  p.dp_style = checked.dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  const auto no_split = manifest.find("no_split_shared_experts");
+  p.split_shared_experts = !(no_split != manifest.end() && *no_split == true);
+  if (checked.has_dp_fields) {
+    p.dp_lm_head = checked.dp > 1 && checked.scopes.at("lm_head") == "attention";
+    p.replicate_dense_mlp = checked.scopes.at("dense_mlp") == "replicated";
+  }
+  return p;
+}
+
+void check_expected_scopes(const nlohmann::json& manifest, const ExportManifest& checked,
+                           const ExportLayout& expected, const std::string& file) {
+  if (expected.dp && *expected.dp != checked.dp) {
+    conflict(file, "dp_size", std::to_string(checked.dp), std::to_string(*expected.dp));
+  }
+  const ParallelConfig exported = exported_scoping(checked, manifest);
+  ParallelConfig asked = exported;
+  if (expected.dp_style) asked.dp_style = *expected.dp_style;
+  if (expected.dp_lm_head) asked.dp_lm_head = *expected.dp_lm_head;
+  if (expected.replicate_dense_mlp) asked.replicate_dense_mlp = *expected.replicate_dense_mlp;
+  if (expected.split_shared_experts) asked.split_shared_experts = *expected.split_shared_experts;
+  const nlohmann::json has = checked.has_dp_fields ? nlohmann::json(checked.scopes)
+                                                   : scopes_json(exported);
+  const nlohmann::json wants = scopes_json(asked);
+  if (has != wants) conflict(file, "scopes", has.dump(), wants.dump());
+}
+
 }  // namespace
 
 ExportManifest check_manifest(const nlohmann::json& manifest, const std::string& file) {
@@ -116,6 +182,7 @@ ExportManifest check_manifest(const nlohmann::json& manifest, const std::string&
                          fmt::format("tp_size / ep_size = {} / {}", out.tp, out.ep),
                          std::to_string(out.moe_tp));
   }
+  check_dp_fields(manifest, file, out);
   const auto ranks = manifest.find("ranks");
   if (ranks == manifest.end() || !ranks->is_array()) {
     throw manifest_error("no ranks list", file, "ranks", "a list",
@@ -164,6 +231,7 @@ void check_expected_layout(const nlohmann::json& manifest, const ExportManifest&
     conflict(file, "no_split_shared_experts", shown(exported("no_split_shared_experts")),
              *expected.split_shared_experts ? "false" : "true");
   }
+  check_expected_scopes(manifest, checked, expected, file);
   if (expected.dtype && checked.dtype != dtype_name(*expected.dtype)) {
     conflict(file, "dtype", shown(checked.dtype), shown(std::string(dtype_name(*expected.dtype))));
   }
@@ -179,7 +247,7 @@ void check_expected_layout(const nlohmann::json& manifest, const ExportManifest&
 
 void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest, int rank) {
   const std::map<std::string, std::string>& metadata = file.header().metadata;
-  const std::pair<const char*, std::string> fields[] = {
+  std::vector<std::pair<const char*, std::string>> fields = {
       {"format", "shardload/1"},
       {"rank", std::to_string(rank)},
       {"tp_size", std::to_string(manifest.tp)},
@@ -190,16 +258,26 @@ void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest
       {"architecture", manifest.architecture},
       {"dtype", manifest.dtype},
   };
+  if (manifest.has_dp_fields) {
+    const int attention_tp = manifest.tp / manifest.dp;
+    fields.insert(fields.end(), {{"dp_size", std::to_string(manifest.dp)},
+                                 {"attn_tp_size", std::to_string(attention_tp)},
+                                 {"attn_tp_rank", std::to_string(rank % attention_tp)}});
+  }
+  const auto mismatch = [&](const char* name, const std::string& expected, const std::string& found) {
+    return Error(ErrorKind::kInvalidMetadata,
+                 fmt::format("the file's metadata does not match rank {} of shardload.json", rank),
+                 {.file = file.path(), .field = name, .expected = expected, .found = found});
+  };
   for (const auto& [name, value] : fields) {
     const auto it = metadata.find(name);
     if (it == metadata.end() || it->second != value) {
-      throw Error(ErrorKind::kInvalidMetadata,
-                  fmt::format("the file's metadata does not match rank {} of shardload.json", rank),
-                  {.file = file.path(),
-                   .field = name,
-                   .expected = shown(value),
-                   .found = it == metadata.end() ? "nothing" : shown(it->second)});
+      throw mismatch(name, shown(value), it == metadata.end() ? "nothing" : shown(it->second));
     }
+  }
+  // A rank of a data-parallel export under a plain manifest: its tensors are cut differently.
+  if (!manifest.has_dp_fields && metadata.contains("dp_size")) {
+    throw mismatch("dp_size", "nothing (shardload.json has no dp_size)", shown(metadata.at("dp_size")));
   }
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct ExportManifest {
   int tp = 0;
   int ep = 0;
   int moe_tp = 0;
+  // The data-parallel fields (layout.md "Data-parallel attention"), present when the export has them.
+  bool has_dp_fields = false;
+  int dp = 1;
+  std::string dp_style = "sglang";
+  std::map<std::string, std::string> scopes;  // group -> scope
   std::vector<std::vector<std::string>> files;  // per rank r = 0..tp-1, its file names
 };
 

@@ -70,7 +70,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
     const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
-    const std::map<std::string, std::string> metadata = {
+    std::map<std::string, std::string> metadata = {
         {"format", "shardload/1"},
         {"rank", std::to_string(rank.rank)},
         {"tp_size", std::to_string(plan.parallel.tp)},
@@ -81,6 +81,11 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
         {"architecture", plan.model.architecture},
         {"dtype", std::string(dtype_name(plan.dtype))},
     };
+    if (plan.parallel.has_dp_fields()) {  // layout.md "Data-parallel attention"
+      metadata["dp_size"] = std::to_string(plan.parallel.dp);
+      metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
+      metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
+    }
     nlohmann::json files = nlohmann::json::array();
     std::vector<TensorToWrite> part;
     uint64_t part_bytes = 0;
@@ -104,7 +109,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   }
 
   const bool moe = plan.physical_experts > 0;
-  const nlohmann::json manifest = {
+  nlohmann::json manifest = {
       {"format", "shardload/1"},
       {"architecture", plan.model.architecture},
       {"tp_size", plan.parallel.tp},
@@ -120,6 +125,11 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
        moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array()},
       {"ranks", manifest_ranks},
   };
+  if (plan.parallel.has_dp_fields()) {
+    manifest["dp_size"] = plan.parallel.dp;
+    manifest["dp_style"] = dp_style_name(plan.parallel.dp_style);
+    manifest["scopes"] = scopes_json(plan.parallel);
+  }
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
       if (!is_copied(entry) || entry.path().filename() == kManifest) continue;

@@ -21,15 +21,12 @@ enum class Split {
   kRow,         // input columns in equal blocks over the group
   kVocab,       // rows of the table padded to a multiple of 64, zero past the vocabulary
   kKvHeads,     // kv heads in blocks, or one replicated head per rank when the group outnumbers them
-  kRowBias,     // a row-parallel layer's bias: whole (--row-bias full) or divided by T (divided)
+  kRowBias,     // a row-parallel layer's bias: whole (--row-bias full) or divided by the group size
 };
 
-// Which ranks split a parameter.
-enum class Group {
-  kTp,            // all T ranks
-  kExpert,        // the T/EP ranks of one expert-parallel rank (MoE tensor parallelism); 3-D [El, ...]
-  kSharedExpert,  // like kTp, or replicated with --no-split-shared-experts
-};
+// Which ranks split a parameter: a rule belongs to a group, and the layout gives each group its scope
+// (ParallelConfig::split_group). kExperts rules are 3-D [El, ...], cut by MoE tensor parallelism.
+using Group = ParamGroup;
 
 // When a rule applies, evaluated per model (and per layer for layer rules).
 enum class When {
@@ -65,7 +62,7 @@ struct ParamRule {
   std::string target;
   When when = When::kAlways;
   std::vector<Part> parts;
-  Group group = Group::kTp;
+  Group group = Group::kReplicated;  // a rule that splits a part names its group
   Keep keep = Keep::kModelDtype;
   bool optional = false;  // absent from some checkpoints (e.g. ERNIE moe_statics): skipped then
   bool flatten = false;   // the rank tensor is 1-D (ERNIE's [1, E] bias becomes [E])

@@ -37,15 +37,25 @@ nlohmann::json manifest_ranks(const Plan& plan) {
 
 nlohmann::json make_manifest(std::string_view name, const LiveModel& live,
                              bool update_in_progress) {
-  return {{"format", kShmManifestFormat},
-          {"name", name},
-          {"model_path", live.model_path},
-          {"version", live.version},
-          {"tp_size", live.plan.parallel.tp},
-          {"ep_size", live.plan.parallel.ep},
-          {"physical_to_logical_map", live.plan.physical_to_logical},
-          {"update_in_progress", update_in_progress},
-          {"ranks", manifest_ranks(live.plan)}};
+  nlohmann::json manifest = {{"format", kShmManifestFormat},
+                             {"name", name},
+                             {"model_path", live.model_path},
+                             {"version", live.version},
+                             {"tp_size", live.plan.parallel.tp},
+                             {"ep_size", live.plan.parallel.ep},
+                             {"physical_to_logical_map", live.plan.physical_to_logical},
+                             {"update_in_progress", update_in_progress},
+                             {"ranks", manifest_ranks(live.plan)}};
+  add_dp_fields(live.plan.parallel, manifest);
+  return manifest;
+}
+
+void add_dp_fields(const ParallelConfig& parallel, nlohmann::json& out) {
+  if (!parallel.has_dp_fields()) return;  // the plain layout's manifest stays as it was
+  out["dp_size"] = parallel.dp;
+  out["attn_tp_size"] = parallel.attention_tp();
+  out["dp_style"] = dp_style_name(parallel.dp_style);
+  out["scopes"] = scopes_json(parallel);
 }
 
 namespace {

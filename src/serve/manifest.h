@@ -21,6 +21,10 @@ nlohmann::json manifest_ranks(const Plan& plan);
 // ended but before the manifest caught up is not mistaken for a clean one on restart.
 nlohmann::json make_manifest(std::string_view name, const LiveModel& live, bool update_in_progress);
 
+// dp_size, attn_tp_size, dp_style and scopes (layout.md "Data-parallel attention"), added to `out`
+// when the layout has them.
+void add_dp_fields(const ParallelConfig& parallel, nlohmann::json& out);
+
 // Temporary manifests are DIR/manifest.json.tmp-*: a server killed while writing one leaves it, and
 // the next load removes it.
 inline constexpr std::string_view kManifestTempPrefix = "manifest.json.tmp-";

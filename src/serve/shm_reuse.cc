@@ -73,6 +73,16 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
       !member_equals(manifest, "ep_size", plan.parallel.ep)) {
     return fmt::format("manifest layout is not tp={} ep={}", plan.parallel.tp, plan.parallel.ep);
   }
+  nlohmann::json dp_fields = nlohmann::json::object();
+  add_dp_fields(plan.parallel, dp_fields);
+  for (const char* field : {"dp_size", "attn_tp_size", "dp_style", "scopes"}) {
+    const auto it = manifest.find(field);
+    const nlohmann::json found = it == manifest.end() ? nlohmann::json() : *it;
+    const auto want = dp_fields.find(field);
+    if (found != (want == dp_fields.end() ? nlohmann::json() : *want)) {
+      return fmt::format("manifest {} differs from the requested layout's", field);
+    }
+  }
   const auto version = manifest.find("version");
   if (version == manifest.end() || !version->is_number_unsigned()) {
     return "manifest version is not an unsigned integer";

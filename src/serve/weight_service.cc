@@ -4,6 +4,7 @@
 
 #include <exception>
 
+#include "serve/manifest.h"
 #include "serve/requests.h"
 #include "shardload/eplb.h"
 #include "shardload/error.h"
@@ -29,12 +30,14 @@ std::string summary(const UpdateResult& result) {
 
 nlohmann::json static_info(const ShmStore& store) {
   const Plan& plan = store.live().plan;
-  return {{"architecture", plan.model.architecture},
-          {"tp_size", plan.parallel.tp},
-          {"ep_size", plan.parallel.ep},
-          {"dtype", dtype_name(plan.dtype)},
-          {"quantization", quantization_name(plan.quantization)},
-          {"shm_dir", store.dir()}};
+  nlohmann::json info = {{"architecture", plan.model.architecture},
+                         {"tp_size", plan.parallel.tp},
+                         {"ep_size", plan.parallel.ep},
+                         {"dtype", dtype_name(plan.dtype)},
+                         {"quantization", quantization_name(plan.quantization)},
+                         {"shm_dir", store.dir()}};
+  add_dp_fields(plan.parallel, info);
+  return info;
 }
 
 }  // namespace

@@ -98,30 +98,62 @@ uint64_t validate_expert_map(const ModelConfig& m, const std::vector<std::vector
   return physical;
 }
 
+namespace {
+
+// How a message names the ranks that split `group`: "tp=8" for the world, "attention tp=4 (tp=8 / dp=2)"
+// for the attention group.
+std::string split_text(const ParallelConfig& p, ParamGroup group) {
+  if (p.scope(group) == Scope::kAttention) {
+    return fmt::format("attention tp={} (tp={} / dp={})", p.attention_tp(), p.tp, p.dp);
+  }
+  return fmt::format("tp={}", p.tp);
+}
+
+void validate_sizes(const ParallelConfig& p) {
+  if (p.tp < 1) invalid(fmt::format("tp={} must be at least 1", p.tp));
+  if (p.ep < 1) invalid(fmt::format("ep={} must be at least 1", p.ep));
+  if (p.dp < 1) invalid(fmt::format("dp={} must be at least 1", p.dp));
+  if (p.tp % p.ep != 0) invalid(fmt::format("ep={} does not divide tp={}", p.ep, p.tp));
+  if (p.tp % p.dp != 0) invalid(fmt::format("dp={} does not divide tp={}", p.dp, p.tp));
+}
+
+// Head counts over the attention group: every rank whole heads, kv heads split or replicated evenly.
+void validate_attention(const ModelConfig& m, const ParallelConfig& p) {
+  const uint64_t a = p.split_group(ParamGroup::kAttention, 0).size;
+  const std::string ranks = split_text(p, ParamGroup::kAttention);
+  if (m.heads % a != 0) invalid(fmt::format("{} does not divide {} attention heads", ranks, m.heads));
+  if (m.is_mla()) return;
+  if (a >= m.kv_heads && a % m.kv_heads != 0) {
+    invalid(fmt::format("{} is not a multiple of {} kv heads", ranks, m.kv_heads));
+  }
+  if (a < m.kv_heads && m.kv_heads % a != 0) {
+    invalid(fmt::format("{} does not divide {} kv heads", ranks, m.kv_heads));
+  }
+}
+
+void validate_vocab(const ModelConfig& m, const ParallelConfig& p) {
+  const uint64_t padded_vocab = (m.vocab + 63) / 64 * 64;
+  for (const ParamGroup group : {ParamGroup::kEmbedding, ParamGroup::kLmHead}) {
+    if (group == ParamGroup::kLmHead && m.tie_embeddings) continue;
+    if (padded_vocab % p.split_group(group, 0).size != 0) {
+      invalid(fmt::format("{} does not divide the vocabulary padded to {} ({})", split_text(p, group),
+                          padded_vocab, group_name(group)));
+    }
+  }
+}
+
+}  // namespace
+
 void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
+  validate_sizes(p);
+  validate_attention(m, p);
+  validate_vocab(m, p);
   const int tp = p.tp;
   const int ep = p.ep;
-  if (tp < 1) invalid(fmt::format("tp={} must be at least 1", tp));
-  if (ep < 1) invalid(fmt::format("ep={} must be at least 1", ep));
-  if (tp % ep != 0) invalid(fmt::format("ep={} does not divide tp={}", ep, tp));
-  const uint64_t t = static_cast<uint64_t>(tp);
-  if (m.heads % t != 0)
-    invalid(fmt::format("tp={} does not divide {} attention heads", tp, m.heads));
-  if (!m.is_mla()) {
-    if (t >= m.kv_heads && t % m.kv_heads != 0) {
-      invalid(fmt::format("tp={} is not a multiple of {} kv heads", tp, m.kv_heads));
-    }
-    if (t < m.kv_heads && m.kv_heads % t != 0) {
-      invalid(fmt::format("tp={} does not divide {} kv heads", tp, m.kv_heads));
-    }
-  }
-  const uint64_t padded_vocab = (m.vocab + 63) / 64 * 64;
-  if (padded_vocab % t != 0) {
-    invalid(fmt::format("tp={} does not divide the vocabulary padded to {}", tp, padded_vocab));
-  }
   const bool has_dense_mlp = m.moe_layer_count() < m.layers;
-  if (has_dense_mlp && m.intermediate % t != 0) {
-    invalid(fmt::format("tp={} does not divide intermediate size {}", tp, m.intermediate));
+  if (has_dense_mlp && m.intermediate % p.split_group(ParamGroup::kDenseMlp, 0).size != 0) {
+    invalid(fmt::format("{} does not divide intermediate size {}", split_text(p, ParamGroup::kDenseMlp),
+                        m.intermediate));
   }
   if (!m.is_moe() || m.moe_layer_count() == 0) {
     if (ep > 1) invalid(fmt::format("ep={} needs a model with experts", ep));
@@ -135,9 +167,10 @@ void validate_layout(const ModelConfig& m, const ParallelConfig& p) {
     invalid(fmt::format("moe tp={} (tp/ep) does not divide expert intermediate size {}", moe_tp,
                         m.moe_intermediate));
   }
-  if (m.shared_intermediate > 0 && p.split_shared_experts && m.shared_intermediate % t != 0) {
-    invalid(fmt::format("tp={} does not divide shared expert intermediate size {}", tp,
-                        m.shared_intermediate));
+  if (m.shared_intermediate > 0 &&
+      m.shared_intermediate % p.split_group(ParamGroup::kSharedExperts, 0).size != 0) {
+    invalid(fmt::format("{} does not divide shared expert intermediate size {}",
+                        split_text(p, ParamGroup::kSharedExperts), m.shared_intermediate));
   }
   if (p.redundant_experts && *p.redundant_experts < 0) {
     invalid(fmt::format("--redundant-experts {} is negative", *p.redundant_experts));

@@ -28,6 +28,14 @@ std::string_view post_name(PostProcess post) {
 
 }  // namespace
 
+nlohmann::json scopes_json(const ParallelConfig& parallel) {
+  nlohmann::json scopes = nlohmann::json::object();
+  for (const ParamGroup group : kScopedGroups) {
+    scopes[std::string(group_name(group))] = scope_name(parallel.scope(group));
+  }
+  return scopes;
+}
+
 nlohmann::json Plan::to_json(bool with_pieces) const {
   nlohmann::json out;
   out["architecture"] = model.architecture;
@@ -35,6 +43,10 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
   out["tp_size"] = parallel.tp;
   out["ep_size"] = parallel.ep;
   out["moe_tp_size"] = moe_tp;
+  out["dp_size"] = parallel.dp;
+  out["attn_tp_size"] = parallel.attention_tp();
+  out["dp_style"] = dp_style_name(parallel.dp_style);
+  out["scopes"] = scopes_json(parallel);
   out["dtype"] = dtype_name(dtype);
   out["quantization"] = quantization_name(quantization);
   out["physical_experts"] = physical_experts;
@@ -45,6 +57,8 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
     nlohmann::json r = {{"rank", rank.rank},
                         {"ep_rank", rank.ep_rank},
                         {"moe_tp_rank", rank.moe_tp_rank},
+                        {"dp_rank", rank.dp_rank},
+                        {"attn_tp_rank", rank.attention_rank},
                         {"bytes", rank.bytes},
                         {"read_bytes", rank.read_bytes},
                         {"params", nlohmann::json::array()}};
@@ -61,6 +75,9 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
       if (param.module < modules.size()) {  // a plan assembled by hand may have no modules
         p["module"] = modules[param.module].name;
         p["post"] = post_name(modules[param.module].post);
+        const ParamGroup group = modules[param.module].group;
+        p["group"] = group_name(group);
+        p["scope"] = scope_name(parallel.scope(group));
       }
       if (with_pieces) {
         p["pieces"] = nlohmann::json::array();

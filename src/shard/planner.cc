@@ -151,7 +151,7 @@ class Planner {
     const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
     const std::string_view scale_suffix =
         plan_.quantization == Quantization::kFp8Block ? "weight_scale_inv" : "weight_scale";
-    const size_t experts = rule.group == Group::kExpert ? model().experts : 1;
+    const size_t experts = rule.group == Group::kExperts ? model().experts : 1;
     inst.sources.reserve(experts);
     for (size_t x = 0; x < experts; ++x) {
       std::vector<std::string>& names = inst.sources.emplace_back();
@@ -327,10 +327,9 @@ class Planner {
   const PlanSource& source(uint32_t id) const { return plan_.sources[id]; }
 
   // The block of a source that one rank takes for a part, by its split rule.
-  Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t rank,
+  // `group` ranks split the part; this rank is number `r` among them.
+  Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
             const std::string& target) const {
-    const uint64_t tp = static_cast<uint64_t>(plan_.parallel.tp);
-    const uint64_t r = rank;
     Block b{0, src.rows, 0, src.cols, src.rows, 1};
     auto must_divide = [&](uint64_t size, uint64_t parts, const char* what) {
       if (size % parts != 0) {
@@ -357,7 +356,7 @@ class Planner {
       }
       case Split::kVocab: {
         const uint64_t padded = (src.rows + 63) / 64 * 64;
-        const uint64_t per = must_divide(padded, tp, "padded rows");
+        const uint64_t per = must_divide(padded, group, "padded rows");
         b.row_begin = std::min(src.rows, r * per);
         b.row_end = std::min(src.rows, r * per + per);
         b.out_rows = per;
@@ -379,25 +378,10 @@ class Planner {
         return b;
       }
       case Split::kRowBias:
-        b.divisor = plan_.parallel.row_bias == RowBias::kDivided ? static_cast<uint32_t>(tp) : 1;
+        b.divisor = plan_.parallel.row_bias == RowBias::kDivided ? static_cast<uint32_t>(group) : 1;
         return b;
     }
     return b;
-  }
-
-  // The tensor-parallel group a rule's parameter is cut over, and this rank's place in it.
-  struct CutGroup {
-    uint64_t size;
-    uint64_t rank;
-  };
-
-  CutGroup cut_group(const ParamRule& rule, int rank) const {
-    const ParallelConfig& p = plan_.parallel;
-    if (rule.group == Group::kExpert) {
-      return {static_cast<uint64_t>(plan_.moe_tp), static_cast<uint64_t>(rank % plan_.moe_tp)};
-    }
-    if (rule.group == Group::kSharedExpert && !p.split_shared_experts) return {1, 0};
-    return {static_cast<uint64_t>(p.tp), static_cast<uint64_t>(rank)};
   }
 
   // The layout of one slot: the block of each part, stacked along the rows of a rows x cols tensor.
@@ -409,13 +393,13 @@ class Planner {
 
   // Cuts every part of the instance's first source row for one rank; fused parts must be equally
   // wide.
-  SlotLayout slot_layout(const Instance& inst, CutGroup group,
+  SlotLayout slot_layout(const Instance& inst, SplitGroup group,
                          std::vector<uint64_t>* part_rows) const {
     const ParamRule& rule = *inst.rule;
     const std::vector<uint32_t>& first_ids = inst.source_ids.front();
     SlotLayout layout;
     for (size_t k = 0; k < rule.parts.size(); ++k) {
-      const Block b = cut(rule.parts[k], source(first_ids[k]), group.size, group.rank, inst.target);
+      const Block b = cut(rule.parts[k], source(first_ids[k]), group.size, group.index, inst.target);
       const uint64_t block_cols = b.col_end - b.col_begin;
       if (k > 0 && block_cols != layout.cols) {
         throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
@@ -454,7 +438,7 @@ class Planner {
                                   uint64_t esize, PlanParam& param) const {
     const ParamRule& rule = *inst.rule;
     std::vector<size_t> slot_logical;
-    if (rule.group == Group::kExpert) {
+    if (rule.group == Group::kExperts) {
       const uint64_t local = static_cast<uint64_t>(plan_.physical_experts / plan_.parallel.ep);
       const uint64_t ep_rank = static_cast<uint64_t>(rank / plan_.moe_tp);
       const uint64_t slot_bytes = layout.rows * layout.cols * esize;
@@ -497,7 +481,7 @@ class Planner {
   void add_dynamic_fp8(const Instance& inst, PlanParam param,
                        const std::vector<size_t>& slot_logical, uint64_t parts,
                        std::vector<PlanParam>& out) const {
-    const bool expert = inst.rule->group == Group::kExpert;
+    const bool expert = inst.rule->group == Group::kExperts;
     PlanParam twin = float_param(with_suffix(inst.target, "weight_f32"), param.module,
                                  ParamRole::kDynamicSource, param.shape);
     twin.pieces = std::move(param.pieces);
@@ -529,7 +513,7 @@ class Planner {
   void add_static_fp8(const Instance& inst, PlanParam param,
                       const std::vector<size_t>& slot_logical, uint64_t parts,
                       std::vector<PlanParam>& out) const {
-    const bool expert = inst.rule->group == Group::kExpert;
+    const bool expert = inst.rule->group == Group::kExperts;
     const uint64_t slots = slot_logical.size();
     const uint32_t module = param.module;
     out.push_back(std::move(param));
@@ -560,7 +544,7 @@ class Planner {
                                                 : plan_.dtype;
     // Dynamic FP8 reads the checkpoint into a float32 twin that post-processing quantizes.
     const uint64_t esize = dtype_bits(dynamic ? DType::kF32 : param.dtype) / 8;
-    const SlotLayout layout = slot_layout(inst, cut_group(rule, rank), part_rows);
+    const SlotLayout layout = slot_layout(inst, plan_.parallel.split_group(rule.group, rank), part_rows);
     const std::vector<size_t> slot_logical = place_slots(inst, rank, layout, esize, param);
     param.nbytes = shape_nbytes(param.shape, param.dtype);
 
@@ -570,7 +554,7 @@ class Planner {
     } else if (plan_.quantization == Quantization::kFp8Block) {
       out.push_back(std::move(param));
       out.push_back(block_scale_param(inst, layout.blocks, slot_logical,
-                                      rule.group == Group::kExpert, module));
+                                      rule.group == Group::kExperts, module));
     } else if (dynamic) {
       add_dynamic_fp8(inst, std::move(param), slot_logical, layout.blocks.size(), out);
     } else {
@@ -585,14 +569,16 @@ class Planner {
                               const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
     const uint64_t br = model().block_rows;
     const uint64_t bc = model().block_cols;
+    const ParamGroup group = inst.rule->group;
+    const uint64_t ranks = plan_.parallel.split_group(group, 0).size;
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
                      const char* dim) {
       if (begin == 0 && end == full) return;
       if (begin % block != 0 || (end % block != 0 && end != full)) {
         throw Error(ErrorKind::kInvalidArgument,
                     fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide FP8 "
-                                "blocks",
-                                begin, end, full, dim, block),
+                                "blocks (group {}, split over {} ranks)",
+                                begin, end, full, dim, block, group_name(group), ranks),
                     {.tensor = part, .field = inst.target,
                      .expected = fmt::format("a multiple of {}", block),
                      .found = fmt::format("{} {} per rank", end - begin, dim)});
@@ -635,6 +621,8 @@ class Planner {
     out.rank = rank;
     out.ep_rank = rank / plan_.moe_tp;
     out.moe_tp_rank = rank % plan_.moe_tp;
+    out.dp_rank = plan_.parallel.dp_rank(rank);
+    out.attention_rank = plan_.parallel.attention_rank(rank);
     uint64_t offset = 0;
     for (size_t i = 0; i < instances_.size(); ++i) {
       std::vector<uint64_t>* part_rows = rank == 0 ? &plan_.modules[i].part_rows : nullptr;
@@ -657,7 +645,8 @@ class Planner {
       PlanModule module{inst.target,
                         PostProcess::kNone,
                         {},
-                        inst.rule->group == Group::kExpert ? inst.moe_layer : -1};
+                        inst.rule->group == Group::kExperts ? inst.moe_layer : -1,
+                        inst.rule->group};
       if (inst.quantized && plan_.quantization == Quantization::kFp8) module.post = PostProcess::kFp8Requantize;
       if (inst.quantized && plan_.quantization == Quantization::kFp8Dynamic) module.post = PostProcess::kFp8Quantize;
       plan_.modules.push_back(std::move(module));

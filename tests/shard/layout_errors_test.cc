@@ -15,6 +15,7 @@
 #include "shardload/error.h"
 #include "shardload/model.h"
 #include "shardload/plan.h"
+#include "shardload/tiny.h"
 
 namespace shardload {
 namespace {
@@ -283,6 +284,53 @@ std::string broken_llama(const TempDir& dir, void (*change)(std::vector<testing:
   change(tensors);
   testing::write_handmade(dir.file("m"), config, tensors, testing::test_seed());
   return dir.file("m");
+}
+
+// Data-parallel attention (layout.md "Data-parallel attention"): D must divide T, and each group's
+// checks use the size of the group that splits it, named in the message.
+TEST(LayoutErrors, DataParallelSizes) {
+  const std::string& llama = testing::tiny_model("llama");  // 8 heads, 2 kv heads, vocab 1000
+  expect_refused(llama, {"--tp", "8", "--dp", "3"}, "dp=3 does not divide tp=8");
+  expect_refused(llama, {"--tp", "8", "--dp", "0"}, "dp=0 must be at least 1");
+  expect_refused(llama, {"--tp", "6", "--dp", "2"},
+                 "attention tp=3 (tp=6 / dp=2) does not divide 8 attention heads");
+  // The embedding is replicated under SGLang's DP attention, but lm_head stays over all 6 ranks.
+  expect_refused(llama, {"--tp", "6", "--dp", "3"},
+                 "tp=6 does not divide the vocabulary padded to 1024 (lm_head)");
+  for (const auto& fix : {std::vector<std::string>{"--enable-dp-lm-head"}, {"--dp-style", "vllm"}}) {
+    std::vector<std::string> args = {"plan", llama, "--tp", "6", "--dp", "3"};
+    args.insert(args.end(), fix.begin(), fix.end());
+    const CommandResult result = testing::shardload_cli(args);
+    EXPECT_EQ(result.exit_code, 0) << fix.front() << ": " << result.err;
+  }
+  expect_refused(llama, {"--tp", "4", "--moe-dense-tp-size", "2"},
+                 "--moe-dense-tp-size 2: only 1 (dense MLPs replicated) or the --tp 4 is supported");
+  expect_refused(testing::tiny_model("qwen3_moe"),
+                 {"--tp", "4", "--dp", "2", "--moe-a2a-backend", "deepep", "--ep", "2"},
+                 "--moe-a2a-backend deepep means --ep 4 (the --tp), not --ep 2");
+}
+
+// Block FP8 cuts on 128 are checked per group: DeepSeek-V3's attention, dense MLP and shared experts
+// cut over 8 ranks fall inside blocks, each refused naming its group, until the engines' large-EP
+// layout keeps them whole (attention over 1 rank, dense MLP and shared experts replicated).
+TEST(LayoutErrors, BlockFp8CutsNameTheirGroup) {
+  TempDir dir;
+  make_tiny({.arch = "deepseek_v3", .out = dir.file("m"), .seed = testing::test_seed(), .quant = "fp8-block"});
+  const std::string model = dir.file("m");
+  expect_refused(model, {"--tp", "8", "--ep", "4"}, "(group attention, split over 8 ranks)");
+  expect_refused(model, {"--tp", "8", "--ep", "4", "--dp", "8", "--no-split-shared-experts"},
+                 "(group dense_mlp, split over 8 ranks)");
+  expect_refused(model, {"--tp", "8", "--ep", "4", "--dp", "8", "--moe-dense-tp-size", "1"},
+                 "(group shared_experts, split over 8 ranks)");
+  const CommandResult ok =
+      testing::shardload_cli({"plan", model, "--tp", "8", "--ep", "4", "--dp", "8", "--moe-dense-tp-size", "1",
+                              "--no-split-shared-experts", "--enable-dp-attention"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("dp=8 attn_tp=1 dp_style=sglang, scopes: attention=attention embedding=replicated "
+                        "lm_head=world dense_mlp=replicated shared_experts=replicated"),
+            std::string::npos)
+      << ok.out;
+  EXPECT_NE(ok.out.find("rank 7 (ep 3, moe_tp 1, dp 7, attn_tp 0)"), std::string::npos) << ok.out;
 }
 
 TEST(CheckpointErrors, UnknownTensor) {

@@ -40,14 +40,16 @@ std::vector<ParamRule> embedding_rules() {
   return {
       {.target = "model.embed_tokens.weight",
        .parts = {{"model.embed_tokens.weight", Split::kVocab,
-                  [](const ModelConfig& m) { return Shape{m.vocab, m.hidden}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.vocab, m.hidden}; }}},
+       .group = Group::kEmbedding},
       {.target = "model.norm.weight",
        .parts = {{"model.norm.weight", Split::kReplicated,
                   [](const ModelConfig& m) { return Shape{m.hidden}; }}}},
       {.target = "lm_head.weight",
        .when = When::kUntiedHead,
        .parts = {{"lm_head.weight", Split::kVocab,
-                  [](const ModelConfig& m) { return Shape{m.vocab, m.hidden}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.vocab, m.hidden}; }}},
+       .group = Group::kLmHead},
   };
 }
 
@@ -70,19 +72,23 @@ std::vector<ParamRule> attention_rules(bool qk_norm) {
       {.target = "self_attn.qkv_proj.weight",
        .parts = {{"self_attn.q_proj.weight", Split::kColumn, q},
                  {"self_attn.k_proj.weight", Split::kKvHeads, kv},
-                 {"self_attn.v_proj.weight", Split::kKvHeads, kv}}},
+                 {"self_attn.v_proj.weight", Split::kKvHeads, kv}},
+       .group = Group::kAttention},
       {.target = "self_attn.qkv_proj.bias",
        .when = When::kQkvBias,
        .parts = {{"self_attn.q_proj.bias", Split::kColumn, q_bias},
                  {"self_attn.k_proj.bias", Split::kKvHeads, kv_bias},
-                 {"self_attn.v_proj.bias", Split::kKvHeads, kv_bias}}},
+                 {"self_attn.v_proj.bias", Split::kKvHeads, kv_bias}},
+       .group = Group::kAttention},
       {.target = "self_attn.o_proj.weight",
        .parts = {{"self_attn.o_proj.weight", Split::kRow,
-                  [](const ModelConfig& m) { return Shape{m.hidden, q_head_rows(m)}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.hidden, q_head_rows(m)}; }}},
+       .group = Group::kAttention},
       {.target = "self_attn.o_proj.bias",
        .when = When::kAttentionBias,
        .parts = {{"self_attn.o_proj.bias", Split::kRowBias,
-                  [](const ModelConfig& m) { return Shape{m.hidden}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.hidden}; }}},
+       .group = Group::kAttention},
   };
   if (qk_norm) {
     const ShapeFn head = [](const ModelConfig& m) { return Shape{m.head_dim}; };
@@ -115,13 +121,15 @@ std::vector<ParamRule> mla_rules() {
        .parts = {{"self_attn.q_b_proj.weight", Split::kColumn,
                   [](const ModelConfig& m) {
                     return Shape{m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), m.q_lora_rank};
-                  }}}},
+                  }}},
+       .group = Group::kAttention},
       {.target = "self_attn.q_proj.weight",
        .when = When::kNoQLora,
        .parts = {{"self_attn.q_proj.weight", Split::kColumn,
                   [](const ModelConfig& m) {
                     return Shape{m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), m.hidden};
-                  }}}},
+                  }}},
+       .group = Group::kAttention},
       {.target = "self_attn.kv_a_proj_with_mqa.weight",
        .when = When::kNoQLora,
        .parts = {{"self_attn.kv_a_proj_with_mqa.weight", Split::kReplicated, kv_a}}},
@@ -132,10 +140,12 @@ std::vector<ParamRule> mla_rules() {
        .parts = {{"self_attn.kv_b_proj.weight", Split::kColumn,
                   [](const ModelConfig& m) {
                     return Shape{m.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank};
-                  }}}},
+                  }}},
+       .group = Group::kAttention},
       {.target = "self_attn.o_proj.weight",
        .parts = {{"self_attn.o_proj.weight", Split::kRow,
-                  [](const ModelConfig& m) { return Shape{m.hidden, m.heads * m.v_head_dim}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.hidden, m.heads * m.v_head_dim}; }}},
+       .group = Group::kAttention},
   };
 }
 
@@ -146,19 +156,23 @@ std::vector<ParamRule> dense_mlp_rules() {
       {.target = "mlp.gate_up_proj.weight",
        .when = When::kDenseMlpLayer,
        .parts = {{"mlp.gate_proj.weight", Split::kColumn, up},
-                 {"mlp.up_proj.weight", Split::kColumn, up}}},
+                 {"mlp.up_proj.weight", Split::kColumn, up}},
+       .group = Group::kDenseMlp},
       {.target = "mlp.down_proj.weight",
        .when = When::kDenseMlpLayer,
        .parts = {{"mlp.down_proj.weight", Split::kRow,
-                  [](const ModelConfig& m) { return Shape{m.hidden, m.intermediate}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.hidden, m.intermediate}; }}},
+       .group = Group::kDenseMlp},
       {.target = "mlp.gate_up_proj.bias",
        .when = When::kMlpBias,
        .parts = {{"mlp.gate_proj.bias", Split::kColumn, up_bias},
-                 {"mlp.up_proj.bias", Split::kColumn, up_bias}}},
+                 {"mlp.up_proj.bias", Split::kColumn, up_bias}},
+       .group = Group::kDenseMlp},
       {.target = "mlp.down_proj.bias",
        .when = When::kMlpBias,
        .parts = {{"mlp.down_proj.bias", Split::kRowBias,
-                  [](const ModelConfig& m) { return Shape{m.hidden}; }}}},
+                  [](const ModelConfig& m) { return Shape{m.hidden}; }}},
+       .group = Group::kDenseMlp},
   };
 }
 
@@ -175,12 +189,12 @@ std::vector<ParamRule> expert_rules(const std::string& module, const std::string
        .when = When::kMoeLayer,
        .parts = {{expert + gate + ".weight", Split::kColumn, in},
                  {expert + up + ".weight", Split::kColumn, in}},
-       .group = Group::kExpert},
+       .group = Group::kExperts},
       {.target = module + "experts.w2_weight",
        .when = When::kMoeLayer,
        .parts = {{expert + down + ".weight", Split::kRow,
                   [](const ModelConfig& m) { return Shape{m.hidden, m.moe_intermediate}; }}},
-       .group = Group::kExpert},
+       .group = Group::kExperts},
   };
 }
 
@@ -191,12 +205,12 @@ std::vector<ParamRule> shared_expert_rules(const std::string& name) {
        .when = When::kMoeShared,
        .parts = {{name + "gate_proj.weight", Split::kColumn, in},
                  {name + "up_proj.weight", Split::kColumn, in}},
-       .group = Group::kSharedExpert},
+       .group = Group::kSharedExperts},
       {.target = name + "down_proj.weight",
        .when = When::kMoeShared,
        .parts = {{name + "down_proj.weight", Split::kRow,
                   [](const ModelConfig& m) { return Shape{m.hidden, m.shared_intermediate}; }}},
-       .group = Group::kSharedExpert},
+       .group = Group::kSharedExperts},
   };
 }
 

@@ -1,0 +1,52 @@
+// Every architecture table's rules belong to the group ../shared/spec/layout.md ("Data-parallel
+// attention") puts them in: a rule that cuts a tensor names the group whose scope decides the cut,
+// and only norms, routers and other whole tensors are left in the replicated group.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "model/arch/family.h"
+#include "model/arch_table.h"
+
+namespace shardload::arch {
+namespace {
+
+// The group a target name implies, by the spec's table.
+ParamGroup expected_group(const std::string& target) {
+  if (target == "model.embed_tokens.weight") return ParamGroup::kEmbedding;
+  if (target == "lm_head.weight") return ParamGroup::kLmHead;
+  if (target.find("shared_expert") != std::string::npos && target.find("_proj.") != std::string::npos) {
+    return ParamGroup::kSharedExperts;
+  }
+  if (target.find("experts.w13_weight") != std::string::npos ||
+      target.find("experts.w2_weight") != std::string::npos) {
+    return ParamGroup::kExperts;
+  }
+  if (target.starts_with("self_attn.") && target.find("_proj.") != std::string::npos &&
+      target.find("fused_qkv_a_proj") == std::string::npos && target.find("kv_a_proj") == std::string::npos) {
+    return ParamGroup::kAttention;
+  }
+  if (target.starts_with("mlp.") && target.find("_proj.") != std::string::npos) return ParamGroup::kDenseMlp;
+  return ParamGroup::kReplicated;
+}
+
+TEST(RuleGroups, EveryRuleIsInTheSpecsGroup) {
+  for (const Family* family : families()) {
+    SCOPED_TRACE(std::string(family->name));
+    const ArchTable& table = family->table();
+    for (const auto* rules : {&table.model, &table.layer}) {
+      for (const ParamRule& rule : *rules) {
+        EXPECT_EQ(group_name(rule.group), group_name(expected_group(rule.target))) << rule.target;
+        const bool cuts = std::any_of(rule.parts.begin(), rule.parts.end(),
+                                      [](const Part& p) { return p.split != Split::kReplicated; });
+        if (cuts) {
+          EXPECT_NE(rule.group, ParamGroup::kReplicated) << rule.target << " is cut by no group";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardload::arch
