@@ -113,4 +113,11 @@ std::string serialize_safetensors_header(const std::vector<TensorToWrite>& tenso
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// The same header, but no data: each tensor's data must be empty, and the file is extended to the
+// length the header declares without writing a byte, so its data section is a hole (zeros when
+// read) that takes no disk blocks on file systems with sparse files. Planning and inspecting a
+// checkpoint at a real model's scale then need no disk (make-tiny --sparse). Throws Error.
+void write_sparse_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace shardload

@@ -9,8 +9,8 @@ namespace shardload {
 // Options of `shardload make-tiny`: a small but realistic Hugging Face checkpoint (real tensor names,
 // config.json, model.safetensors.index.json, tokenizer files, several shards) for one architecture family.
 struct TinyOptions {
-  std::string arch;        // a family name, one of tiny_architectures() (src/model/arch/registry.cc)
-  std::string out;         // output directory (created)
+  std::string arch = {};   // a family name, one of tiny_architectures() (src/model/arch/registry.cc)
+  std::string out = {};    // output directory (created)
   uint64_t seed = 0;
   int layers = -1;         // -1: the family's default
   int experts = -1;        // -1: the family's default (an error for dense families)
@@ -24,6 +24,14 @@ struct TinyOptions {
   // "fp8" only: "static" (the default when empty: an input_scale per projection) or "dynamic". Any
   // value with another quant is refused.
   std::string activation_scheme = {};
+  // A real model's config.json (make-tiny --config): the checkpoint gets that model's tensor names
+  // and full shapes (family from architectures[0], sizes, counts, quantization_config), shards of
+  // about 5 GB as on the Hub, and that file byte for byte as its config.json (no tokenizer files).
+  // Needs sparse; refused with arch, layers, experts, size_bytes, quant or activation_scheme.
+  std::string config = {};
+  // Write the safetensors headers and the index only: every shard's data section is a hole (reads
+  // as zeros, takes no disk blocks), so that plan and inspect run on a real model's geometry.
+  bool sparse = false;
 };
 
 struct TinySummary {
@@ -38,8 +46,9 @@ struct TinySummary {
 const std::vector<std::string>& tiny_architectures();
 
 // Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or quant, an activation
-// scheme without fp8, bad counts or a non-empty out without overwrite; Error(kIo) when a file cannot
-// be written.
+// scheme without fp8, bad counts, config without sparse or with a sizing option, or a non-empty out
+// without overwrite; Error(kConfig) for a config that cannot be read or generated; Error(kIo) when
+// a file cannot be written.
 TinySummary make_tiny(const TinyOptions& options);
 
 }  // namespace shardload

@@ -16,24 +16,42 @@ void add_make_tiny_command(CLI::App& app) {
       "make-tiny", "Write a small but realistic Hugging Face checkpoint for one architecture family");
   std::string families;
   for (const std::string& arch : tiny_architectures()) families += (families.empty() ? "" : ", ") + arch;
-  cmd->add_option("--arch", options->arch, "Architecture family: " + families)->required();
+  CLI::Option* arch = cmd->add_option("--arch", options->arch, "Architecture family: " + families);
   cmd->add_option("--out", options->out, "Output directory")->required();
   cmd->add_option("--seed", options->seed, "Seed of the deterministic values");
-  cmd->add_option("--layers", options->layers, "Number of decoder layers")->check(CLI::Range(1, 100000));
-  cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families only)")
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--size", options->size_bytes,
-                  "Grow hidden and intermediate sizes to reach about this many bytes");
+  CLI::Option* layers = cmd->add_option("--layers", options->layers, "Number of decoder layers")
+                            ->check(CLI::Range(1, 100000));
+  CLI::Option* experts =
+      cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families only)")
+          ->check(CLI::Range(1, 100000));
+  CLI::Option* size =
+      cmd->add_option("--size", options->size_bytes,
+                      "Grow hidden and intermediate sizes to reach about this many bytes");
   cmd->add_flag("--overwrite", options->overwrite, "Replace the checkpoint files of a non-empty --out");
   // Checked by make_tiny, so that a bad value gives the same Error(kInvalidArgument) as the API
   // (here a usage error).
-  cmd->add_option("--quant", options->quant,
-                  "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM) or fp8-block "
-                  "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size)")
-      ->capture_default_str();
-  cmd->add_option("--activation-scheme", options->activation_scheme,
-                  "With --quant fp8: static (default; an input_scale per projection) or dynamic");
-  cmd->callback([options] {
+  CLI::Option* quant =
+      cmd->add_option(
+             "--quant", options->quant,
+             "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM) or fp8-block "
+             "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size)")
+          ->capture_default_str();
+  CLI::Option* scheme = cmd->add_option(
+      "--activation-scheme", options->activation_scheme,
+      "With --quant fp8: static (default; an input_scale per projection) or dynamic");
+  CLI::Option* sparse = cmd->add_flag(
+      "--sparse", options->sparse,
+      "Write headers and index only: tensor data are holes (zeros, no disk blocks), for planning");
+  CLI::Option* config = cmd->add_option(
+      "--config", options->config,
+      "A real model's config.json: its family, full shapes and quantization, in ~5 GB shards; "
+      "needs --sparse, excludes --arch/--layers/--experts/--size/--quant/--activation-scheme");
+  config->needs(sparse);
+  for (CLI::Option* sizing : {arch, layers, experts, size, quant, scheme}) config->excludes(sizing);
+  cmd->callback([options, arch, config] {
+    if (arch->count() == 0 && config->count() == 0) {
+      throw UsageError("make-tiny needs --arch or --config");
+    }
     // Every kInvalidArgument of make_tiny is about its options (family, counts, --out): a usage
     // error.
     const TinySummary summary = as_usage_error([&] { return make_tiny(*options); });

@@ -87,9 +87,13 @@ uint64_t checked_nbytes(const TensorToWrite& tensor) {
   }
 }
 
-void check_tensors(const std::vector<TensorToWrite>& tensors) {
+// Checks every tensor and returns its data length: data.size(), which must be shape x dtype; or,
+// for a sparse file, shape x dtype with no data given.
+std::vector<uint64_t> check_tensors(const std::vector<TensorToWrite>& tensors, bool sparse) {
   std::unordered_set<std::string_view> names;
   names.reserve(tensors.size());
+  std::vector<uint64_t> sizes;
+  sizes.reserve(tensors.size());
   for (const TensorToWrite& tensor : tensors) {
     check_utf8(tensor.name, {.field = "name"});
     if (tensor.name == kMetadataKey) {
@@ -101,21 +105,25 @@ void check_tensors(const std::vector<TensorToWrite>& tensors) {
                   {.tensor = tensor.name, .field = "name"});
     }
     const uint64_t nbytes = checked_nbytes(tensor);
-    if (tensor.data.size() != nbytes) {
-      throw Error(ErrorKind::kInvalidArgument, "data length does not match shape x dtype",
-                  {.tensor = tensor.name,
-                   .field = "data",
-                   .expected = fmt::format("{} bytes", nbytes),
-                   .found = fmt::format("{} bytes", tensor.data.size())});
+    if (tensor.data.size() != (sparse ? 0 : nbytes)) {
+      throw Error(
+          ErrorKind::kInvalidArgument,
+          sparse ? "a sparse file takes no data" : "data length does not match shape x dtype",
+          {.tensor = tensor.name,
+           .field = "data",
+           .expected = fmt::format("{} bytes", sparse ? 0 : nbytes),
+           .found = fmt::format("{} bytes", tensor.data.size())});
     }
+    sizes.push_back(nbytes);
   }
+  return sizes;
 }
 
 }  // namespace
 
 WriteLayout layout_safetensors(const std::vector<TensorToWrite>& tensors,
-                               const std::map<std::string, std::string>& metadata) {
-  check_tensors(tensors);
+                               const std::map<std::string, std::string>& metadata, bool sparse) {
+  const std::vector<uint64_t> sizes = check_tensors(tensors, sparse);
   for (const auto& [key, value] : metadata) {
     check_utf8(key, {.field = std::string(kMetadataKey)});
     check_utf8(value, {.field = std::string(kMetadataKey)});
@@ -149,7 +157,7 @@ WriteLayout layout_safetensors(const std::vector<TensorToWrite>& tensors,
   for (size_t position : layout.order) {
     const TensorToWrite& tensor = tensors[position];
     const uint64_t begin = layout.data_bytes;
-    if (__builtin_add_overflow(begin, tensor.data.size(), &layout.data_bytes)) {
+    if (__builtin_add_overflow(begin, sizes[position], &layout.data_bytes)) {
       throw Error(ErrorKind::kInvalidArgument, "total data size overflows 64 bits",
                   {.tensor = tensor.name});
     }

@@ -18,10 +18,11 @@ struct WriteLayout {
   uint64_t data_bytes = 0;
 };
 
-// Checks the tensors to write (unique UTF-8 names, data exactly shape x dtype long) and the
-// metadata (UTF-8) and lays them out. Throws Error(kInvalidArgument), or Error(kHeaderTooLarge)
-// past the header cap.
+// Checks the tensors to write (unique UTF-8 names, data exactly shape x dtype long; with `sparse`,
+// no data, each tensor counted as shape x dtype bytes) and the metadata (UTF-8) and lays them out.
+// Throws Error(kInvalidArgument), or Error(kHeaderTooLarge) past the header cap.
 WriteLayout layout_safetensors(const std::vector<TensorToWrite>& tensors,
-                               const std::map<std::string, std::string>& metadata);
+                               const std::map<std::string, std::string>& metadata,
+                               bool sparse = false);
 
 }  // namespace shardload::format

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -124,6 +125,31 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   out.write(std::as_bytes(std::span(layout.header)));
   for (size_t position : layout.order) out.write(tensors[position].data);
   out.flush();
+  temp.commit(path);
+}
+
+void write_sparse_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  format::WriteLayout layout;
+  try {
+    layout = format::layout_safetensors(tensors, metadata, /*sparse=*/true);
+  } catch (const Error& error) {
+    throw error.with_file(path);
+  }
+  const uint64_t size = format::kLengthBytes + layout.header.size() + layout.data_bytes;
+  if (size < layout.data_bytes || size > static_cast<uint64_t>(INT64_MAX)) {
+    throw Error(ErrorKind::kInvalidArgument, "file size past the largest file offset",
+                {.file = path, .found = fmt::format("{} data bytes", layout.data_bytes)});
+  }
+  TempFile temp(path);
+  StagedWriter out(temp.fd(), path);
+  out.write(format::store_length(layout.header.size()));
+  out.write(std::as_bytes(std::span(layout.header)));
+  out.flush();
+  // Extending the file writes nothing: the data section is a hole, which reads as zeros.
+  if (::ftruncate(temp.fd(), static_cast<off_t>(size)) != 0) {
+    throw format::io_error("cannot extend", errno, {.file = path});
+  }
   temp.commit(path);
 }
 

@@ -11,12 +11,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "shardload/error.h"
 #include "shardload/safetensors.h"
 #include "shardload/tensor.h"
 #include "shardload/tiny.h"
 #include "tiny/tiny_config.h"
 #include "tiny/tiny_files.h"
+#include "tiny/tiny_from_config.h"
 #include "tiny/tiny_model.h"
 #include "tiny/tiny_quant.h"
 #include "tiny/tiny_shards.h"
@@ -32,6 +34,10 @@ namespace {
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 // Guards against a typo in --size: 1 TiB is far beyond any test or benchmark model.
 constexpr uint64_t kMaxSizeBytes = uint64_t{1} << 40;
+// --config: shards of at most about this many bytes, Hugging Face's default max_shard_size "5GB".
+constexpr uint64_t kHubShardBytes = 5'000'000'000;
+// --config: catches a config with a typo in a size (the largest real models are about 2 TB).
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 40;
 
 // Creates `out`, or empties what an earlier run left there (only with overwrite).
 void prepare_output(const fs::path& out, bool overwrite) {
@@ -118,6 +124,20 @@ void write_shards(const fs::path& out, const std::vector<TensorSpec>& tensors,
   if (writing.valid()) writing.get();
 }
 
+// The same files with headers only: each data section a hole, nothing generated.
+void write_sparse_shards(const fs::path& out, const std::vector<TensorSpec>& tensors,
+                         const std::vector<std::vector<size_t>>& shards) {
+  for (size_t k = 0; k < shards.size(); ++k) {
+    std::vector<TensorToWrite> headers;
+    headers.reserve(shards[k].size());
+    for (size_t i : shards[k]) {
+      headers.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape, {}});
+    }
+    write_sparse_safetensors((out / tiny::shard_name(k, shards.size())).string(), headers,
+                             {{"format", "pt"}});
+  }
+}
+
 // --quant and --activation-scheme, checked together: the scheme belongs to per-tensor FP8 only.
 tiny::Quant parse_quant_options(const TinyOptions& options, bool& static_activations) {
   const std::optional<tiny::Quant> quant = tiny::parse_quant(options.quant);
@@ -153,7 +173,10 @@ const std::vector<std::string>& tiny_architectures() {
   return names;
 }
 
-TinySummary make_tiny(const TinyOptions& options) {
+namespace {
+
+// --arch and the options that size the generated model.
+tiny::TinyModel model_from_options(const TinyOptions& options) {
   const arch::Family* family = arch::find_family(options.arch);
   if (family == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, "unknown architecture family",
@@ -185,27 +208,74 @@ TinySummary make_tiny(const TinyOptions& options) {
   model.quant = quant;  // before scaling, so that the byte count is that of the FP8 tensors
   model.static_activations = static_activations;
   if (options.size_bytes > 0) tiny::scale_to_size(model, options.size_bytes);
+  return model;
+}
 
+// --config FILE: the model of a real config.json, whose text is kept for the output's config.json.
+tiny::TinyModel model_from_config(const TinyOptions& options, std::string& text) {
+  const std::pair<bool, const char*> conflicts[] = {
+      {!options.arch.empty(), "arch"},    {options.layers != -1, "layers"},
+      {options.experts != -1, "experts"}, {options.size_bytes > 0, "size"},
+      {options.quant != "none", "quant"}, {!options.activation_scheme.empty(), "activation-scheme"},
+  };
+  for (const auto& [given, name] : conflicts) {
+    if (!given) continue;
+    throw Error(ErrorKind::kInvalidArgument, "--config decides the model: no other sizing option",
+                {.field = name, .expected = fmt::format("--config without --{}", name)});
+  }
+  if (options.out.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "no output directory", {.field = "out"});
+  }
+  if (!options.sparse) {
+    // Values for a real model's hundreds of GB are not wanted: the sizes are for planning.
+    throw Error(ErrorKind::kInvalidArgument, "--config needs --sparse",
+                {.field = "sparse", .expected = "--config with --sparse"});
+  }
+  text =
+      read_bounded_file(options.config, ErrorKind::kConfig, kConfigJsonLimits.max_bytes, "config");
+  const nlohmann::json config =
+      parse_json(text, ErrorKind::kConfig, options.config, kConfigJsonLimits);
+  return tiny::model_from_config(config, options.config);
+}
+
+}  // namespace
+
+TinySummary make_tiny(const TinyOptions& options) {
+  std::string config_text;
+  const tiny::TinyModel model = options.config.empty() ? model_from_options(options)
+                                                       : model_from_config(options, config_text);
   const std::vector<TensorSpec> tensors = tiny::model_tensors(model);
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
   for (const TensorSpec& spec : tensors) {
     sizes.push_back(shape_nbytes(spec.shape, spec.dtype));
-    total += sizes.back();
+    if (__builtin_add_overflow(total, sizes.back(), &total) || total > kMaxConfigBytes) {
+      throw Error(
+          ErrorKind::kConfig, "model too large for make-tiny",
+          {.file = options.config, .expected = fmt::format("at most {} bytes", kMaxConfigBytes)});
+    }
   }
 
   const fs::path out(options.out);
   prepare_output(out, options.overwrite);
-  const std::vector<std::vector<size_t>> shards = tiny::plan_shards(sizes);
-  write_shards(out, tensors, sizes, shards, options.seed);
+  const std::vector<std::vector<size_t>> shards =
+      tiny::plan_shards(sizes, options.config.empty() ? tiny::kShardBytes : kHubShardBytes);
+  if (options.sparse) {
+    write_sparse_shards(out, tensors, shards);
+  } else {
+    write_shards(out, tensors, sizes, shards, options.seed);
+  }
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t k = 0; k < shards.size(); ++k) {
     for (size_t i : shards[k]) weight_map[tensors[i].name] = tiny::shard_name(k, shards.size());
   }
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_text(out / kIndexFile, index.dump(2));
-  write_text(out / "config.json", tiny::config_json(model).dump(2));
-  const std::map<std::string, std::string> extra = tiny::tokenizer_files(model);
+  write_text(out / "config.json",
+             options.config.empty() ? tiny::config_json(model).dump(2) : config_text);
+  // A real config's token ids are not the generated tokenizer's: no tokenizer files then.
+  const std::map<std::string, std::string> extra =
+      options.config.empty() ? tiny::tokenizer_files(model) : std::map<std::string, std::string>{};
   for (const auto& [name, text] : extra) write_text(out / name, text);
 
   return {.dir = out.string(),

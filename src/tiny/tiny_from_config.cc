@@ -1,0 +1,206 @@
+// The generator's model of a real config.json. The sizes are copied from ModelConfig (the same
+// reading the planner does); what ModelConfig keeps only as a result (which layers are MoE) is
+// fitted to the family's own rule. The model is then checked by a round trip: the config.json the
+// generator would write for it must read back as the same ModelConfig, so a field that changes the
+// tensors but that the generator cannot express is refused rather than silently dropped.
+
+#include "tiny/tiny_from_config.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "model/config_fields.h"
+#include "shardload/error.h"
+#include "shardload/model.h"
+#include "tiny/tiny_config.h"
+#include "tiny/tiny_quant.h"
+
+namespace shardload::tiny {
+
+namespace {
+
+using nlohmann::json;
+
+// Far above any real model (DeepSeek-V3: 61 layers x 256 experts; Kimi-K2: 61 x 384), low enough
+// that the tensor list (and the MoE-layer fit, quadratic in the layers) stays small.
+constexpr int kMaxLayers = 4096;
+constexpr uint64_t kMaxExpertMlps = uint64_t{1} << 18;  // layers x routed experts
+// DeepSeek-V3's multi-token-prediction layers: 1.
+constexpr uint64_t kMaxMtpLayers = 16;
+
+Error config_error(const std::string& file, std::string message, std::string field,
+                   std::string expected, std::string found) {
+  return Error(ErrorKind::kConfig, std::move(message),
+               {.file = file,
+                .field = std::move(field),
+                .expected = std::move(expected),
+                .found = std::move(found)});
+}
+
+// ModelConfig's errors name "config.json"; here the file is the one --config named.
+Error in_file(const Error& e, const std::string& file) {
+  ErrorDetails details = e.details();
+  details.file = file;
+  return Error(e.kind(), e.message(), std::move(details));
+}
+
+bool same_moe_layers(const TinyModel& m, const std::vector<bool>& want) {
+  for (int i = 0; i < m.layers; ++i) {
+    if (is_moe_layer(m, i) != want[static_cast<size_t>(i)]) return false;
+  }
+  return true;
+}
+
+// Sets the family's rule parameters (first MoE layer and step, or a list of dense layers) so that
+// its rule gives exactly the config's MoE layers; the MTP layers past the last one then follow the
+// same rule, as they do in the model. Quadratic in the layers, which are bounded.
+bool fit_moe_layers(TinyModel& m, const std::vector<bool>& want) {
+  const auto first = std::find(want.begin(), want.end(), true);
+  m.first_moe_layer = static_cast<int>(first - want.begin());
+  for (int step = 1; step <= m.layers; ++step) {
+    m.sparse_step = step;
+    if (same_moe_layers(m, want)) return true;
+  }
+  m.first_moe_layer = 0;
+  m.sparse_step = 1;
+  for (int i = 0; i < m.layers; ++i) {
+    if (!want[static_cast<size_t>(i)]) m.mlp_only_layers.push_back(i);
+  }
+  return same_moe_layers(m, want);
+}
+
+Quant quant_of(const ModelConfig& c, const std::string& file) {
+  switch (c.quantization) {
+    case Quantization::kNone:
+      return Quant::kNone;
+    case Quantization::kFp8:
+      return Quant::kFp8;
+    case Quantization::kFp8Block:
+      if (c.block_rows != kFp8Block || c.block_cols != kFp8Block) {
+        throw config_error(file, "make-tiny writes 128 x 128 FP8 blocks only",
+                           "quantization_config.weight_block_size", "[128, 128]",
+                           fmt::format("[{}, {}]", c.block_rows, c.block_cols));
+      }
+      return Quant::kFp8Block;
+    case Quantization::kFp8Dynamic:
+      break;
+  }
+  throw config_error(file, "unsupported quantization", "quantization_config", "fp8", "?");
+}
+
+// The fields of ModelConfig that decide the tensors, by config.json name, as text.
+std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig& c) {
+  std::vector<std::string> moe;
+  for (bool b : c.moe_layer) moe.emplace_back(b ? "1" : "0");
+  return {
+      {"torch_dtype", std::string(dtype_name(c.dtype))},
+      {"hidden_size", std::to_string(c.hidden)},
+      {"intermediate_size", std::to_string(c.intermediate)},
+      {"num_attention_heads", std::to_string(c.heads)},
+      {"num_key_value_heads", std::to_string(c.kv_heads)},
+      {"head_dim", std::to_string(c.head_dim)},
+      {"vocab_size", std::to_string(c.vocab)},
+      {"num_hidden_layers", std::to_string(c.layers)},
+      {"tie_word_embeddings", c.tie_embeddings ? "true" : "false"},
+      {"attention_bias", c.attention_bias ? "true" : "false"},
+      {"attention_bias (q/k/v)", c.qkv_bias ? "true" : "false"},
+      {"mlp_bias", c.mlp_bias ? "true" : "false"},
+      {"routed experts", std::to_string(c.experts)},
+      {"moe_intermediate_size", std::to_string(c.moe_intermediate)},
+      {"shared experts' intermediate size", std::to_string(c.shared_intermediate)},
+      {"MoE layers", fmt::format("{}", fmt::join(moe, ""))},
+      {"q_lora_rank", std::to_string(c.q_lora_rank)},
+      {"kv_lora_rank", std::to_string(c.kv_lora_rank)},
+      {"qk_nope_head_dim", std::to_string(c.qk_nope_head_dim)},
+      {"qk_rope_head_dim", std::to_string(c.qk_rope_head_dim)},
+      {"v_head_dim", std::to_string(c.v_head_dim)},
+      {"quantization_config", std::string(quantization_name(c.quantization))},
+      {"quantization_config.activation_scheme", c.static_activations ? "static" : "dynamic"},
+      {"quantization_config.weight_block_size",
+       fmt::format("[{}, {}]", c.block_rows, c.block_cols)},
+  };
+}
+
+// Throws when the generator's own config.json for m reads back differently from the given one.
+void check_round_trip(const TinyModel& m, const ModelConfig& given, const std::string& file) {
+  ModelConfig ours;
+  try {
+    ours = ModelConfig::from_json(config_json(m));
+  } catch (const Error& e) {
+    throw in_file(e, file);
+  }
+  const auto want = tensor_fields(given);
+  const auto have = tensor_fields(ours);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].second == have[i].second) continue;
+    throw config_error(
+        file, "make-tiny cannot write the tensors of this config", want[i].first,
+        fmt::format("{} (what the {} generator writes)", have[i].second, m.family->name),
+        want[i].second);
+  }
+}
+
+}  // namespace
+
+TinyModel model_from_config(const json& config, const std::string& file) {
+  ModelConfig c;
+  try {
+    c = ModelConfig::from_json(config);
+  } catch (const Error& e) {
+    throw in_file(e, file);
+  }
+  if (c.layers > kMaxLayers) {
+    throw config_error(file, "too many layers for make-tiny", "num_hidden_layers",
+                       fmt::format("at most {}", kMaxLayers), std::to_string(c.layers));
+  }
+  if (c.experts * static_cast<uint64_t>(c.layers) > kMaxExpertMlps) {
+    throw config_error(file, "too many experts for make-tiny", "routed experts x layers",
+                       fmt::format("at most {}", kMaxExpertMlps),
+                       std::to_string(c.experts * static_cast<uint64_t>(c.layers)));
+  }
+  if (c.dtype != DType::kBF16) {
+    throw config_error(file, "make-tiny writes bfloat16 checkpoints only", "torch_dtype",
+                       "bfloat16", std::string(dtype_name(c.dtype)));
+  }
+  TinyModel m;
+  m.family = c.family;
+  m.hidden = c.hidden;
+  m.intermediate = c.intermediate;
+  m.heads = c.heads;
+  m.kv_heads = c.kv_heads;
+  m.head_dim = c.head_dim;
+  m.vocab = c.vocab;
+  m.layers = c.layers;
+  m.tie_embeddings = c.tie_embeddings;
+  m.experts = c.experts;
+  m.experts_per_token = std::min<uint64_t>(c.experts, 1);  // config.json only, never a tensor
+  m.moe_intermediate = c.moe_intermediate;
+  m.shared_intermediate = c.shared_intermediate;
+  m.shared_experts = c.moe_intermediate == 0 ? 0 : c.shared_intermediate / c.moe_intermediate;
+  m.q_lora_rank = c.q_lora_rank;
+  m.kv_lora_rank = c.kv_lora_rank;
+  m.qk_nope_head_dim = c.qk_nope_head_dim;
+  m.qk_rope_head_dim = c.qk_rope_head_dim;
+  m.v_head_dim = c.v_head_dim;
+  m.n_group = std::max<uint64_t>(c.n_group, 1);
+  // Written by the families that have MTP layers (the planner skips them; a checkpoint has them).
+  try {
+    m.mtp_layers =
+        static_cast<int>(config::get_uint(config, "num_nextn_predict_layers", 0, kMaxMtpLayers));
+  } catch (const Error& e) {
+    throw in_file(e, file);
+  }
+  m.quant = quant_of(c, file);
+  m.static_activations = c.static_activations;
+  if (m.experts > 0 && !fit_moe_layers(m, c.moe_layer)) {
+    throw config_error(file, "make-tiny cannot write this pattern of MoE layers", "MoE layers",
+                       fmt::format("a pattern of the {} generator's rule", m.family->name),
+                       "another");
+  }
+  check_round_trip(m, c, file);
+  return m;
+}
+
+}  // namespace shardload::tiny

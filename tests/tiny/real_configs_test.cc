@@ -1,0 +1,254 @@
+// make-tiny --config --sparse on the real config.json files of ../shared/configs (DeepSeek-V3 block
+// FP8, Qwen3-30B-A3B, Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B): hundreds of GB of
+// tensors as holes, whose names, shapes and dtypes follow the config's numbers, and which
+// `shardload plan` plans at several layouts. CMake passes the folder's path
+// (SHARDLOAD_SHARED_CONFIGS); a checkout without the shared folder beside it skips these tests.
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "shardload/safetensors.h"
+#include "shardload/tiny.h"
+#include "shardload_bin.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::TempDir;
+
+const fs::path kConfigs = SHARDLOAD_SHARED_CONFIGS;
+
+#define SKIP_WITHOUT_SHARED_CONFIGS()                          \
+  if (!fs::is_directory(kConfigs))                             \
+  GTEST_SKIP() << "no shared configs at " << kConfigs.string() \
+               << " (the shared folder is cloned beside the repository)"
+
+struct Header {
+  DType dtype;
+  Shape shape;
+};
+
+// A sparse checkpoint of ../shared/configs/NAME, with its config and every tensor's header.
+struct Real {
+  explicit Real(const std::string& name)
+      : config_path((kConfigs / name / "config.json").string()),
+        out(dir.file("model")),
+        summary(make_tiny({.out = out, .config = config_path, .sparse = true})),
+        config(json::parse(testing::read_file(config_path))) {
+    const json index = json::parse(testing::read_file(out + "/model.safetensors.index.json"));
+    total_size = index.at("metadata").at("total_size").get<uint64_t>();
+    std::map<std::string, SafetensorsFile> files;
+    for (const auto& [tensor, file] : index.at("weight_map").items()) {
+      auto it = files.find(file);
+      if (it == files.end()) {
+        it = files.emplace(file, SafetensorsFile::open(out + "/" + file.get<std::string>())).first;
+      }
+      const TensorInfo* info = it->second.header().find(tensor);
+      if (info == nullptr) {
+        ADD_FAILURE() << tensor << " is not in " << file;
+        continue;
+      }
+      tensors.emplace(tensor, Header{info->dtype, info->shape});
+    }
+  }
+
+  uint64_t n(const char* field) const { return config.at(field).get<uint64_t>(); }
+  void expect(const std::string& name, DType dtype, const Shape& shape) const {
+    const auto it = tensors.find(name);
+    ASSERT_NE(it, tensors.end()) << name;
+    EXPECT_EQ(it->second.dtype, dtype) << name;
+    EXPECT_EQ(it->second.shape, shape) << name;
+  }
+  bool has(const std::string& name) const { return tensors.count(name) > 0; }
+
+  TempDir dir;
+  std::string config_path;
+  std::string out;
+  TinySummary summary;
+  json config;
+  uint64_t total_size = 0;
+  std::map<std::string, Header> tensors;
+};
+
+uint64_t blocks_of(uint64_t n) { return (n + 127) / 128; }
+
+TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
+  SKIP_WITHOUT_SHARED_CONFIGS();
+  int configs = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(kConfigs)) {
+    if (!fs::exists(entry.path() / "config.json")) continue;
+    ++configs;
+    const std::string name = entry.path().filename().string();
+    const Real real(name);
+    EXPECT_EQ(testing::read_file(real.out + "/config.json"), testing::read_file(real.config_path));
+    EXPECT_EQ(real.tensors.size(), real.summary.tensors) << name;
+    EXPECT_EQ(real.total_size, real.summary.bytes) << name;
+    EXPECT_GT(real.summary.bytes, uint64_t{10} << 30) << name << ": a real model's size";
+
+    uint64_t apparent = 0;
+    uint64_t allocated = 0;
+    for (const fs::directory_entry& file : fs::directory_iterator(real.out)) {
+      struct stat st {};
+      ASSERT_EQ(::stat(file.path().c_str(), &st), 0);
+      apparent += static_cast<uint64_t>(st.st_size);
+      allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+      if (file.path().extension() == ".safetensors") {
+        EXPECT_LE(st.st_size, 5'500'000'000) << file.path() << ": Hub-sized shards";
+      }
+    }
+    EXPECT_GT(apparent, real.summary.bytes) << name;
+    EXPECT_LT(allocated, uint64_t{64} << 20) << name << ": headers and index only";
+
+    // Layouts the model allows: tp dividing the heads, ep dividing the experts.
+    const uint64_t heads = real.n("num_attention_heads");
+    uint64_t experts = 0;
+    for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
+      if (real.config.contains(field)) experts = real.n(field);
+    }
+    for (uint64_t tp : {1, 4, 8}) {
+      if (heads % tp != 0) continue;
+      std::vector<std::vector<std::string>> layouts = {{"--tp", std::to_string(tp)}};
+      if (experts % tp == 0 && experts > 0 && tp > 1) {
+        layouts.push_back({"--tp", std::to_string(tp), "--ep", std::to_string(tp)});
+      }
+      for (std::vector<std::string> args : layouts) {
+        args.insert(args.begin(), {"plan", real.out});
+        const testing::CommandResult r = testing::run_shardload(args);
+        EXPECT_EQ(r.exit_code, 0) << name << " " << args[3] << " " << args.size() << ": " << r.err;
+        EXPECT_NE(r.out.find("rank 0"), std::string::npos) << r.out;
+      }
+    }
+  }
+  EXPECT_GE(configs, 6);
+}
+
+TEST(TinyRealConfigs, DeepSeekV3IsBlockFp8WithItsShapes) {
+  SKIP_WITHOUT_SHARED_CONFIGS();
+  const Real r("deepseek-v3");
+  const uint64_t hidden = r.n("hidden_size");
+  const uint64_t layers = r.n("num_hidden_layers");
+  const uint64_t dense = r.n("first_k_dense_replace");
+  const uint64_t experts = r.n("n_routed_experts");
+  const uint64_t heads = r.n("num_attention_heads");
+  const uint64_t inter = r.n("intermediate_size");
+  const uint64_t moe_inter = r.n("moe_intermediate_size");
+  const uint64_t q_lora = r.n("q_lora_rank");
+  const uint64_t kv_lora = r.n("kv_lora_rank");
+  const uint64_t nope = r.n("qk_nope_head_dim");
+  const uint64_t rope = r.n("qk_rope_head_dim");
+  const uint64_t v = r.n("v_head_dim");
+  ASSERT_EQ(r.n("num_nextn_predict_layers"), 1u);
+
+  // A projection is its F8_E4M3 weight and its weight_scale_inv: two tensors.
+  const uint64_t attention = 5 * 2 + 2;                // q_a, q_b, kv_a, kv_b, o; two norms
+  const uint64_t dense_layer = 2 + attention + 3 * 2;  // norms, attention, MLP
+  const uint64_t moe_layer =
+      2 + attention + 2 + experts * 3 * 2 + 3 * 2;  // router, experts, shared
+  const uint64_t mtp = 1 + 2 + 2 + moe_layer + 2;   // embed, enorm/hnorm, eh_proj, layer, head
+  EXPECT_EQ(r.tensors.size(), 3 + dense * dense_layer + (layers - dense) * moe_layer + mtp);
+
+  const DType f8 = DType::kF8E4M3;
+  const DType f32 = DType::kF32;
+  const std::string l0 = "model.layers.0.";
+  r.expect("model.embed_tokens.weight", DType::kBF16, {r.n("vocab_size"), hidden});
+  r.expect("lm_head.weight", DType::kBF16, {r.n("vocab_size"), hidden});
+  r.expect(l0 + "mlp.gate_proj.weight", f8, {inter, hidden});
+  r.expect(l0 + "mlp.gate_proj.weight_scale_inv", f32, {blocks_of(inter), blocks_of(hidden)});
+  r.expect(l0 + "self_attn.q_a_proj.weight", f8, {q_lora, hidden});
+  r.expect(l0 + "self_attn.q_b_proj.weight", f8, {heads * (nope + rope), q_lora});
+  r.expect(l0 + "self_attn.kv_a_proj_with_mqa.weight", f8, {kv_lora + rope, hidden});
+  r.expect(l0 + "self_attn.kv_a_proj_with_mqa.weight_scale_inv", f32,
+           {blocks_of(kv_lora + rope), blocks_of(hidden)});
+  r.expect(l0 + "self_attn.kv_b_proj.weight", f8, {heads * (nope + v), kv_lora});
+  r.expect(l0 + "self_attn.o_proj.weight", f8, {hidden, heads * v});
+  r.expect(l0 + "self_attn.kv_a_layernorm.weight", DType::kBF16, {kv_lora});
+  const std::string moe = "model.layers." + std::to_string(dense) + ".mlp.";
+  const std::string last = "experts." + std::to_string(experts - 1) + ".";
+  r.expect(moe + last + "down_proj.weight", f8, {hidden, moe_inter});
+  r.expect(moe + last + "down_proj.weight_scale_inv", f32,
+           {blocks_of(hidden), blocks_of(moe_inter)});
+  r.expect(moe + "gate.weight", DType::kBF16, {experts, hidden});
+  r.expect(moe + "gate.e_score_correction_bias", f32, {experts});
+  r.expect(moe + "shared_experts.up_proj.weight", f8, {moe_inter, hidden});
+  EXPECT_FALSE(
+      r.has("model.layers." + std::to_string(dense - 1) + ".mlp.experts.0.up_proj.weight"));
+  const std::string mtp_layer = "model.layers." + std::to_string(layers) + ".";
+  r.expect(mtp_layer + "eh_proj.weight", f8, {hidden, 2 * hidden});
+  r.expect(mtp_layer + "shared_head.head.weight", DType::kBF16, {r.n("vocab_size"), hidden});
+  EXPECT_TRUE(r.has(mtp_layer + "mlp." + last + "gate_proj.weight"));
+  EXPECT_FALSE(r.has("model.layers." + std::to_string(layers + 1) + ".input_layernorm.weight"));
+  EXPECT_GT(r.summary.bytes, uint64_t{600} << 30);
+}
+
+TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {
+  SKIP_WITHOUT_SHARED_CONFIGS();
+  {
+    const Real r("qwen3-30b-a3b");
+    const uint64_t layers = r.n("num_hidden_layers");
+    const uint64_t experts = r.n("num_experts");
+    const uint64_t hidden = r.n("hidden_size");
+    const uint64_t head_dim = r.n("head_dim");
+    // norms, q/k/v/o, q/k norms, router, experts; then embeddings, norm and head.
+    EXPECT_EQ(r.tensors.size(), 3 + layers * (2 + 4 + 2 + 1 + 3 * experts));
+    const std::string last = "model.layers." + std::to_string(layers - 1) + ".";
+    r.expect(last + "mlp.experts." + std::to_string(experts - 1) + ".down_proj.weight",
+             DType::kBF16, {hidden, r.n("moe_intermediate_size")});
+    r.expect(last + "self_attn.q_proj.weight", DType::kBF16,
+             {r.n("num_attention_heads") * head_dim, hidden});
+    r.expect(last + "self_attn.k_proj.weight", DType::kBF16,
+             {r.n("num_key_value_heads") * head_dim, hidden});
+    r.expect(last + "self_attn.q_norm.weight", DType::kBF16, {head_dim});
+  }
+  {
+    const Real r("mixtral-8x7b");
+    const uint64_t layers = r.n("num_hidden_layers");
+    const uint64_t experts = r.n("num_local_experts");
+    EXPECT_EQ(r.tensors.size(), 3 + layers * (2 + 4 + 1 + 3 * experts));
+    r.expect(
+        "model.layers.0.block_sparse_moe.experts." + std::to_string(experts - 1) + ".w2.weight",
+        DType::kBF16, {r.n("hidden_size"), r.n("intermediate_size")});
+    r.expect("model.layers.0.block_sparse_moe.gate.weight", DType::kBF16,
+             {experts, r.n("hidden_size")});
+  }
+}
+
+TEST(TinyRealConfigs, DenseModelsHaveTheirBiasesAndNorms) {
+  SKIP_WITHOUT_SHARED_CONFIGS();
+  struct Case {
+    const char* name;
+    uint64_t extra_per_layer;  // Qwen2: q/k/v biases; Qwen3: q/k norms
+    std::string extra;
+  };
+  for (const Case& k : {Case{"llama-3.1-8b", 0, ""}, Case{"qwen2.5-7b", 3, "k_proj.bias"},
+                        Case{"qwen3-8b", 2, "k_norm.weight"}}) {
+    const Real r(k.name);
+    const uint64_t layers = r.n("num_hidden_layers");
+    const uint64_t hidden = r.n("hidden_size");
+    const uint64_t heads = r.n("num_attention_heads");
+    const uint64_t head_dim = r.config.contains("head_dim") ? r.n("head_dim") : hidden / heads;
+    EXPECT_EQ(r.tensors.size(), 3 + layers * (2 + 4 + 3 + k.extra_per_layer)) << k.name;
+    const std::string last = "model.layers." + std::to_string(layers - 1) + ".";
+    r.expect(last + "mlp.down_proj.weight", DType::kBF16, {hidden, r.n("intermediate_size")});
+    r.expect(last + "self_attn.v_proj.weight", DType::kBF16,
+             {r.n("num_key_value_heads") * head_dim, hidden});
+    if (k.extra == "k_proj.bias") {
+      r.expect(last + "self_attn.k_proj.bias", DType::kBF16,
+               {r.n("num_key_value_heads") * head_dim});
+    } else if (k.extra == "k_norm.weight") {
+      r.expect(last + "self_attn.k_norm.weight", DType::kBF16, {head_dim});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardload
