@@ -190,6 +190,37 @@ TEST(TinyRealConfigs, DeepSeekV3IsBlockFp8WithItsShapes) {
   EXPECT_GT(r.summary.bytes, uint64_t{600} << 30);
 }
 
+// Issue 20: DeepSeek-V3's block FP8 at 32 and 64 ranks plans only in the engines' large-EP layouts,
+// which keep attention on small groups and replicate the dense MLP and shared experts; the plain
+// tp 32 cuts the dense MLP inside 128-blocks and is refused naming that group.
+TEST(TinyRealConfigs, DeepSeekV3PlansAtLargeEpWithDataParallelAttention) {
+  SKIP_WITHOUT_SHARED_CONFIGS();
+  const Real r("deepseek-v3");
+  const auto plan = [&](std::vector<std::string> layout) {
+    layout.insert(layout.begin(), {"plan", r.out});
+    return testing::run_shardload(layout);
+  };
+  const auto refused = plan({"--tp", "32"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("does not fall on the 128-wide FP8 blocks (group dense_mlp, split over 32 ranks)"),
+            std::string::npos)
+      << refused.err;
+  for (const auto& layout : {std::vector<std::string>{"--tp", "32", "--dp", "32", "--moe-a2a-backend", "deepep",
+                                                      "--moe-dense-tp-size", "1"},
+                             {"--tp", "64", "--dp", "8", "--ep", "64", "--moe-dense-tp-size", "1",
+                              "--no-split-shared-experts"}}) {
+    const auto ok = plan(layout);
+    ASSERT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_NE(ok.out.find("scopes: attention=attention embedding=replicated lm_head=world "
+                          "dense_mlp=replicated shared_experts=replicated"),
+              std::string::npos)
+        << ok.out;
+    const std::string last = layout[1] == "32" ? "rank 31 (ep 31, moe_tp 0, dp 31, attn_tp 0)"
+                                               : "rank 63 (ep 63, moe_tp 0, dp 7, attn_tp 7)";
+    EXPECT_NE(ok.out.find(last), std::string::npos) << ok.out;
+  }
+}
+
 TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {
   SKIP_WITHOUT_SHARED_CONFIGS();
   {
