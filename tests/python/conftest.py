@@ -1,0 +1,41 @@
+"""Fixtures the Python tests share: the shardload binary and tiny checkpoints made with it."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def shardload_bin() -> str:
+    """The command-line binary: $SHARDLOAD_BIN (set by ctest), else the first build directory that has one."""
+    env = os.environ.get("SHARDLOAD_BIN")
+    if env:
+        return env
+    for build in ("build-dev", "build", "build-asan"):
+        path = REPO / build / "shardload"
+        if path.exists():
+            return str(path)
+    raise RuntimeError("no shardload binary: set SHARDLOAD_BIN or build the repository")
+
+
+def run_shardload(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([shardload_bin(), *map(str, args)], capture_output=True, text=True, check=check)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """tiny(arch, quant="none", seed=7) -> path of a make-tiny checkpoint, made once per session."""
+    made = {}
+    root = tmp_path_factory.mktemp("models")
+
+    def make(arch: str, quant: str = "none", seed: int = 7) -> str:
+        key = (arch, quant, seed)
+        if key not in made:
+            out = root / f"{arch}-{quant}-{seed}"
+            run_shardload("make-tiny", "--arch", arch, "--quant", quant, "--seed", seed, "--out", out)
+            made[key] = str(out)
+        return made[key]
+
+    return make
