@@ -68,6 +68,19 @@ struct ParallelConfig {
   bool has_dp_fields() const;
 };
 
+// The engines' flags that set several layout fields at once: vLLM's --enable-expert-parallel (ep = tp),
+// SGLang's --moe-a2a-backend deepep (ep = tp, shared experts replicated) and --moe-dense-tp-size (1:
+// dense MLPs replicated; tp: as without it).
+struct EngineLayoutFlags {
+  bool enable_expert_parallel = false;
+  std::string moe_a2a_backend = "none";
+  std::optional<int> moe_dense_tp_size;
+  bool ep_given = false;  // the caller set ep itself: it must then agree with the flags
+};
+
+// Applies the flags to `config` (its tp set). Throws Error(kInvalidArgument) when they disagree with it.
+void apply_engine_flags(const EngineLayoutFlags& flags, ParallelConfig& config);
+
 // The groups that have a scope, in the order exports list them.
 inline constexpr ParamGroup kScopedGroups[] = {ParamGroup::kAttention, ParamGroup::kEmbedding,
                                                ParamGroup::kLmHead, ParamGroup::kDenseMlp,

@@ -1,4 +1,12 @@
-"""shardload from Python: checkpoints, plans and rank tensors without copies (DLPack), the weight
-server's client, engine hooks and a numerical check of sharded weights."""
+"""shardload from Python: checkpoints, plans and rank tensors without copies (DLPack), live models
+updated in place, exports, the weight server's client, engine hooks and a numerical check of sharded
+weights (python3 -m shardload.verify). docs/python.md shows each."""
+
+from . import errors
+from ._shardload import Checkpoint, LiveModel, LoadedModel, Tensor, export, load, load_export, plan
+from .errors import (CancelledError, CheckpointError, ConfigError, ConflictError, Error, FormatError,
+                     InvalidArgumentError, IoError)
+from .hooks import iter_weights, load_state_dict_into
+from .tensors import as_float8, to_numpy, to_torch
 
 __version__ = "0.1.0"

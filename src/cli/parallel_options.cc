@@ -7,17 +7,6 @@
 #include "shardload/error.h"
 
 namespace shardload::cli {
-namespace {
-
-// --dtype: auto, PyTorch's names (as vLLM and SGLang take them) and our short ones.
-std::optional<DType> dtype_from_flag(const std::string& name) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "fp16") return DType::kF16;
-  if (name == "fp32") return DType::kF32;
-  return torch_dtype_from_name(name);
-}
-
-}  // namespace
 
 void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
   o.command = &cmd;
@@ -53,7 +42,7 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
                  "(fp32, float)")
       ->check(CLI::Validator(
           [](const std::string& name) {
-            return name == "auto" || dtype_from_flag(name) ? std::string()
+            return name == "auto" || model_dtype_from_flag(name) ? std::string()
                                                            : "not a model dtype: " + name;
           },
           "", "DTYPE"));
@@ -71,36 +60,23 @@ ParallelConfig ParallelOptions::to_config() const {
   ParallelConfig config;
   config.tp = tp;
   config.ep = ep;
-  if (enable_expert_parallel) {
-    if (given("--ep") && ep != tp) {
-      throw UsageError(
-          fmt::format("--enable-expert-parallel means --ep {} (the --tp), not --ep {}", tp, ep));
-    }
-    config.ep = tp;
-  }
-  if (moe_a2a_backend == "deepep") {
-    if (given("--ep") && ep != tp) {
-      throw UsageError(fmt::format("--moe-a2a-backend deepep means --ep {} (the --tp), not --ep {}", tp, ep));
-    }
-    config.ep = tp;
-  }
-  config.dp = dp;
-  config.dp_style = dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
-  config.dp_lm_head = enable_dp_lm_head;
-  if (moe_dense_tp_size) {
-    if (*moe_dense_tp_size != 1 && *moe_dense_tp_size != tp) {
-      throw UsageError(fmt::format(
-          "--moe-dense-tp-size {}: only 1 (dense MLPs replicated) or the --tp {} is supported, as in SGLang",
-          *moe_dense_tp_size, tp));
-    }
-    config.replicate_dense_mlp = *moe_dense_tp_size == 1 && tp > 1;
-  }
   config.redundant_experts = redundant_experts;
   if (!expert_map_file.empty()) config.expert_map = read_expert_map(expert_map_file);
   config.row_bias = row_bias == "divided" ? RowBias::kDivided : RowBias::kFull;
-  config.split_shared_experts = !no_split_shared_experts && moe_a2a_backend != "deepep";
-  if (dtype != "auto") config.dtype = dtype_from_flag(dtype);
+  config.split_shared_experts = !no_split_shared_experts;
+  if (dtype != "auto") config.dtype = model_dtype_from_flag(dtype);
   config.quantize_fp8 = quantization == "fp8";
+  config.dp = dp;
+  config.dp_style = dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  config.dp_lm_head = enable_dp_lm_head;
+  // Flags given together that disagree are a usage error.
+  as_usage_error([&] {
+    apply_engine_flags({.enable_expert_parallel = enable_expert_parallel,
+                        .moe_a2a_backend = moe_a2a_backend,
+                        .moe_dense_tp_size = moe_dense_tp_size,
+                        .ep_given = given("--ep")},
+                       config);
+  });
   return config;
 }
 

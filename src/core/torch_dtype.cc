@@ -9,4 +9,11 @@ std::optional<DType> torch_dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<DType> model_dtype_from_flag(std::string_view name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp16") return DType::kF16;
+  if (name == "fp32") return DType::kF32;
+  return torch_dtype_from_name(name);
+}
+
 }  // namespace shardload

@@ -12,4 +12,8 @@ namespace shardload {
 // --dtype); others: nullopt.
 std::optional<DType> torch_dtype_from_name(std::string_view name);
 
+// A --dtype value (the command line's and the Python package's): the names above or shardload's short
+// ones, bf16, fp16, fp32 ("auto" is the caller's to handle).
+std::optional<DType> model_dtype_from_flag(std::string_view name);
+
 }  // namespace shardload

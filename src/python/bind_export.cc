@@ -1,0 +1,76 @@
+// shardload.export: a layout written as pre-sharded rank files (../shared/spec/layout.md).
+#include <pybind11/stl.h>
+
+#include "core/byte_size.h"
+#include "python/bindings.h"
+#include "python/json_value.h"
+#include "python/layout_kwargs.h"
+#include "python/tensor.h"
+#include "shardload/checkpoint.h"
+#include "shardload/export.h"
+#include "shardload/loader.h"
+
+namespace py = pybind11;
+
+namespace shardload::python {
+namespace {
+
+py::dict export_model(const std::string& model, const std::string& out, const py::object& max_file_size,
+                      bool overwrite, int threads, const py::kwargs& layout) {
+  const ParallelConfig parallel = layout_from_kwargs(layout);
+  ExportOptions options{.out = out, .overwrite = overwrite};
+  if (!max_file_size.is_none()) {
+    options.max_file_size = py::isinstance<py::str>(max_file_size)
+                                ? parse_byte_size(py::cast<std::string>(max_file_size))
+                                : py::cast<uint64_t>(max_file_size);
+  }
+  uint64_t bytes = 0;
+  int ranks = 0;
+  {
+    py::gil_scoped_release release;
+    const Checkpoint ckpt = Checkpoint::open(model);
+    check_export_target(ckpt.path(), options);  // before the load, as the command line does
+    const Plan plan = make_plan(ckpt, parallel);
+    LoadOptions load_options;
+    load_options.threads = threads;
+    const std::vector<RankWeights> weights = load_ranks(ckpt, plan, load_options);
+    export_ranks(ckpt, plan, weights, options);
+    for (const RankPlan& rank : plan.ranks) bytes += rank.bytes;
+    ranks = static_cast<int>(plan.ranks.size());
+  }
+  py::dict summary;
+  summary["out"] = out;
+  summary["ranks"] = ranks;
+  summary["bytes"] = bytes;
+  return summary;
+}
+
+// An export read back (shardload.json and every rank file checked), as {rank: {name: Tensor}}.
+py::dict load_export_dir(const std::string& dir, const std::optional<std::vector<int>>& ranks, int threads) {
+  auto loaded = std::make_shared<LoadedExport>();
+  {
+    py::gil_scoped_release release;
+    *loaded = load_export(dir, ranks.value_or(std::vector<int>{}), threads);
+  }
+  py::dict out;
+  for (LoadedExport::Rank& rank : loaded->ranks) {
+    py::dict tensors;
+    for (const LoadedExport::Tensor& t : rank.tensors) {
+      tensors[py::str(t.name)] = Tensor{loaded, rank.buffer.data() + t.offset, t.dtype, t.shape, t.name};
+    }
+    out[py::int_(rank.rank)] = tensors;
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_export(py::module_& m) {
+  m.def("export", &export_model, py::arg("model"), py::arg("out"), py::kw_only(),
+        py::arg("max_file_size") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
+        "Writes the layout's rank files and shardload.json into `out` (atomically)");
+  m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
+        py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
+}
+
+}  // namespace shardload::python

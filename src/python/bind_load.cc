@@ -1,0 +1,91 @@
+// shardload.load: every rank (or some) of a layout in shardload's buffers, seen as zero-copy tensors.
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "python/bindings.h"
+#include "python/json_value.h"
+#include "python/layout_kwargs.h"
+#include "python/rank_tensors.h"
+#include "shardload/checkpoint.h"
+
+namespace py = pybind11;
+
+namespace shardload::python {
+namespace {
+
+// What a load owns; every tensor taken from it keeps it alive.
+struct LoadedRanks {
+  Plan plan;
+  std::vector<RankWeights> ranks;
+  LoadStats stats;
+};
+
+class LoadedModel {
+ public:
+  explicit LoadedModel(std::shared_ptr<LoadedRanks> loaded) : loaded_(std::move(loaded)) {}
+
+  std::vector<int> ranks() const {
+    std::vector<int> out;
+    for (const RankWeights& w : loaded_->ranks) out.push_back(w.rank);
+    return out;
+  }
+  py::dict tensors(int rank, bool internal) const {
+    for (const RankWeights& w : loaded_->ranks) {
+      if (w.rank == rank) return rank_tensors(loaded_, loaded_->plan, w, internal);
+    }
+    throw py::index_error("rank " + std::to_string(rank) + " was not loaded");
+  }
+  py::object plan(bool pieces) const { return to_python(loaded_->plan.to_json(pieces)); }
+  py::dict stats() const {
+    const LoadStats& s = loaded_->stats;
+    py::dict out;
+    out["bytes_read"] = s.bytes_read;
+    out["bytes_written"] = s.bytes_written;
+    out["seconds_allocate"] = s.seconds_allocate;
+    out["seconds_copy"] = s.seconds_copy;
+    out["seconds_postprocess"] = s.seconds_postprocess;
+    out["io"] = io_mode_name(s.io);
+    out["read_requests"] = s.read_requests;
+    return out;
+  }
+
+ private:
+  std::shared_ptr<LoadedRanks> loaded_;
+};
+
+LoadedModel load(const std::string& model, const std::optional<std::vector<int>>& ranks, int threads,
+                 const std::string& io, py::object progress, const py::kwargs& layout) {
+  const ParallelConfig parallel = layout_from_kwargs(layout);
+  auto loaded = std::make_shared<LoadedRanks>();
+  ProgressRelay relay(std::move(progress));
+  LoadOptions options;
+  options.threads = threads;
+  options.io = io_mode_from_name(io);
+  if (ranks) options.ranks = *ranks;
+  options.progress = relay.function();
+  {
+    py::gil_scoped_release release;
+    const Checkpoint ckpt = Checkpoint::open(model);
+    loaded->plan = make_plan(ckpt, parallel);
+    loaded->ranks = load_ranks(ckpt, loaded->plan, options, &loaded->stats);
+  }
+  relay.rethrow();
+  return LoadedModel(std::move(loaded));
+}
+
+}  // namespace
+
+void bind_load(py::module_& m) {
+  py::class_<LoadedModel>(m, "LoadedModel", "Rank buffers of one load; tensors share them")
+      .def_property_readonly("ranks", &LoadedModel::ranks)
+      .def("tensors", &LoadedModel::tensors, py::arg("rank"), py::kw_only(), py::arg("internal") = false,
+           "{name: Tensor} of one rank (internal: also FP8 scale parts and float32 sources)")
+      .def("plan", &LoadedModel::plan, py::kw_only(), py::arg("pieces") = false)
+      .def_property_readonly("stats", &LoadedModel::stats);
+  m.def("load", &load, py::arg("model"), py::kw_only(), py::arg("ranks") = py::none(), py::arg("threads") = 0,
+        py::arg("io") = "auto", py::arg("progress") = py::none(),
+        "Loads a layout (keywords as the command line's layout options) into one buffer per rank");
+}
+
+}  // namespace shardload::python
