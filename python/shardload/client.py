@@ -116,13 +116,21 @@ class _RankMap:
         return os.fstat(self.fd).st_nlink == 0
 
     def close(self):
+        if self.fd is None:
+            return
         self.header = self.bytes = None
         os.close(self.fd)
+        self.fd = None
         try:
             self.mm.close()  # unmaps now unless a view still uses it; then the last view does
         except BufferError:
             pass
         self.mm = None
+
+    def __del__(self):
+        # A client dropped without close(): its descriptors go with it (views keep the mapping).
+        if getattr(self, "fd", None) is not None:
+            self.close()
 
 
 class Client:
