@@ -66,7 +66,11 @@ class Server:
         # Output to files: a pipe nobody reads could fill up and block the server.
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        self.port = self._wait_for_port()
+        try:
+            self.port = self._wait_for_port()
+        except BaseException:
+            self.kill()
+            raise
 
     def output(self):
         return f"stdout:\n{self.out_path.read_text()}\nstderr:\n{self.err_path.read_text()}"
@@ -118,22 +122,18 @@ class Server:
 def serve(tmp_path):
     """serve(model, *more, name=None) -> Server; every server and its /dev/shm directory is gone
     when the test ends, passed or not."""
-    started = []
+    servers, names = [], []
 
     def start(model, *more, name=None):
-        name = name or unique_name("serve")
-        started.append(name)
-        server = Server(model, name, list(more), tmp_path)
-        started[-1] = server
-        return server
+        names.append(name or unique_name("serve"))
+        servers.append(Server(model, names[-1], list(more), tmp_path))
+        return servers[-1]
 
     yield start
-    for server in started:
-        if isinstance(server, Server):
-            server.kill()
-            remove_shm(server.name)
-        else:
-            remove_shm(server)
+    for server in servers:
+        server.kill()
+    for name in names:
+        remove_shm(name)
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +178,13 @@ def read_safetensors(path):
 def shared_server(models, tmp_path_factory):
     """One server on the first model for the tests that only read (none updates it)."""
     name = unique_name("shared")
+    server = None
     try:
         server = Server(models["first"], name, [], tmp_path_factory.mktemp("shared-server"))
         yield server
         assert server.stop() == 0, server.output()
     finally:
-        if "server" in locals():
+        if server is not None:
             server.kill()
         remove_shm(name)
 
