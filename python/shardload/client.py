@@ -17,6 +17,13 @@ Consistent copies (`copy_into`) follow the README's whole-update protocol on x86
 reordered with loads, so no fence is needed from Python): on every rank file copied from, the update
 flag is 0 and the sequence word even before the copy, and the sequence and version words are the
 same after it; otherwise the copy is tried again, with a growing sleep, within bounds.
+
+    with shardload.connect("qwen") as server:               # shardload serve ... --name qwen
+        w = server.tensor(0, "model.layers.1.mlp.experts.w13_weight")   # zero-copy, live
+        params = {name: p for name, p in model.named_parameters() if name in server.names(0)}
+        version = server.copy_into(params, rank=0)          # one consistent snapshot, in place
+
+A Client is meant for one thread at a time (views may be shared freely).
 """
 
 import errno
@@ -254,20 +261,16 @@ class Client:
     def tensor(self, rank, name):
         """A torch tensor sharing the mapping (BF16 as torch.bfloat16, FP8 as uint8 bytes: see
         as_float8); `.shardload_dtype` is its dtype name. Never write into it (see the module)."""
-        entry = self._entry(rank, name)
-        array = self._array(rank, name, entry)
         with warnings.catch_warnings():
             # torch warns that the array is not writeable: that is the point of the mapping.
             warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(array)
-        if entry["dtype"] == "BF16":
-            t = t.view(torch.bfloat16)
-        t.shardload_dtype = entry["dtype"]
-        return t
+            return self._tensor(rank, name)
 
     def tensors(self, rank):
         """{name: tensor(rank, name)} for every tensor of `rank`."""
-        return {name: self.tensor(rank, name) for name in self.names(rank)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return {name: self._tensor(rank, name) for name in self.names(rank)}
 
     # -- consistent copies -----------------------------------------------------------------------
 
@@ -326,6 +329,14 @@ class Client:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _tensor(self, rank, name):
+        entry = self._entry(rank, name)
+        t = torch.from_numpy(self._array(rank, name, entry))
+        if entry["dtype"] == "BF16":
+            t = t.view(torch.bfloat16)
+        t.shardload_dtype = entry["dtype"]
+        return t
+
     def _rank(self, rank):
         if not self._maps:
             raise InvalidArgumentError("the client is closed", file=self.path)
@@ -374,7 +385,7 @@ class Client:
                 if why:
                     problems.append((name, f"rank {r} '{name}': {why}"))
                     continue
-                source = self.tensor(r, name)
+                source = self.tensor(r, name)  # a view: the copy reads the live bytes
                 if target.dtype != source.dtype:
                     target = target.view(source.dtype)  # a float8 target takes the FP8 bytes as they are
                 pairs.append((target, source))

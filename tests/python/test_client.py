@@ -559,6 +559,14 @@ def test_a_symbolic_link_in_place_of_the_directory_is_refused(fake):
         os.unlink(shm_path(name))
 
 
+def test_a_fifo_in_place_of_the_manifest_is_refused_without_blocking(fake):
+    name = fake()
+    os.unlink(os.path.join(shm_path(name), "manifest.json"))
+    os.mkfifo(os.path.join(shm_path(name), "manifest.json"), 0o600)
+    with pytest.raises(IoError, match="not a regular file"):
+        shl.connect(name)
+
+
 def test_a_hard_link_to_a_rank_file_is_refused(fake, tmp_path):
     name = fake()
     os.link(os.path.join(shm_path(name), "rank-1.bin"), os.path.join(shm_path(name), "extra"))
