@@ -39,7 +39,7 @@ def load_state_dict_into(module, rank_tensors, *, strict=True):
             problems.append(f"{name}: dtype {src.dtype} != the module's {dst.dtype}")
     if problems:
         raise InvalidArgumentError("the rank tensors do not fit the module: " + "; ".join(problems),
-                                   kind="invalid_argument", field="state_dict",
+                                   field="state_dict",
                                    expected="the module's names, shapes and dtypes",
                                    found=f"{len(problems)} mismatch(es)")
     copied = []

@@ -16,7 +16,7 @@ def to_torch(tensor):
     """A torch tensor sharing the bytes. FP8 comes as uint8, with the shardload dtype name in its
     `shardload_dtype` attribute (as_float8 views it as torch.float8_e4m3fn where torch has it)."""
     if torch is None:
-        raise InvalidArgumentError("torch is not installed", kind="invalid_argument", field="torch")
+        raise InvalidArgumentError("torch is not installed", field="torch")
     out = torch.from_dlpack(tensor)
     if tensor.dtype in FP8_DTYPES:
         out.shardload_dtype = tensor.dtype
@@ -29,21 +29,29 @@ def to_numpy(tensor, *, bits=False):
     if tensor.dtype == "BF16":
         if not bits:
             raise InvalidArgumentError(
-                f"{tensor.name}: NumPy has no bfloat16; pass bits=True for the uint16 bits, or use to_torch",
-                kind="invalid_argument", tensor=tensor.name, field="dtype", expected="a NumPy dtype",
+                "NumPy has no bfloat16; pass bits=True for the uint16 bits, or use to_torch",
+                tensor=tensor.name, field="dtype", expected="a NumPy dtype",
                 found="BF16")
         tensor = tensor.reinterpret("U16")
     return numpy.from_dlpack(tensor)
 
 
+_FLOAT8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
 def as_float8(t):
-    """A uint8 torch tensor of FP8 e4m3 bytes viewed as torch.float8_e4m3fn (torch >= 2.1)."""
-    if torch is None or not hasattr(torch, "float8_e4m3fn"):
-        version = getattr(torch, "__version__", "none")
+    """The FP8 tensor `t` (uint8 bytes, as views and FP8 targets are) viewed as torch's float8
+    dtype (`torch.float8_e4m3fn` for F8_E4M3, `float8_e5m2` for F8_E5M2), sharing memory. The FP8
+    flavour is `t.shardload_dtype` (set on every view) or `dtype`. Raises InvalidArgumentError when
+    `t` is not FP8 bytes or the installed torch has no such dtype."""
+    if torch is None:
+        raise InvalidArgumentError("torch is not installed", field="torch")
+    name = getattr(t, "shardload_dtype", None) or "F8_E4M3"
+    if name not in _FLOAT8 or t.dtype != torch.uint8:
+        raise InvalidArgumentError("not FP8 bytes", field="dtype", expected="a uint8 view of F8_E4M3 or F8_E5M2",
+                                   found=f"{name} as {t.dtype}")
+    torch_dtype = getattr(torch, _FLOAT8[name], None)
+    if torch_dtype is None:
         raise InvalidArgumentError(
-            f"this torch ({version}) has no float8_e4m3fn: keep the uint8 bytes (decode with the scales)",
-            kind="invalid_argument", field="dtype", expected="torch >= 2.1", found=version)
-    if t.dtype != torch.uint8:
-        raise InvalidArgumentError("as_float8 takes the uint8 bytes of an FP8 tensor", kind="invalid_argument",
-                                   field="dtype", expected="torch.uint8", found=str(t.dtype))
-    return t.view(torch.float8_e4m3fn)
+            f"torch {torch.__version__} has no {_FLOAT8[name]} (torch 2.1 or later has it)",
+            field="dtype", expected=f"torch.{_FLOAT8[name]}", found=name)
+    return t.view(torch_dtype)

@@ -13,9 +13,11 @@ void register_error_translator(py::module_&) {
     } catch (const Error& e) {
       // The Python side decides the class; raising through it keeps one definition of the hierarchy.
       py::object errors = py::module_::import("shardload.errors");
-      py::object error = errors.attr("from_native")(std::string(error_kind_name(e.kind())), e.what(),
-                                                    e.message(), e.file(), e.tensor(), e.field(), e.expected(),
-                                                    e.found());
+      using namespace pybind11::literals;
+      py::object error = errors.attr("make_error")(std::string(error_kind_name(e.kind())), e.message(),
+                                                   "file"_a = e.file(), "tensor"_a = e.tensor(),
+                                                   "field"_a = e.field(), "expected"_a = e.expected(),
+                                                   "found"_a = e.found());
       PyErr_SetObject(error.get_type().ptr(), error.ptr());
     }
   });

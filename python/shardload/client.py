@@ -1,0 +1,646 @@
+"""Client of a running weight server (`shardload serve`): its rank files mapped read-only, per-rank
+zero-copy tensors, and consistent copies into caller-provided tensors.
+
+The shared memory is README "Weight server": /dev/shm/shardload-NAME/manifest.json and one
+rank-{r}.bin per rank, a 4096-byte header (magic, sequence word, version word, update flag) and the
+rank's tensors at the manifest's offsets. /dev/shm is writable by every user, so nothing there is
+trusted: the directory and every file are opened relative to each other without following links
+and refused unless they belong to the server's user (this user by default) and nobody else may
+write them; the manifest is bounded, validated and never quoted in errors.
+
+Views (`tensor`, `numpy`, `tensors`) read the live bytes: an update rewrites them in place, at the
+same addresses. They are read-only mappings (PROT_READ): numpy arrays say so (not writeable), but
+torch has no read-only tensors, and writing into a view kills the process (SIGSEGV). Copy first.
+A view keeps its mapping alive after `close()` or the client's collection.
+
+Consistent copies (`copy_into`) follow the README's whole-update protocol on x86-64 (loads are not
+reordered with loads, so no fence is needed from Python): on every rank file copied from, the update
+flag is 0 and the sequence word even before the copy, and the sequence and version words are the
+same after it; otherwise the copy is tried again, with a growing sleep, within bounds.
+
+    with shardload.connect("qwen") as server:               # shardload serve ... --name qwen
+        w = server.tensor(0, "model.layers.1.mlp.experts.w13_weight")   # zero-copy, live
+        params = {name: p for name, p in model.named_parameters() if name in server.names(0)}
+        version = server.copy_into(params, rank=0)          # one consistent snapshot, in place
+
+A Client is meant for one thread at a time (views may be shared freely).
+"""
+
+import errno
+import json
+import mmap
+import os
+import pwd
+import re
+import stat
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from .errors import ConflictError, FormatError, InvalidArgumentError, IoError, StaleReadError
+from .tensors import _FLOAT8, as_float8  # noqa: F401 (as_float8 is part of the client API)
+
+DEFAULT_TIMEOUT = 60.0  # seconds a copy may wait for an update to finish
+DEFAULT_RETRIES = 100_000  # tries of one copy, busy or torn
+_MAX_SLEEP = 0.01  # the backoff's ceiling: an update ends at most this long before a retry sees it
+
+SHM_ROOT = "/dev/shm"
+MANIFEST_FORMAT = "shardload-shm/1"
+MAGIC = b"SHLDSHM1"
+HEADER_BYTES = 4096
+MAX_MANIFEST_BYTES = 64 << 20  # as the server's own reader (kMaxManifestBytes)
+MAX_RANKS = 1 << 16
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+# Header words (uint64 little-endian) by index: 1 sequence, 2 version, 3 update in progress.
+_SEQUENCE, _VERSION, _UPDATING = 1, 2, 3
+
+# Safetensors dtype name -> (numpy dtype the bytes are read as, torch dtype of views). BF16 is read
+# as int16 and viewed as bfloat16; FP8 stays uint8 (see as_float8).
+_DTYPES = {
+    "BOOL": (np.bool_, torch.bool),
+    "U8": (np.uint8, torch.uint8),
+    "I8": (np.int8, torch.int8),
+    "I16": (np.int16, torch.int16),
+    "I32": (np.int32, torch.int32),
+    "I64": (np.int64, torch.int64),
+    "F16": (np.float16, torch.float16),
+    "BF16": (np.int16, torch.bfloat16),
+    "F32": (np.float32, torch.float32),
+    "F64": (np.float64, torch.float64),
+    "F8_E4M3": (np.uint8, torch.uint8),
+    "F8_E5M2": (np.uint8, torch.uint8),
+}
+def connect(name, *, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
+    """Maps the rank files of the weight server `shardload serve ... --name NAME`, read-only.
+
+    `root` is where the server's directory shardload-NAME is (/dev/shm). `owner` is the user the
+    files must belong to: this process's effective user by default; a reader of a `--shm-group`
+    server run by another user names that user (a name or uid). `retries` and `timeout` bound each
+    `copy_into` (which can override them). Raises IoError (missing or refused files), FormatError (a
+    manifest that is not a valid shardload-shm/1 manifest) or InvalidArgumentError (a bad name)."""
+    return Client(name, root=root, owner=owner, retries=retries, timeout=timeout)
+
+
+class _RankMap:
+    """One mapped rank file: the mapping, its descriptor (kept to notice the file being unlinked:
+    the server replaces a file only by unlinking it) and its header words."""
+
+    def __init__(self, fd, mm, path):
+        self.fd = fd
+        self.mm = mm
+        self.path = path
+        self.identity = _identity(os.fstat(fd))
+        self.header = np.frombuffer(mm, dtype="<u8", count=4)
+        self.bytes = np.frombuffer(mm, dtype=np.uint8)
+
+    def stamp(self):
+        # One aligned 8-byte load per word (numpy scalar access), so a word is never torn.
+        h = self.header
+        return int(h[_SEQUENCE]), int(h[_VERSION]), int(h[_UPDATING])
+
+    def replaced(self):
+        return os.fstat(self.fd).st_nlink == 0
+
+    def close(self):
+        if self.fd is None:
+            return
+        self.header = self.bytes = None
+        os.close(self.fd)
+        self.fd = None
+        try:
+            self.mm.close()  # unmaps now unless a view still uses it; then the last view does
+        except BufferError:
+            pass
+        self.mm = None
+
+    def __del__(self):
+        # A client dropped without close(): its descriptors go with it (views keep the mapping).
+        if getattr(self, "fd", None) is not None:
+            self.close()
+
+
+class Client:
+    """A weight server's shared memory, mapped read-only (see `connect`).
+
+    Attributes: `name`, `path` (the directory), `manifest` (dict, as last read), `tp_size`,
+    `ep_size`, `ranks` (the number of rank files). Properties `version` and `update_in_progress`
+    read the headers now."""
+
+    def __init__(self, name, *, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
+            raise InvalidArgumentError("bad shared-memory name", field="name",
+                                       expected="1-100 characters of [A-Za-z0-9._-]", found=repr(name))
+        self.name = name
+        self.path = os.path.join(root, f"shardload-{name}")
+        self._root = root
+        self._owner = _resolve_owner(owner)
+        self.retries = _positive_int(retries, "retries")
+        self.timeout = _positive_float(timeout, "timeout")
+        self._maps = []
+        self._tables = []
+        self._views = {}
+        self.manifest = None
+        self.refresh()
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def refresh(self):
+        """Reads the manifest again and maps whatever rank file the server replaced (a restart that
+        reloaded, or another server on the same name). A file still linked at its name, of the same
+        size, stays mapped: views of it stay live. Returns True when a rank file was remapped or a
+        tensor table changed: views taken before are then no longer the served tensors (they keep
+        the bytes of their old mapping); False when only the version or the expert map moved."""
+        dir_fd = self._open_dir()
+        try:
+            manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
+            old_maps, new_maps = self._maps, []
+            changed = len(old_maps) != len(manifest["ranks"])
+            try:
+                for r, rank in enumerate(manifest["ranks"]):
+                    fd = self._open_own(dir_fd, rank["file"], os.O_RDONLY)
+                    st = os.fstat(fd)
+                    if r < len(old_maps) and old_maps[r].identity == _identity(st):
+                        os.close(fd)
+                        new_maps.append(old_maps[r])
+                    else:
+                        new_maps.append(self._map(fd, st, rank))
+                        changed = True
+            except BaseException:
+                for m in new_maps:
+                    if m not in old_maps:
+                        m.close()
+                raise
+        finally:
+            os.close(dir_fd)
+        tables = [rank["tensors"] for rank in manifest["ranks"]]
+        changed = changed or tables != self._tables
+        for m in old_maps:
+            if m not in new_maps:
+                m.close()
+        self._maps, self._tables, self.manifest = new_maps, tables, manifest
+        self._views = {}
+        self.tp_size = manifest["tp_size"]
+        self.ep_size = manifest["ep_size"]
+        self.ranks = len(new_maps)
+        return changed
+
+    def close(self):
+        """Drops this client's mappings: each is unmapped now, or when the last view of it goes."""
+        self._views = {}
+        for m in self._maps:
+            m.close()
+        self._maps = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<shardload.Client {self.path} ranks={len(self._maps)} version={self.manifest.get('version')}>"
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def version(self):
+        """The version the bytes belong to (rank 0's header), the last published one while an
+        update is in progress."""
+        return self._rank(0).stamp()[1]
+
+    @property
+    def update_in_progress(self):
+        """True while an update (or a load) may be rewriting bytes of any rank."""
+        return any(self._rank(r).stamp()[2] for r in range(len(self._maps)))
+
+    def names(self, rank):
+        """The tensor names of `rank`, in manifest order."""
+        self._rank(rank)
+        return list(self._tables[rank])
+
+    def dtype(self, rank, name):
+        """The safetensors dtype name of a tensor ("BF16", "F8_E4M3", ...)."""
+        return self._entry(rank, name)["dtype"]
+
+    # -- views -----------------------------------------------------------------------------------
+
+    def numpy(self, rank, name, *, bits=False):
+        """A read-only numpy view of a tensor, sharing the mapping. NumPy has no bfloat16: a BF16
+        tensor raises InvalidArgumentError unless `bits=True`, which gives its uint16 bits. FP8
+        tensors are uint8 (their dtype name: `dtype(rank, name)`)."""
+        entry = self._entry(rank, name)
+        array = self._array(rank, name, entry)
+        if entry["dtype"] == "BF16":
+            if not bits:
+                raise InvalidArgumentError("numpy has no bfloat16: pass bits=True for the uint16 bits, or use tensor()",
+                                           tensor=name, field="dtype", expected="not BF16", found="BF16")
+            return array.view(np.uint16)
+        return array
+
+    def tensor(self, rank, name):
+        """A torch tensor sharing the mapping (BF16 as torch.bfloat16, FP8 as uint8 bytes: see
+        as_float8); `.shardload_dtype` is its dtype name. Never write into it (see the module)."""
+        with warnings.catch_warnings():
+            # torch warns that the array is not writeable: that is the point of the mapping.
+            warnings.simplefilter("ignore", UserWarning)
+            return self._tensor(rank, name)
+
+    def tensors(self, rank):
+        """{name: tensor(rank, name)} for every tensor of `rank`."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return {name: self._tensor(rank, name) for name in self.names(rank)}
+
+    # -- consistent copies -----------------------------------------------------------------------
+
+    def copy_into(self, targets, rank=None, *, retries=None, timeout=None):
+        """Copies tensors of one snapshot into caller-provided torch tensors (CPU or device) and
+        returns the version copied.
+
+        With `rank`, `targets` is {name: tensor} of that rank; without, it is {rank: {name: tensor}},
+        copied as one snapshot over all those ranks. Every target is checked against the manifest
+        first (a tensor of the rank, the same shape, the matching dtype: BF16 -> bfloat16, FP8 ->
+        uint8 or torch's float8, not inside the mapping) and every mismatch is named in one
+        InvalidArgumentError before anything is copied. The copy is retried while an update is in
+        progress or the words moved; after `retries` tries or `timeout` seconds (the client's by
+        default) StaleReadError names the rank that stayed busy. ConflictError when the server
+        replaced or removed a rank file (restart or stop: `refresh()`)."""
+        plan = self._copy_plan(targets, rank)
+        retries = self.retries if retries is None else _positive_int(retries, "retries")
+        timeout = self.timeout if timeout is None else _positive_float(timeout, "timeout")
+        ranks = sorted(plan)
+        deadline = time.monotonic() + timeout
+        sleep = 0.0001
+        for attempt in range(retries):
+            for r in ranks:
+                if self._maps[r].replaced():
+                    raise ConflictError("the server replaced or removed this rank file (restarted or stopped): "
+                                        "call refresh()", file=self._maps[r].path)
+            before = [self._maps[r].stamp() for r in ranks]
+            busy = next((r for r, (seq, _, updating) in zip(ranks, before) if seq % 2 or updating), None)
+            if busy is None:
+                with torch.no_grad():
+                    for r in ranks:
+                        for target, source in plan[r]:
+                            target.copy_(source)
+                after = [self._maps[r].stamp() for r in ranks]
+                if after == before:
+                    version = before[0][1]
+                    if any(v != version for _, v, _ in before):
+                        # Ranks published at different versions with no update running: only a
+                        # server that died between two publishes leaves that.
+                        raise ConflictError("rank files carry different versions with no update in progress",
+                                            file=self.path, field="version",
+                                            found=", ".join(f"rank {r}: {s[1]}" for r, s in zip(ranks, before)))
+                    self._check_layout(version)
+                    return version
+                busy = next(r for r, b, a in zip(ranks, before, after) if a != b)
+            last = (busy, self._maps[busy].stamp())
+            if attempt + 1 == retries or time.monotonic() >= deadline:
+                break
+            time.sleep(sleep)
+            sleep = min(sleep * 2, _MAX_SLEEP)
+        busy, (seq, version, updating) = last
+        raise StaleReadError(f"no consistent copy of rank {busy} within {timeout:g} s and {retries} tries: "
+                             "the server kept updating it", file=self._maps[busy].path,
+                             field="sequence, version, update_in_progress", expected="even, unchanged, 0",
+                             found=f"{seq}, {version}, {updating}")
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _tensor(self, rank, name):
+        entry = self._entry(rank, name)
+        t = torch.from_numpy(self._array(rank, name, entry))
+        if entry["dtype"] == "BF16":
+            t = t.view(torch.bfloat16)
+        t.shardload_dtype = entry["dtype"]
+        return t
+
+    def _rank(self, rank):
+        if not self._maps:
+            raise InvalidArgumentError("the client is closed", file=self.path)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self._maps):
+            raise InvalidArgumentError("no such rank", file=self.path, field="rank",
+                                       expected=f"0 to {len(self._maps) - 1}", found=repr(rank))
+        return self._maps[rank]
+
+    def _entry(self, rank, name):
+        self._rank(rank)
+        entry = self._tables[rank].get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise InvalidArgumentError(f"no such tensor in rank {rank}", file=self.path, tensor=str(name),
+                                       field="name", expected=f"one of the {len(self._tables[rank])} tensors "
+                                       "of the manifest")
+        return entry
+
+    def _array(self, rank, name, entry):
+        key = (rank, name)
+        array = self._views.get(key)
+        if array is None:
+            np_dtype = _DTYPES[entry["dtype"]][0]
+            count = entry["nbytes"] // np.dtype(np_dtype).itemsize
+            array = np.frombuffer(self._maps[rank].mm, dtype=np_dtype, count=count,
+                                  offset=entry["offset"]).reshape(entry["shape"])
+            self._views[key] = array
+        return array
+
+    def _copy_plan(self, targets, rank):
+        if rank is not None:
+            self._rank(rank)
+            targets = {rank: targets}
+        if not isinstance(targets, dict) or not targets:
+            raise InvalidArgumentError("targets must be a non-empty dict", field="targets",
+                                       expected="{name: tensor} with rank=, or {rank: {name: tensor}}",
+                                       found=type(targets).__name__)
+        problems, plan = [], {}
+        for r, named in targets.items():
+            self._rank(r)
+            if not isinstance(named, dict) or not named:
+                problems.append((None, f"rank {r}: targets must be a non-empty dict of name: tensor"))
+                continue
+            pairs = plan.setdefault(r, [])
+            for name, target in named.items():
+                why = self._target_problem(r, name, target)
+                if why:
+                    problems.append((name, f"rank {r} '{name}': {why}"))
+                    continue
+                source = self.tensor(r, name)  # a view: the copy reads the live bytes
+                if target.dtype != source.dtype:
+                    target = target.view(source.dtype)  # a float8 target takes the FP8 bytes as they are
+                pairs.append((target, source))
+        if problems:
+            raise InvalidArgumentError(f"{len(problems)} target(s) do not match the manifest: "
+                                       + "; ".join(p for _, p in problems),
+                                       file=self._manifest_path(), tensor=problems[0][0] or "", field="targets")
+        return plan
+
+    def _target_problem(self, rank, name, target):
+        entry = self._tables[rank].get(name) if isinstance(name, str) else None
+        if entry is None:
+            return "no such tensor in the manifest"
+        if not isinstance(target, torch.Tensor):
+            return f"not a torch.Tensor but {type(target).__name__}"
+        problems = []
+        if tuple(target.shape) != tuple(entry["shape"]):
+            problems.append(f"shape {list(target.shape)}, expected {entry['shape']}")
+        accepted = [_DTYPES[entry["dtype"]][1]]
+        if entry["dtype"] in _FLOAT8 and hasattr(torch, _FLOAT8[entry["dtype"]]):
+            accepted.append(getattr(torch, _FLOAT8[entry["dtype"]]))
+        if target.dtype not in accepted:
+            problems.append(f"dtype {target.dtype}, expected {' or '.join(map(str, accepted))} ({entry['dtype']})")
+        if target.device.type == "cpu" and target.numel() > 0:
+            base = self._maps[rank].bytes.ctypes.data
+            if base <= target.data_ptr() < base + self._maps[rank].bytes.size:
+                problems.append("it is a view of the read-only mapping itself")
+        return "; ".join(problems)
+
+    def _check_layout(self, version):
+        # A version past the manifest's means an update or a restart since it was read: offsets
+        # never change while a server runs, but a restart that reloaded in place could lay the
+        # same files out anew. Read the manifest again and insist on the same tensor tables.
+        if version == self.manifest["version"]:
+            return
+        try:
+            dir_fd = self._open_dir()
+            try:
+                manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
+            finally:
+                os.close(dir_fd)
+        except (IoError, FormatError):
+            # No manifest to compare with right now (a restart removes it while it reloads): the
+            # copy itself was consistent; the next copy checks again.
+            return
+        if [rank["tensors"] for rank in manifest["ranks"]] != self._tables:
+            raise ConflictError("the server's tensor table changed (restarted with another model or layout): "
+                                "call refresh()", file=self._manifest_path())
+        self.manifest = manifest
+
+    def _manifest_path(self):
+        return os.path.join(self.path, "manifest.json")
+
+    def _open_dir(self):
+        try:
+            root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            raise IoError(f"cannot open {self._root}: {e.strerror}", file=self._root) from None
+        try:
+            leaf = os.path.basename(self.path)
+            try:
+                fd = os.open(leaf, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            except OSError as e:
+                self._refuse_link(root_fd, leaf, self.path, "a directory", e)
+                if e.errno == errno.ENOENT:
+                    raise IoError("no such weight server directory (is `shardload serve --name "
+                                  f"{self.name}` running?)", file=self.path) from None
+                raise IoError(f"cannot open: {e.strerror}", file=self.path) from None
+        finally:
+            os.close(root_fd)
+        try:
+            self._check_owner(os.fstat(fd), self.path, stat.S_ISDIR, "directory")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_own(self, dir_fd, name, flags):
+        path = os.path.join(self.path, name)
+        try:
+            # O_NONBLOCK: a FIFO planted in the server's place must not block the open.
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as e:
+            self._refuse_link(dir_fd, name, path, "a regular file", e)
+            raise IoError(f"cannot open: {e.strerror}", file=path) from None
+        try:
+            st = os.fstat(fd)
+            self._check_owner(st, path, stat.S_ISREG, "regular file")
+            if st.st_nlink != 1:
+                raise IoError("refusing a file with several names (a hard link someone made)", file=path,
+                              field="links", expected="1", found=str(st.st_nlink))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _refuse_link(self, dir_fd, name, path, expected, error):
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise IoError("refusing a symbolic link", file=path, field="file type", expected=expected,
+                          found=f"a symbolic link owned by {_describe_user(st.st_uid)}") from None
+
+    def _check_owner(self, st, path, is_type, what):
+        if not is_type(st.st_mode):
+            raise IoError(f"refusing it: not a {what}", file=path, field="file type", expected=f"a {what}",
+                          found=stat.filemode(st.st_mode))
+        if st.st_uid != self._owner or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise IoError(f"refusing a {what} someone else could have planted or changed", file=path,
+                          field="owner and mode",
+                          expected=f"owned by {_describe_user(self._owner)}, not writable by group or others",
+                          found=f"owner {_describe_user(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}")
+
+    def _read_manifest(self, dir_fd):
+        path = self._manifest_path()
+        fd = self._open_own(dir_fd, "manifest.json", os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise FormatError("manifest too large", file=path, field="size",
+                                  expected=f"at most {MAX_MANIFEST_BYTES} bytes", found=f"{size} bytes")
+            chunks, got = [], 0
+            while got <= MAX_MANIFEST_BYTES:
+                chunk = os.read(fd, min(1 << 20, MAX_MANIFEST_BYTES + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        except OSError as e:
+            raise IoError(f"cannot read: {e.strerror}", file=path) from None
+        finally:
+            os.close(fd)
+        if got > MAX_MANIFEST_BYTES:
+            raise FormatError("manifest too large", file=path, field="size",
+                              expected=f"at most {MAX_MANIFEST_BYTES} bytes", found="more")
+        data = b"".join(chunks)
+        # The messages below give positions only: the bytes of a file that failed to parse are
+        # never echoed.
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"not UTF-8 (at byte {e.start})", file=path) from None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"not JSON ({e.msg} at line {e.lineno} column {e.colno})", file=path) from None
+        except (RecursionError, ValueError):
+            raise FormatError("not JSON a reader accepts (nested too deeply or a number out of range)",
+                              file=path) from None
+
+    def _map(self, fd, st, rank):
+        path = os.path.join(self.path, rank["file"])
+        try:
+            if st.st_size != rank["bytes"]:
+                raise FormatError("the rank file's size is not the manifest's", file=path, field="bytes",
+                                  expected=str(rank["bytes"]), found=str(st.st_size))
+            try:
+                mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            except (OSError, ValueError) as e:
+                raise IoError(f"cannot map: {e}", file=path) from None
+            if mm[:len(MAGIC)] != MAGIC:
+                mm.close()
+                raise FormatError("not a weight server rank file (bad magic)", file=path, field="magic",
+                                  expected=MAGIC.decode())
+            return _RankMap(fd, mm, path)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def _identity(st):
+    return (st.st_dev, st.st_ino, st.st_size)
+
+
+def _resolve_owner(owner):
+    if owner is None:
+        return os.geteuid()
+    if isinstance(owner, int) and not isinstance(owner, bool) and owner >= 0:
+        return owner
+    if isinstance(owner, str):
+        try:
+            return pwd.getpwnam(owner).pw_uid
+        except KeyError:
+            pass
+    raise InvalidArgumentError("unknown user", field="owner", expected="a user name or uid", found=repr(owner))
+
+
+def _describe_user(uid):
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _positive_int(value, field):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError("must be a positive integer", field=field, found=repr(value))
+    return value
+
+
+def _positive_float(value, field):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError("must be a positive number of seconds", field=field, found=repr(value))
+    return float(value)
+
+
+def _is_uint(value, limit=1 << 63):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit
+
+
+def _validate_manifest(manifest, name, path):
+    """The manifest, checked so that every view and copy stays inside its rank file; FormatError
+    naming the field otherwise (its values are quoted only when they are small numbers or names)."""
+    def bad(field, expected, found=""):
+        return FormatError("not a valid weight server manifest", file=path, field=field, expected=expected,
+                           found=found)
+
+    if not isinstance(manifest, dict):
+        raise bad("(top level)", "a JSON object", type(manifest).__name__)
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise bad("format", MANIFEST_FORMAT, "another format" if "format" in manifest else "none")
+    if manifest.get("name") != name:
+        raise bad("name", repr(name), "another name")
+    for field in ("version", "tp_size", "ep_size"):
+        value = manifest.get(field)
+        if not _is_uint(value) or (field != "version" and value < 1):
+            raise bad(field, "a non-negative integer" if field == "version" else "a positive integer",
+                      type(value).__name__)
+    ranks = manifest.get("ranks")
+    if not isinstance(ranks, list) or not 1 <= len(ranks) <= MAX_RANKS:
+        raise bad("ranks", f"a list of 1 to {MAX_RANKS} ranks", type(ranks).__name__)
+    for r, rank in enumerate(ranks):
+        where = f"ranks[{r}]"
+        if not isinstance(rank, dict):
+            raise bad(where, "an object", type(rank).__name__)
+        if rank.get("rank") != r or isinstance(rank.get("rank"), bool):
+            raise bad(f"{where}.rank", str(r))
+        # The file name is fixed: a manifest cannot send the client to another file.
+        if rank.get("file") != f"rank-{r}.bin":
+            raise bad(f"{where}.file", f"rank-{r}.bin")
+        size = rank.get("bytes")
+        if not _is_uint(size) or size < HEADER_BYTES:
+            raise bad(f"{where}.bytes", f"an integer of at least {HEADER_BYTES}")
+        tensors = rank.get("tensors")
+        if not isinstance(tensors, dict):
+            raise bad(f"{where}.tensors", "an object", type(tensors).__name__)
+        for tensor_name, entry in tensors.items():
+            _validate_tensor(tensor_name, entry, size, lambda field, expected, found="":
+                             FormatError("not a valid weight server manifest", file=path, tensor=tensor_name,
+                                         field=f"{where}.tensors.{field}", expected=expected, found=found))
+    return manifest
+
+
+def _validate_tensor(tensor_name, entry, file_bytes, bad):
+    if not isinstance(entry, dict):
+        raise bad("(entry)", "an object", type(entry).__name__)
+    dtype = entry.get("dtype")
+    if dtype not in _DTYPES:
+        raise bad("dtype", "one of " + ", ".join(_DTYPES), "another dtype")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > 64 or not all(_is_uint(d, 1 << 62) for d in shape):
+        raise bad("shape", "a list of at most 64 non-negative integers")
+    itemsize = np.dtype(_DTYPES[dtype][0]).itemsize
+    count = 1
+    for d in shape:
+        count *= d
+    nbytes, offset = entry.get("nbytes"), entry.get("offset")
+    if nbytes != count * itemsize or isinstance(nbytes, bool):
+        raise bad("nbytes", f"{count * itemsize} (shape x dtype size)")
+    if not _is_uint(offset) or offset < HEADER_BYTES or offset % itemsize or offset + nbytes > file_bytes:
+        raise bad("offset", f"a multiple of {itemsize} from {HEADER_BYTES} with the tensor inside the "
+                  f"{file_bytes}-byte file")
+
+
+__all__ = ["connect", "Client", "as_float8", "SHM_ROOT", "MAX_MANIFEST_BYTES"]
