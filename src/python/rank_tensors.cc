@@ -27,9 +27,10 @@ ProgressRelay::~ProgressRelay() {
 std::function<void(uint64_t, uint64_t)> ProgressRelay::function() {
   if (callback_.is_none()) return {};
   return [this](uint64_t done, uint64_t total) {
-    std::lock_guard lock(mutex_);
-    if (error_) return;
+    // The GIL serializes the calls (and guards error_): a callback that waits, releasing it, lets the
+    // other loading threads call in meanwhile.
     py::gil_scoped_acquire gil;
+    if (error_) return;
     try {
       callback_(done, total);
     } catch (py::error_already_set&) {

@@ -26,8 +26,7 @@ class ProgressRelay {
 
  private:
   pybind11::object callback_;
-  std::mutex mutex_;
-  std::exception_ptr error_;
+  std::exception_ptr error_;  // under the GIL
 };
 
 // An --io name ("auto", "pread", "mmap", "direct"); InvalidArgumentError otherwise.

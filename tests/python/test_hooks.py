@@ -1,0 +1,73 @@
+"""Engine hooks: iter_weights gives every checkpoint tensor as the engines' load_weights consume it, and
+load_state_dict_into copies a rank's tensors into a torch module in place, naming every mismatch."""
+import json
+import pathlib
+
+import pytest
+import torch
+
+import shardload
+from test_tensors import read_safetensors
+
+
+def test_iter_weights_gives_every_checkpoint_tensor_unsharded(tiny):
+    model = pathlib.Path(tiny("deepseek_v3", "fp8-block"))
+    index = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    expected = {}
+    for file in sorted(set(index.values())):
+        expected.update(read_safetensors(model / file))
+    seen = {}
+    for name, tensor in shardload.iter_weights(model, threads=2):
+        dtype, shape, raw = expected[name]
+        assert list(tensor.shape) == shape, name
+        view = tensor.reshape(-1).view(torch.uint8) if tensor.element_size() > 1 else tensor.reshape(-1)
+        assert view.numpy().tobytes() == raw, name
+        seen[name] = tensor
+    assert seen.keys() == expected.keys()
+    assert getattr(seen["model.layers.0.self_attn.o_proj.weight"], "shardload_dtype", None) == "F8_E4M3"
+
+
+def module_with(tensors):
+    """A torch module whose parameters have the tensors' dotted names, shapes and dtypes (zeros)."""
+    root = torch.nn.Module()
+    for name, t in tensors.items():
+        *path, leaf = name.split(".")
+        node = root
+        for part in path:
+            if not hasattr(node, part):
+                node.add_module(part, torch.nn.Module())
+            node = getattr(node, part)
+        node.register_parameter(leaf, torch.nn.Parameter(torch.zeros(t.shape, dtype=t.dtype), requires_grad=False))
+    return root
+
+
+def test_load_state_dict_into_copies_in_place(tiny):
+    loaded = shardload.load(tiny("qwen3_moe"), tp=2, ep=2)
+    rank = {name: torch.from_dlpack(t) for name, t in loaded.tensors(1).items()}
+    module = module_with(rank)
+    addresses = {name: p.data_ptr() for name, p in module.named_parameters()}
+    copied = shardload.load_state_dict_into(module, loaded.tensors(1))
+    assert sorted(copied) == sorted(rank)
+    for name, p in module.named_parameters():
+        assert p.data_ptr() == addresses[name], f"{name} was replaced, not copied into"
+        assert torch.equal(p.data.view(torch.uint8) if p.dtype != torch.uint8 else p.data,
+                           rank[name].view(torch.uint8) if p.dtype != torch.uint8 else rank[name]), name
+
+
+def test_load_state_dict_into_names_every_mismatch_and_copies_nothing(tiny):
+    loaded = shardload.load(tiny("qwen3_moe"), tp=2, ep=2)
+    rank = {name: torch.from_dlpack(t) for name, t in loaded.tensors(0).items()}
+    module = module_with(rank)
+    module.model.norm.weight = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16), requires_grad=False)
+    module.lm_head.weight = torch.nn.Parameter(torch.zeros(rank["lm_head.weight"].shape), requires_grad=False)
+    module.add_module("extra", torch.nn.Linear(2, 2))
+    with pytest.raises(shardload.InvalidArgumentError) as error:
+        shardload.load_state_dict_into(module, rank)
+    message = str(error.value)
+    for expected in ("model.norm.weight: shape", "lm_head.weight: dtype", "extra.weight: not in the rank tensors",
+                     "extra.bias: not in the rank tensors"):
+        assert expected in message
+    assert not any(p.abs().sum() for n, p in module.named_parameters() if n.startswith("model.layers.0"))
+    # Not strict: the extra module is left alone, mismatched shapes still refused.
+    with pytest.raises(shardload.InvalidArgumentError, match="model.norm.weight: shape"):
+        shardload.load_state_dict_into(module, rank, strict=False)
