@@ -14,12 +14,14 @@ build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_FAULT_INJECTION=OFF
 	cmake --build build -j $(JOBS)
 
-# The main job on the embedded tiny MoE model: validate it, plan and load a tp 4 x ep 2 layout, export it.
+# The main job on the embedded tiny MoE model: validate it, plan and load a tp 4 x ep 2 layout, export it,
+# then the same ranks from Python (zero-copy torch tensors, an update in place).
 demo: build
 	build/shardload inspect --summary $(DEMO_MODEL)
 	build/shardload plan $(DEMO_MODEL) --tp 4 --ep 2
 	build/shardload load $(DEMO_MODEL) --tp 4 --ep 2
 	build/shardload export $(DEMO_MODEL) --tp 4 --ep 2 --out build/tiny-qwen3-moe-tp4-ep2 --overwrite
+	PYTHONPATH=build/python /usr/bin/python3 python/examples/demo.py $(DEMO_MODEL)
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzz targets.
 test: test-asan fuzz
