@@ -1,0 +1,557 @@
+"""`python3 -m shardload.verify`: do the rank tensors compute the same function as the checkpoint?
+
+For sampled decoder layers, a random input goes through every projection twice, in float64: once from the
+rank tensors the way the ranks compute it, once from the unsharded checkpoint tensors (FP8 dequantized with its
+scales). Column-parallel layers: each rank's output must equal its rows of the full output (the rank-order
+concatenation within the splitting group, compared rank by rank so that a failure names the rank); fused
+layers are split back into parts by the rank's part rows; GQA k/v rows come from the head the rank owns.
+Row-parallel layers: the partial sums of a group's ranks, plus the bias once (or the divided biases summed),
+must equal the full output. Routed experts: each slot against the logical expert the expert map gives it,
+w13 per MoE-TP rank, w2 summed over the MoE-TP ranks of the EP rank. Embedding / lm_head rows, norms,
+routers and score biases are compared as values.
+
+Error measure: max |y - y_ref| / max |y_ref| per module (over the whole output, so values near zero do not
+dominate). Tolerance, per module, from what may legitimately differ (see `_tolerance`).
+"""
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from . import rank_source
+from .fp8 import decode_e4m3, dequant_block_parts, expand_blocks
+from .safetensors_io import Checkpoint, SafetensorsError
+
+# One rounding to the rank's dtype: half the relative spacing of its mantissa (unit roundoff).
+UNIT_ROUNDOFF = {"F8_E4M3": 2.0 ** -4, "BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24, "F64": 2.0 ** -53}
+# Identical weights: only float64 summation order differs between the sharded and the full computation.
+EXACT_TOLERANCE = 1e-9
+_PRECISION = {"F8_E4M3": 0, "BF16": 1, "F16": 1, "F32": 2, "F64": 3}
+_TORCH_DTYPE = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float64: "F64",
+                torch.uint8: "F8_E4M3"}
+_SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "input_scale")
+
+
+class VerifyError(Exception):
+    """The rank tensors cannot be checked at all (a tensor missing, a shape the layout does not explain)."""
+
+
+@dataclass
+class Check:
+    module: str        # e.g. "layer 1 self_attn.qkv_proj"
+    where: str         # rank / expert / group that gave the largest error
+    error: float
+    tolerance: float
+
+    @property
+    def ok(self):
+        return self.error <= self.tolerance
+
+
+@dataclass
+class Report:
+    checks: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # structural failures (missing / unverified tensors)
+    layers: list = field(default_factory=list)
+
+    @property
+    def ok(self):
+        return not self.problems and all(c.ok for c in self.checks)
+
+    @property
+    def failures(self):
+        return [c for c in self.checks if not c.ok]
+
+    def lines(self):
+        out = [f"verified layers {self.layers}"]
+        for c in self.checks:
+            out.append(f"{'ok  ' if c.ok else 'FAIL'} {c.module:<48} max rel err {c.error:.3e} "
+                       f"(tolerance {c.tolerance:.1e}) at {c.where}")
+        out += [f"FAIL {p}" for p in self.problems]
+        return out
+
+
+def _rel_err(y, ref):
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    diff = (y - ref).abs().max().item() if ref.numel() else 0.0
+    if diff != diff:  # NaN
+        return float("inf")
+    return diff / scale if scale > 0 else diff
+
+
+def _tolerance(rank_dtype, ckpt_dtypes, requantized):
+    """One rounding to the rank dtype when the rank value may have been rounded (a narrower dtype than the
+    checkpoint's, FP8 (re)quantization); otherwise the values are identical and only summation order
+    differs. For FP8 that is one e4m3 rounding (2^-4 relative per element, fp8.md); the measured normwise
+    error of a requantized layer is ~2-3x smaller, and a misplaced head or expert gives errors of order 1."""
+    narrowing = any(_PRECISION.get(rank_dtype, 0) < _PRECISION.get(d, 0) or
+                    (rank_dtype != d and _PRECISION.get(rank_dtype) == _PRECISION.get(d)) for d in ckpt_dtypes)
+    return UNIT_ROUNDOFF.get(rank_dtype, 2.0 ** -4) if narrowing or requantized else EXACT_TOLERANCE
+
+
+class _Model:
+    """The checkpoint side: float64 weights with FP8 dequantized."""
+
+    def __init__(self, model_dir):
+        self.ckpt = Checkpoint(model_dir)
+        cfg = self.ckpt.config
+        self.heads = cfg.get("num_attention_heads")
+        self.kv_heads = cfg.get("num_key_value_heads") or self.heads
+
+    def has(self, name):
+        return name in self.ckpt
+
+    def dtype(self, name):
+        return self.ckpt.dtype(name)
+
+    def value(self, name):
+        return self.ckpt.get(name).double()
+
+    def weight(self, base):
+        """float64 [out, in] of `base.weight`, FP8 dequantized (per-tensor `weight_scale` or block
+        `weight_scale_inv`)."""
+        w = self.ckpt.get(base + ".weight")
+        if self.ckpt.dtype(base + ".weight") != "F8_E4M3":
+            return w.double()
+        if self.has(base + ".weight_scale_inv"):
+            s = self.ckpt.get(base + ".weight_scale_inv")
+            return decode_e4m3(w) * expand_blocks(s, *w.shape)
+        if self.has(base + ".weight_scale"):
+            s = self.ckpt.get(base + ".weight_scale").double()
+            if s.numel() != 1:
+                raise VerifyError(f"{base}.weight_scale: expected one value, found shape {list(s.shape)}")
+            return decode_e4m3(w) * s.reshape(())
+        raise VerifyError(f"{base}.weight is FP8 without weight_scale or weight_scale_inv")
+
+    def bias(self, base):
+        return self.value(base + ".bias") if self.has(base + ".bias") else None
+
+
+def _rank_dtype(t):
+    return _TORCH_DTYPE.get(t.dtype, str(t.dtype))
+
+
+def _rank_dense_weight(rank, mod, part_rows):
+    """float64 weight of a dense rank module, FP8 dequantized (block scales per part for fused layers)."""
+    w = rank[mod + ".weight"]
+    if w.dtype != torch.uint8:
+        return w.double()
+    if mod + ".weight_scale_inv" in rank:
+        return dequant_block_parts(w, rank[mod + ".weight_scale_inv"], part_rows)
+    if mod + ".weight_scale" in rank:
+        s = rank[mod + ".weight_scale"].double()
+        if s.numel() != 1:
+            raise VerifyError(f"{mod}.weight_scale: expected shape [1], found {list(s.shape)}")
+        return decode_e4m3(w) * s.reshape(())
+    raise VerifyError(f"{mod}.weight is FP8 without weight_scale or weight_scale_inv")
+
+
+def _rank_expert_weight(rank, mod, slot, part_rows):
+    """float64 weight of one expert slot of `mod` (…experts.w13 or …experts.w2), FP8 dequantized."""
+    w = rank[mod + "_weight"][slot]
+    if w.dtype != torch.uint8:
+        return w.double()
+    if mod + "_weight_scale_inv" in rank:
+        return dequant_block_parts(w, rank[mod + "_weight_scale_inv"][slot], part_rows)
+    if mod + "_weight_scale" in rank:
+        s = rank[mod + "_weight_scale"][slot].double().reshape(-1)
+        values, out, row = decode_e4m3(w), [], 0
+        # w13 has a scale per half ([El, 2]); w2 one per expert ([El]).
+        if s.numel() not in (1, len(part_rows)):
+            raise VerifyError(f"{mod}_weight_scale: {s.numel()} scales per expert for {len(part_rows)} parts")
+        for k, n in enumerate(part_rows):
+            out.append(values[row:row + n] * s[min(k, s.numel() - 1)])
+            row += n
+        return torch.cat(out, 0)
+    raise VerifyError(f"{mod}_weight is FP8 without a scale")
+
+
+class _Layout:
+    """Who splits what: the scope of each parameter group and each rank's place in it."""
+
+    def __init__(self, layout, n_ranks):
+        self.T = layout["tp_size"]
+        if n_ranks != self.T:
+            raise VerifyError(f"{n_ranks} ranks of tensors for tp_size {self.T}")
+        self.tm = layout["moe_tp_size"]
+        dp = layout.get("dp_size", 1)
+        if type(dp) is not int or dp < 1 or self.T % dp:
+            raise VerifyError(f"dp_size {dp} does not divide tp_size {self.T}")
+        self.A = self.T // dp
+        self.scopes = dict(layout.get("scopes") or {})
+        self.no_split_shared = bool(layout.get("no_split_shared_experts"))
+        self.row_bias = layout.get("row_bias", "full")
+        self.maps = layout.get("physical_to_logical_map") or []
+        self.quantization = layout.get("quantization", "none")
+
+    def scope(self, group):
+        if group == "replicated":
+            return "replicated"
+        if group in self.scopes:
+            return self.scopes[group]
+        if group == "shared_experts" and self.no_split_shared:
+            return "replicated"
+        return "world"
+
+    def place(self, group, r):
+        """(group id, size n, index k) of rank r in the ranks that split `group`."""
+        scope = self.scope(group)
+        if scope == "world":
+            return 0, self.T, r
+        if scope == "attention":
+            return r // self.A, self.A, r % self.A
+        if scope == "replicated":
+            return r, 1, 0
+        raise VerifyError(f"unknown scope {scope!r} of group {group}")
+
+
+# Rank module (after "model.layers.{i}.") -> (kind, group, checkpoint parts).
+def _classify(mod):
+    if mod == "self_attn.qkv_proj":
+        return "qkv", "attention", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    if mod == "self_attn.fused_qkv_a_proj":
+        return "column", "replicated", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"]
+    if mod == "self_attn.kv_a_proj_with_mqa":
+        return "column", "replicated", [mod]
+    if mod in ("self_attn.q_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj"):
+        return "column", "attention", [mod]
+    if mod == "self_attn.o_proj":
+        return "row", "attention", [mod]
+    m = re.fullmatch(r"(mlp|mlp\.shared_experts?)\.(gate_up_proj|down_proj)", mod)
+    if m:
+        group = "dense_mlp" if m.group(1) == "mlp" else "shared_experts"
+        if m.group(2) == "gate_up_proj":
+            return "column", group, [m.group(1) + ".gate_proj", m.group(1) + ".up_proj"]
+        return "row", group, [mod]
+    return None
+
+
+_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2")}
+_FUSED_STATIC = {"qkv", "fused"}
+
+
+class _Verifier:
+    def __init__(self, model, ranks, layout, tolerance, seed, tokens):
+        self.model, self.ranks, self.lay = model, ranks, layout
+        self.tol_override = tolerance
+        self.gen = torch.Generator().manual_seed(seed)
+        self.tokens = tokens
+        self.report = Report()
+        self.used = [set() for _ in ranks]
+
+    def _x(self, n_in):
+        return torch.randn(self.tokens, n_in, generator=self.gen, dtype=torch.float64)
+
+    def _tol(self, rank_dtype, ckpt_dtypes, requantized=False):
+        if self.tol_override is not None:
+            return self.tol_override
+        return _tolerance(rank_dtype, ckpt_dtypes, requantized)
+
+    def _requantized(self, rank_tensor, n_parts, ckpt_dtypes):
+        """FP8 codes that may differ from the checkpoint's: dynamic quantization, or static per-tensor fused
+        parts requantized to one scale (block FP8 is never requantized)."""
+        if rank_tensor.dtype != torch.uint8:
+            return False
+        if "F8_E4M3" not in ckpt_dtypes:
+            return True
+        return self.lay.quantization == "fp8" and n_parts > 1
+
+    def _get(self, r, name):
+        if name not in self.ranks[r]:
+            raise VerifyError(f"rank {r} has no tensor {name}")
+        self.used[r].add(name)
+        return self.ranks[r][name]
+
+    def _use_scales(self, r, mod, sep="."):
+        for s in _SCALE_SUFFIXES:
+            if mod + sep + s in self.ranks[r]:
+                self.used[r].add(mod + sep + s)
+
+    def _add(self, module, where_err, rank_dtype, ckpt_dtypes, requantized=False):
+        where, err = max(where_err, key=lambda p: p[1])
+        self.report.checks.append(Check(module, where, err, self._tol(rank_dtype, ckpt_dtypes, requantized)))
+
+    # ---- column-parallel: rank output rows == its rows of the full output, part by part ----
+    def column(self, label, prefix, mod, kind, group, parts):
+        full = [self.model.weight(prefix + p) for p in parts]
+        biases = [self.model.bias(prefix + p) for p in parts]
+        ckpt_dtypes = {self.model.dtype(prefix + p + ".weight") for p in parts}
+        x = self._x(full[0].shape[1])
+        refs = [x @ w.T + (b if b is not None else 0) for w, b in zip(full, biases)]
+        results, rank_dtype, requant = [], None, False
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            ranges = []
+            for j, w in enumerate(full):
+                out = w.shape[0]
+                if kind == "qkv" and j > 0 and n >= self.model.kv_heads:
+                    # More ranks than kv heads: rank k holds kv head k // (n / Hkv), replicated.
+                    if n % self.model.kv_heads:
+                        raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
+                    d = out // self.model.kv_heads
+                    h = k // (n // self.model.kv_heads)
+                    ranges.append((h * d, (h + 1) * d))
+                else:
+                    if out % n:
+                        raise VerifyError(f"{label}: {out} rows of {parts[j]} do not split over {n} ranks")
+                    ranges.append((k * out // n, (k + 1) * out // n))
+            rows = [b - a for a, b in ranges]
+            wt = self._get(r, prefix + mod + ".weight")
+            self._use_scales(r, prefix + mod)
+            if tuple(wt.shape) != (sum(rows), full[0].shape[1]):
+                raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
+                                  f"{[sum(rows), full[0].shape[1]]}")
+            rank_dtype = _rank_dtype(wt)
+            requant = requant or self._requantized(wt, len(parts), ckpt_dtypes)
+            y = x @ _rank_dense_weight(self.ranks[r], prefix + mod, rows).T
+            if prefix + mod + ".bias" in self.ranks[r]:
+                y = y + self._get(r, prefix + mod + ".bias").double()
+            row = 0
+            for j, (a, b) in enumerate(ranges):
+                err = _rel_err(y[:, row:row + b - a], refs[j][:, a:b])
+                results.append((f"rank {r} part {parts[j].split('.')[-1]}", err))
+                row += b - a
+        self._add(label, results, rank_dtype, ckpt_dtypes, requant)
+
+    # ---- row-parallel: partial sums of a group's ranks, plus the bias once, == the full output ----
+    def row(self, label, prefix, mod, group, src):
+        w = self.model.weight(prefix + src)
+        bias = self.model.bias(prefix + src)
+        ckpt_dtypes = {self.model.dtype(prefix + src + ".weight")}
+        x = self._x(w.shape[1])
+        ref = x @ w.T + (bias if bias is not None else 0)
+        groups = {}
+        for r in range(len(self.ranks)):
+            gid, n, k = self.lay.place(group, r)
+            groups.setdefault(gid, []).append((k, n, r))
+        results, rank_dtype, requant = [], None, False
+        for gid, members in sorted(groups.items()):
+            total = torch.zeros_like(ref)
+            partial_errs = []
+            for k, n, r in sorted(members):
+                cols = w.shape[1] // n
+                wt = self._get(r, prefix + mod + ".weight")
+                self._use_scales(r, prefix + mod)
+                if w.shape[1] % n or tuple(wt.shape) != (w.shape[0], cols):
+                    raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
+                                      f"{[w.shape[0], cols]}")
+                rank_dtype = _rank_dtype(wt)
+                requant = requant or self._requantized(wt, 1, ckpt_dtypes)
+                part = x[:, k * cols:(k + 1) * cols] @ _rank_dense_weight(self.ranks[r], prefix + mod, [w.shape[0]]).T
+                partial_errs.append((r, _rel_err(part, x[:, k * cols:(k + 1) * cols] @ w[:, k * cols:(k + 1) * cols].T)))
+                total += part
+                if prefix + mod + ".bias" in self.ranks[r]:
+                    b = self._get(r, prefix + mod + ".bias").double()
+                    if self.lay.row_bias == "divided" or k == 0:
+                        total += b
+            ranks = [r for _, _, r in sorted(members)]
+            worst = max(partial_errs, key=lambda p: p[1])[0]
+            results.append((f"ranks {ranks} (worst partial: rank {worst})", _rel_err(total, ref)))
+        self._add(label, results, rank_dtype, ckpt_dtypes, requant)
+
+    # ---- routed experts: every slot against the logical expert the map gives it ----
+    def experts(self, i, prefix, moe_index):
+        moe = "block_sparse_moe" if prefix + "block_sparse_moe.experts.w13_weight" in self.ranks[0] else "mlp"
+        (gate, up), down = _EXPERT_PARTS[moe]
+        base = f"{prefix}{moe}.experts"
+        tm = self.lay.tm
+        w13_0 = self.ranks[0][base + ".w13_weight"]
+        el = w13_0.shape[0]
+        n_logical = sum(1 for n in self.model.ckpt.where if re.fullmatch(re.escape(base) + rf"\.\d+\.{down}\.weight", n))
+        maps = self.lay.maps
+        if moe_index < len(maps):
+            pmap = maps[moe_index]
+        else:
+            pmap = [p % n_logical for p in range(el * self.lay.T // tm)]
+        ck = lambda l, p: f"{base}.{l}.{p}"
+        ckpt_dtypes = {self.model.dtype(ck(0, gate) + ".weight")}
+        w13_res, w2_res, r13, r2 = [], [], False, False
+        x13 = self._x(w13_0.shape[2])
+        ep_groups = {}
+        for r in range(len(self.ranks)):
+            e, rm = r // tm, r % tm
+            w13 = self._get(r, base + ".w13_weight")
+            w2 = self._get(r, base + ".w2_weight")
+            self._use_scales(r, base + ".w13", "_")
+            self._use_scales(r, base + ".w2", "_")
+            if w13.shape[0] != el or w2.shape[0] != el:
+                raise VerifyError(f"layer {i} experts: rank {r} has {w13.shape[0]} / {w2.shape[0]} slots, expected {el}")
+            for j in range(el):
+                p = e * el + j
+                if p >= len(pmap):
+                    raise VerifyError(f"layer {i} experts: physical expert {p} past the expert map")
+                logical = pmap[p]
+                wg, wu = self.model.weight(ck(logical, gate)), self.model.weight(ck(logical, up))
+                im = wg.shape[0]
+                if im % tm:
+                    raise VerifyError(f"layer {i} experts: {im} rows do not split over moe_tp {tm}")
+                n = im // tm
+                if tuple(w13.shape[1:]) != (2 * n, wg.shape[1]):
+                    raise VerifyError(f"layer {i} experts.w13: rank {r} shape {list(w13.shape)}")
+                y = x13 @ _rank_expert_weight(self.ranks[r], base + ".w13", j, [n, n]).T
+                where = f"rank {r} slot {j} (expert {logical})"
+                w13_res.append((where + " gate", _rel_err(y[:, :n], x13 @ wg[rm * n:(rm + 1) * n].T)))
+                w13_res.append((where + " up", _rel_err(y[:, n:], x13 @ wu[rm * n:(rm + 1) * n].T)))
+                r13 = r13 or self._requantized(w13, 2, ckpt_dtypes)
+                r2 = r2 or self._requantized(w2, 1, ckpt_dtypes)
+                ep_groups.setdefault((e, j), []).append((rm, r, logical))
+        for (e, j), members in sorted(ep_groups.items()):
+            logical = members[0][2]
+            wd = self.model.weight(ck(logical, down))
+            x2 = self._x(wd.shape[1])
+            n = wd.shape[1] // tm
+            total = torch.zeros(x2.shape[0], wd.shape[0], dtype=torch.float64)
+            for rm, r, _ in sorted(members):
+                w2 = self.ranks[r][base + ".w2_weight"]
+                if tuple(w2.shape[1:]) != (wd.shape[0], n):
+                    raise VerifyError(f"layer {i} experts.w2: rank {r} shape {list(w2.shape)}")
+                total += x2[:, rm * n:(rm + 1) * n] @ _rank_expert_weight(self.ranks[r], base + ".w2", j, [wd.shape[0]]).T
+            ranks = [r for _, r, _ in sorted(members)]
+            w2_res.append((f"ep rank {e} slot {j} (expert {logical}) ranks {ranks}", _rel_err(total, x2 @ wd.T)))
+        self._add(f"layer {i} experts.w13", w13_res, _rank_dtype(w13_0), ckpt_dtypes, r13)
+        self._add(f"layer {i} experts.w2", w2_res, _rank_dtype(self.ranks[0][base + ".w2_weight"]), ckpt_dtypes, r2)
+
+    # ---- values: replicated tensors equal, vocab tables row by row ----
+    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False):
+        ref = self.model.value(ckpt_name)
+        if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
+            ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
+        if vocab:
+            vp = (ref.shape[0] + 63) // 64 * 64
+            ref = torch.cat([ref, torch.zeros(vp - ref.shape[0], *ref.shape[1:], dtype=ref.dtype)])
+        results, rank_dtype = [], None
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            t = self._get(r, rank_name)
+            rank_dtype = _rank_dtype(t)
+            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
+            if tuple(t.shape) != tuple(want.shape):
+                raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
+            results.append((f"rank {r}", _rel_err(t.double(), want)))
+        self._add(label, results, rank_dtype, {self.model.dtype(ckpt_name)})
+
+
+def _layer_of(name):
+    m = re.match(r"model\.layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def default_layers(ranks):
+    """First layer, first MoE layer, last layer."""
+    layers = sorted({_layer_of(n) for n in ranks[0] if _layer_of(n) is not None})
+    moe = sorted({_layer_of(n) for n in ranks[0] if n.endswith("experts.w13_weight")})
+    return sorted({layers[0], layers[-1], *moe[:1]}) if layers else []
+
+
+def _value_source(model, prefix, mod):
+    """Checkpoint tensor of a replicated rank tensor (norms, routers, score biases, gates)."""
+    if mod == "mlp.gate.e_score_correction_bias" and not model.has(prefix + mod):
+        return prefix + "mlp.moe_statics.e_score_correction_bias"
+    return prefix + mod
+
+
+def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens=4):
+    """Checks ranks ([{name: torch tensor}] in rank order, FP8 as uint8 codes) of `layout` (an export's
+    shardload.json as a dict) against the checkpoint in model_dir; returns a Report (`ok`, `checks`,
+    `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
+    tolerance: one bound for every module instead of the per-dtype ones."""
+    model = _Model(model_dir)
+    lay = _Layout(layout, len(ranks))
+    v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
+    layers = default_layers(ranks) if layers is None else sorted(set(layers))
+    v.report.layers = layers
+    moe_layers = sorted({_layer_of(n) for n in ranks[0] if n.endswith("experts.w13_weight")})
+    present = {_layer_of(n) for n in ranks[0]}
+    try:
+        for i in layers:
+            if i not in present:
+                raise VerifyError(f"layer {i} is not in the rank tensors")
+            prefix = f"model.layers.{i}."
+            mods = sorted({re.sub(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$", "", n[len(prefix):])
+                           for n in ranks[0] if n.startswith(prefix)})
+            for mod in mods:
+                label = f"layer {i} {mod}"
+                cls = _classify(mod)
+                if mod.endswith("experts.w13_weight"):
+                    v.experts(i, prefix, moe_layers.index(i))
+                elif cls and cls[0] in ("qkv", "column"):
+                    v.column(label, prefix, mod, cls[0], cls[1], cls[2])
+                elif cls:
+                    v.row(label, prefix, mod, cls[1], cls[2][0])
+                elif (mod.endswith("norm") or mod in ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate",
+                                                       "mlp.gate.e_score_correction_bias")):
+                    name = prefix + mod + ("" if mod.endswith("correction_bias") else ".weight")
+                    v.value(label, name, _value_source(model, prefix, mod + ("" if mod.endswith("correction_bias") else ".weight")))
+        for name, group in (("model.embed_tokens.weight", "embedding"), ("lm_head.weight", "lm_head")):
+            if name in ranks[0]:
+                v.value(name, name, name, group, vocab=True)
+        if "model.norm.weight" in ranks[0]:
+            v.value("model.norm.weight", "model.norm.weight", "model.norm.weight")
+    except (VerifyError, SafetensorsError) as e:
+        v.report.problems.append(str(e))
+        return v.report
+    for r, tensors in enumerate(ranks):
+        for name in sorted(tensors):
+            li = _layer_of(name)
+            if (li in layers or li is None) and name not in v.used[r] and not name.endswith("input_scale"):
+                v.report.problems.append(f"rank {r} tensor {name} was not verified (unknown to verify)")
+    return v.report
+
+
+def _layout_args(a):
+    out = ["--tp", a.tp if a.tp is not None else 1, "--ep", a.ep if a.ep is not None else 1]
+    for flag in ("dp", "dp_style", "redundant_experts", "expert_map", "row_bias", "moe_dense_tp_size",
+                 "moe_a2a_backend", "dtype", "quantization"):
+        val = getattr(a, flag)
+        if val is not None:
+            out += ["--" + flag.replace("_", "-"), val]
+    for flag in ("no_split_shared_experts", "enable_dp_lm_head", "enable_expert_parallel"):
+        if getattr(a, flag):
+            out.append("--" + flag.replace("_", "-"))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m shardload.verify", description=__doc__.split("\n")[0])
+    p.add_argument("model")
+    p.add_argument("--tp", type=int)
+    p.add_argument("--ep", type=int)
+    p.add_argument("--export", help="check this export directory instead of exporting MODEL")
+    p.add_argument("--layers", help="comma-separated decoder layer indices (default: first, first MoE, last)")
+    p.add_argument("--tolerance", type=float, help="one relative-error bound for every module")
+    p.add_argument("--seed", type=int, default=0)
+    for flag in ("--dp", "--dp-style", "--redundant-experts", "--expert-map", "--row-bias", "--moe-dense-tp-size",
+                 "--moe-a2a-backend", "--dtype", "--quantization"):
+        p.add_argument(flag)
+    for flag in ("--no-split-shared-experts", "--enable-dp-lm-head", "--enable-expert-parallel"):
+        p.add_argument(flag, action="store_true")
+    a = p.parse_args(argv)
+    try:
+        layers = [int(s) for s in a.layers.split(",")] if a.layers else None
+    except ValueError:
+        p.error("--layers takes comma-separated integers")
+    try:
+        if a.export:
+            ranks, layout = rank_source.load_export(a.export)
+            for flag, key in ((a.tp, "tp_size"), (a.ep, "ep_size")):
+                if flag is not None and flag != layout[key]:
+                    p.error(f"--{key[:2]} {flag} but the export has {key} {layout[key]}")
+        else:
+            ranks, layout = rank_source.export_with_cli(a.model, _layout_args(a))
+        report = verify(a.model, ranks, layout, layers=layers, tolerance=a.tolerance, seed=a.seed)
+    except (SafetensorsError, VerifyError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(report.lines()))
+    if report.ok:
+        print(f"verify: OK ({len(report.checks)} modules)")
+        return 0
+    bad = [f"{c.module} at {c.where} (rel err {c.error:.3e} > {c.tolerance:.1e})" for c in report.failures]
+    print("verify: FAILED: " + "; ".join(bad + report.problems), file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
