@@ -10,8 +10,7 @@ must equal the full output. Routed experts: each slot against the logical expert
 w13 per MoE-TP rank, w2 summed over the MoE-TP ranks of the EP rank. Embedding / lm_head rows, norms,
 routers and score biases are compared as values.
 
-Error measure: max |y - y_ref| / max |y_ref| per module (over the whole output, so values near zero do not
-dominate). Tolerance, per module, from what may legitimately differ (see `_tolerance`).
+The error measure and the tolerances are in verify_math.py.
 """
 import argparse
 import re
@@ -21,29 +20,17 @@ from dataclasses import dataclass, field
 import torch
 
 from . import rank_source
-from .fp8 import decode_e4m3, dequant_block_parts, expand_blocks
 from .safetensors_io import Checkpoint, SafetensorsError
-
-# One rounding to the rank's dtype: half the relative spacing of its mantissa (unit roundoff).
-UNIT_ROUNDOFF = {"F8_E4M3": 2.0 ** -4, "BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24, "F64": 2.0 ** -53}
-# Identical weights: only float64 summation order differs between the sharded and the full computation.
-EXACT_TOLERANCE = 1e-9
-_PRECISION = {"F8_E4M3": 0, "BF16": 1, "F16": 1, "F32": 2, "F64": 3}
-_TORCH_DTYPE = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float64: "F64",
-                torch.uint8: "F8_E4M3"}
-_SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "input_scale")
-
-
-class VerifyError(Exception):
-    """The rank tensors cannot be checked at all (a tensor missing, a shape the layout does not explain)."""
+from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, dequant, dtype_name,
+                          fp8_bound_sq, fp8_tolerance, narrowing)
 
 
 @dataclass
 class Check:
     module: str        # e.g. "layer 1 self_attn.qkv_proj"
-    where: str         # rank / expert / group that gave the largest error
-    error: float
-    tolerance: float
+    where: str         # rank / expert / group of the worst feature
+    error: float       # relative error of the feature with the largest error / tolerance
+    tolerance: float   # that feature's tolerance
 
     @property
     def ok(self):
@@ -67,32 +54,14 @@ class Report:
     def lines(self):
         out = [f"verified layers {self.layers}"]
         for c in self.checks:
-            out.append(f"{'ok  ' if c.ok else 'FAIL'} {c.module:<48} max rel err {c.error:.3e} "
+            out.append(f"{'ok  ' if c.ok else 'FAIL'} {c.module:<46} max rel err {c.error:.3e} "
                        f"(tolerance {c.tolerance:.1e}) at {c.where}")
         out += [f"FAIL {p}" for p in self.problems]
         return out
 
 
-def _rel_err(y, ref):
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    diff = (y - ref).abs().max().item() if ref.numel() else 0.0
-    if diff != diff:  # NaN
-        return float("inf")
-    return diff / scale if scale > 0 else diff
-
-
-def _tolerance(rank_dtype, ckpt_dtypes, requantized):
-    """One rounding to the rank dtype when the rank value may have been rounded (a narrower dtype than the
-    checkpoint's, FP8 (re)quantization); otherwise the values are identical and only summation order
-    differs. For FP8 that is one e4m3 rounding (2^-4 relative per element, fp8.md); the measured normwise
-    error of a requantized layer is ~2-3x smaller, and a misplaced head or expert gives errors of order 1."""
-    narrowing = any(_PRECISION.get(rank_dtype, 0) < _PRECISION.get(d, 0) or
-                    (rank_dtype != d and _PRECISION.get(rank_dtype) == _PRECISION.get(d)) for d in ckpt_dtypes)
-    return UNIT_ROUNDOFF.get(rank_dtype, 2.0 ** -4) if narrowing or requantized else EXACT_TOLERANCE
-
-
 class _Model:
-    """The checkpoint side: float64 weights with FP8 dequantized."""
+    """The checkpoint side: float64 weights with FP8 dequantized (per-tensor or block scales)."""
 
     def __init__(self, model_dir):
         self.ckpt = Checkpoint(model_dir)
@@ -110,62 +79,255 @@ class _Model:
         return self.ckpt.get(name).double()
 
     def weight(self, base):
-        """float64 [out, in] of `base.weight`, FP8 dequantized (per-tensor `weight_scale` or block
-        `weight_scale_inv`)."""
-        w = self.ckpt.get(base + ".weight")
-        if self.ckpt.dtype(base + ".weight") != "F8_E4M3":
-            return w.double()
-        if self.has(base + ".weight_scale_inv"):
-            s = self.ckpt.get(base + ".weight_scale_inv")
-            return decode_e4m3(w) * expand_blocks(s, *w.shape)
-        if self.has(base + ".weight_scale"):
-            s = self.ckpt.get(base + ".weight_scale").double()
-            if s.numel() != 1:
-                raise VerifyError(f"{base}.weight_scale: expected one value, found shape {list(s.shape)}")
-            return decode_e4m3(w) * s.reshape(())
-        raise VerifyError(f"{base}.weight is FP8 without weight_scale or weight_scale_inv")
+        codes = self.ckpt.get(base + ".weight")
+        inv = self.ckpt.get(base + ".weight_scale_inv") if self.has(base + ".weight_scale_inv") else None
+        scale = self.ckpt.get(base + ".weight_scale") if self.has(base + ".weight_scale") else None
+        return dequant(codes, base + ".weight", [codes.shape[0]], scale, inv)[0]
 
     def bias(self, base):
         return self.value(base + ".bias") if self.has(base + ".bias") else None
 
 
-def _rank_dtype(t):
-    return _TORCH_DTYPE.get(t.dtype, str(t.dtype))
+_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2")}
 
 
-def _rank_dense_weight(rank, mod, part_rows):
-    """float64 weight of a dense rank module, FP8 dequantized (block scales per part for fused layers)."""
-    w = rank[mod + ".weight"]
-    if w.dtype != torch.uint8:
-        return w.double()
-    if mod + ".weight_scale_inv" in rank:
-        return dequant_block_parts(w, rank[mod + ".weight_scale_inv"], part_rows)
-    if mod + ".weight_scale" in rank:
-        s = rank[mod + ".weight_scale"].double()
-        if s.numel() != 1:
-            raise VerifyError(f"{mod}.weight_scale: expected shape [1], found {list(s.shape)}")
-        return decode_e4m3(w) * s.reshape(())
-    raise VerifyError(f"{mod}.weight is FP8 without weight_scale or weight_scale_inv")
+class _Verifier:
+    def __init__(self, model, ranks, layout, tolerance, seed, tokens):
+        self.model, self.ranks, self.lay = model, ranks, layout
+        self.tol_override = tolerance
+        self.gen = torch.Generator().manual_seed(seed)
+        self.tokens = tokens
+        self.report = Report()
+        self.used = [set() for _ in ranks]
 
+    def _x(self, n_in):
+        """Random input rows. With as many tokens as input features they are an orthogonal matrix, so that
+        ||y[:, c] - y_ref[:, c]|| is exactly the norm of the weight row's difference (no sampling noise in the
+        error measure); past `tokens` features, Gaussian rows (the ratio then has ~sqrt(1/tokens) noise)."""
+        g = torch.randn(n_in, min(n_in, self.tokens), generator=self.gen, dtype=torch.float64)
+        return torch.linalg.qr(g)[0].T.contiguous() if n_in <= self.tokens else g.T.contiguous()
 
-def _rank_expert_weight(rank, mod, slot, part_rows):
-    """float64 weight of one expert slot of `mod` (…experts.w13 or …experts.w2), FP8 dequantized."""
-    w = rank[mod + "_weight"][slot]
-    if w.dtype != torch.uint8:
-        return w.double()
-    if mod + "_weight_scale_inv" in rank:
-        return dequant_block_parts(w, rank[mod + "_weight_scale_inv"][slot], part_rows)
-    if mod + "_weight_scale" in rank:
-        s = rank[mod + "_weight_scale"][slot].double().reshape(-1)
-        values, out, row = decode_e4m3(w), [], 0
-        # w13 has a scale per half ([El, 2]); w2 one per expert ([El]).
-        if s.numel() not in (1, len(part_rows)):
-            raise VerifyError(f"{mod}_weight_scale: {s.numel()} scales per expert for {len(part_rows)} parts")
-        for k, n in enumerate(part_rows):
-            out.append(values[row:row + n] * s[min(k, s.numel() - 1)])
-            row += n
-        return torch.cat(out, 0)
-    raise VerifyError(f"{mod}_weight is FP8 without a scale")
+    def _get(self, r, name):
+        if name not in self.ranks[r]:
+            raise VerifyError(f"rank {r} has no tensor {name}")
+        self.used[r].add(name)
+        return self.ranks[r][name]
+
+    def _scales(self, r, base, sep="."):
+        """(scale, scale_inv) of a rank weight, marking the scale tensors (and input scales) as seen."""
+        found = {}
+        for s in ("weight_scale", "weight_scale_inv", "input_scale"):
+            if base + sep + s in self.ranks[r]:
+                self.used[r].add(base + sep + s)
+                found[s] = self.ranks[r][base + sep + s]
+        return found.get("weight_scale"), found.get("weight_scale_inv")
+
+    def _kind(self, rank_weight, ckpt_dtypes, n_parts):
+        """How a rank weight may differ from the checkpoint's: "exact", "cast" or "fp8" (verify_math.py)."""
+        rd = dtype_name(rank_weight)
+        if rd == "F8_E4M3":
+            if any(d != "F8_E4M3" for d in ckpt_dtypes):
+                return "fp8"  # dynamic quantization
+            return "fp8" if self.lay.quantization == "fp8" and n_parts > 1 else "exact"  # static fused requant
+        return "cast" if any(narrowing(rd, d) for d in ckpt_dtypes) else "exact"
+
+    def _tol(self, kind, rank_weight, bound_sq=None, ref_sq=None):
+        if self.tol_override is not None:
+            return self.tol_override
+        if kind == "exact":
+            return EXACT_TOLERANCE
+        if kind == "cast":
+            return SLACK * UNIT_ROUNDOFF.get(dtype_name(rank_weight), 2.0 ** -4)
+        return fp8_tolerance(bound_sq, ref_sq)
+
+    def _add(self, module, results):
+        """results: (where, error, tolerance); the module reports its worst feature."""
+        where, err, tol = max(results, key=lambda t: (t[1] / t[2]) if t[2] > 0 else (0 if t[1] == 0 else 1e300))
+        self.report.checks.append(Check(module, where, err, tol))
+
+    # ---- column-parallel: each rank's output == its rows of the full output, part by part ----
+    def column(self, label, prefix, mod, kind_name, group, parts):
+        full = [self.model.weight(prefix + p) for p in parts]
+        biases = [self.model.bias(prefix + p) for p in parts]
+        ckpt_dtypes = {self.model.dtype(prefix + p + ".weight") for p in parts}
+        x = self._x(full[0].shape[1])
+        refs = [x @ w.T + (b if b is not None else 0) for w, b in zip(full, biases)]
+        results = []
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            ranges = []
+            for j, w in enumerate(full):
+                out = w.shape[0]
+                if kind_name == "qkv" and j > 0 and n >= self.model.kv_heads:
+                    # More ranks than kv heads: rank k holds kv head k // (n / Hkv), replicated.
+                    if n % self.model.kv_heads:
+                        raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
+                    d = out // self.model.kv_heads
+                    h = k // (n // self.model.kv_heads)
+                    ranges.append((h * d, (h + 1) * d))
+                else:
+                    if out % n:
+                        raise VerifyError(f"{label}: {out} rows of {parts[j]} do not split over {n} ranks")
+                    ranges.append((k * out // n, (k + 1) * out // n))
+            rows = [b - a for a, b in ranges]
+            wt = self._get(r, prefix + mod + ".weight")
+            if tuple(wt.shape) != (sum(rows), full[0].shape[1]):
+                raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
+                                  f"{[sum(rows), full[0].shape[1]]}")
+            kind = self._kind(wt, ckpt_dtypes, len(parts))
+            w_rank, s_rank = dequant(wt, f"{label} rank {r}", rows, *self._scales(r, prefix + mod))
+            y = x @ w_rank.T
+            if prefix + mod + ".bias" in self.ranks[r]:
+                y = y + self._get(r, prefix + mod + ".bias").double()
+            row = 0
+            for j, (a, b) in enumerate(ranges):
+                ref_rows = full[j][a:b]
+                tol = self._tol(kind, wt, *((fp8_bound_sq(ref_rows, s_rank[row:row + b - a]),
+                                             ref_rows.pow(2).sum(1)) if kind == "fp8" else ()))
+                err, t = compare(y[:, row:row + b - a], refs[j][:, a:b], tol)
+                results.append((f"rank {r} part {parts[j].split('.')[-1]}", err, t))
+                row += b - a
+        self._add(label, results)
+
+    # ---- row-parallel: the partial sums of a group's ranks, plus the bias once, == the full output ----
+    def row(self, label, prefix, mod, group, src):
+        w = self.model.weight(prefix + src)
+        bias = self.model.bias(prefix + src)
+        ckpt_dtypes = {self.model.dtype(prefix + src + ".weight")}
+        x = self._x(w.shape[1])
+        ref = x @ w.T + (bias if bias is not None else 0)
+        groups = {}
+        for r in range(len(self.ranks)):
+            gid, n, k = self.lay.place(group, r)
+            groups.setdefault(gid, []).append((k, n, r))
+        results = []
+        for _, members in sorted(groups.items()):
+            total = torch.zeros_like(ref)
+            bound_sq = torch.zeros(w.shape[0], dtype=torch.float64)
+            kind, partial = "exact", []
+            for k, n, r in sorted(members):
+                if w.shape[1] % n:
+                    raise VerifyError(f"{label}: {w.shape[1]} columns do not split over {n} ranks")
+                c = w.shape[1] // n
+                wt = self._get(r, prefix + mod + ".weight")
+                if tuple(wt.shape) != (w.shape[0], c):
+                    raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected {[w.shape[0], c]}")
+                kr = self._kind(wt, ckpt_dtypes, 1)
+                kind = kr if kr != "exact" else kind
+                w_rank, s_rank = dequant(wt, f"{label} rank {r}", [w.shape[0]], *self._scales(r, prefix + mod))
+                xs = x[:, k * c:(k + 1) * c]
+                part = xs @ w_rank.T
+                if kr == "fp8":
+                    bound_sq += fp8_bound_sq(w[:, k * c:(k + 1) * c], s_rank)
+                partial.append((compare(part, xs @ w[:, k * c:(k + 1) * c].T, EXACT_TOLERANCE)[0], r))
+                total += part
+                if prefix + mod + ".bias" in self.ranks[r]:
+                    b = self._get(r, prefix + mod + ".bias").double()
+                    if self.lay.row_bias == "divided" or k == 0:
+                        total += b  # full bias: added by the group's first rank only
+            tol = self._tol(kind, wt, bound_sq, w.pow(2).sum(1))
+            err, t = compare(total, ref, tol)
+            ranks = [r for _, _, r in sorted(members)]
+            results.append((f"ranks {ranks} (largest partial error: rank {max(partial)[1]})", err, t))
+        self._add(label, results)
+
+    # ---- routed experts: every slot against the logical expert the expert map gives it ----
+    def experts(self, i, prefix, moe_index):
+        moe = "block_sparse_moe" if prefix + "block_sparse_moe.experts.w13_weight" in self.ranks[0] else "mlp"
+        (gate, up), down = _EXPERT_PARTS[moe]
+        base = f"{prefix}{moe}.experts"
+        tm = self.lay.tm
+        el = self.ranks[0][base + ".w13_weight"].shape[0]
+        pattern = re.compile(re.escape(base) + rf"\.(\d+)\.{down}\.weight")
+        n_logical = sum(1 for n in self.model.ckpt.where if pattern.fullmatch(n))
+        if moe_index < len(self.lay.maps):
+            pmap = self.lay.maps[moe_index]
+        else:
+            pmap = [p % n_logical for p in range(el * self.lay.T // tm)]
+        ck = lambda l, p: f"{base}.{l}.{p}"
+        ckpt_dtypes = {self.model.dtype(ck(0, gate) + ".weight")}
+        w13_res, w2_res, by_slot = [], [], {}
+        x13 = None
+        for r in range(len(self.ranks)):
+            e, rm = r // tm, r % tm
+            w13 = self._get(r, base + ".w13_weight")
+            w2 = self._get(r, base + ".w2_weight")
+            s13 = self._scales(r, base + ".w13", "_")
+            self._scales(r, base + ".w2", "_")
+            if w13.shape[0] != el or w2.shape[0] != el:
+                raise VerifyError(f"layer {i} experts: rank {r} has {w13.shape[0]} / {w2.shape[0]} slots, "
+                                  f"expected {el}")
+            kind = self._kind(w13, ckpt_dtypes, 2)
+            for j in range(el):
+                p = e * el + j
+                if p >= len(pmap) or not 0 <= pmap[p] < n_logical:
+                    raise VerifyError(f"layer {i} experts: physical expert {p} has no logical expert in the map")
+                logical = pmap[p]
+                wg, wu = self.model.weight(ck(logical, gate)), self.model.weight(ck(logical, up))
+                if wg.shape[0] % tm:
+                    raise VerifyError(f"layer {i} experts: {wg.shape[0]} rows do not split over moe_tp {tm}")
+                n = wg.shape[0] // tm
+                if tuple(w13.shape[1:]) != (2 * n, wg.shape[1]):
+                    raise VerifyError(f"layer {i} experts.w13: rank {r} shape {list(w13.shape)}")
+                x13 = self._x(wg.shape[1]) if x13 is None else x13
+                w_rank, s_rank = dequant(w13[j], f"layer {i} experts.w13 rank {r} slot {j}", [n, n],
+                                         *(s[j] if s is not None else None for s in s13))
+                y = x13 @ w_rank.T
+                where = f"rank {r} slot {j} (expert {logical})"
+                for h, (name, ref_w) in enumerate((("gate", wg), ("up", wu))):
+                    ref_rows = ref_w[rm * n:(rm + 1) * n]
+                    tol = self._tol(kind, w13, *((fp8_bound_sq(ref_rows, s_rank[h * n:(h + 1) * n]),
+                                                  ref_rows.pow(2).sum(1)) if kind == "fp8" else ()))
+                    err, t = compare(y[:, h * n:(h + 1) * n], x13 @ ref_rows.T, tol)
+                    w13_res.append((f"{where} {name}", err, t))
+                by_slot.setdefault((e, j), []).append((rm, r, logical))
+        for (e, j), members in sorted(by_slot.items()):
+            logical = members[0][2]
+            wd = self.model.weight(ck(logical, down))
+            x2 = self._x(wd.shape[1])
+            n = wd.shape[1] // tm
+            total = torch.zeros(x2.shape[0], wd.shape[0], dtype=torch.float64)
+            bound_sq = torch.zeros(wd.shape[0], dtype=torch.float64)
+            kind = "exact"
+            for rm, r, _ in sorted(members):
+                w2 = self.ranks[r][base + ".w2_weight"]
+                if tuple(w2.shape[1:]) != (wd.shape[0], n):
+                    raise VerifyError(f"layer {i} experts.w2: rank {r} shape {list(w2.shape)}")
+                s2 = self._scales(r, base + ".w2", "_")
+                kind = self._kind(w2, ckpt_dtypes, 1)
+                w_rank, s_rank = dequant(w2[j], f"layer {i} experts.w2 rank {r} slot {j}", [wd.shape[0]],
+                                         *(s[j] if s is not None else None for s in s2))
+                total += x2[:, rm * n:(rm + 1) * n] @ w_rank.T
+                if kind == "fp8":
+                    bound_sq += fp8_bound_sq(wd[:, rm * n:(rm + 1) * n], s_rank)
+            tol = self._tol(kind, self.ranks[members[0][1]][base + ".w2_weight"], bound_sq, wd.pow(2).sum(1))
+            err, t = compare(total, x2 @ wd.T, tol)
+            ranks = [r for _, r, _ in sorted(members)]
+            w2_res.append((f"ep rank {e} slot {j} (expert {logical}) ranks {ranks}", err, t))
+        self._add(f"layer {i} experts.w13", w13_res)
+        self._add(f"layer {i} experts.w2", w2_res)
+
+    # ---- values: replicated tensors equal, vocab tables row by row (padding rows zero) ----
+    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False):
+        ref = self.model.value(ckpt_name)
+        if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
+            ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
+        if vocab:
+            vp = (ref.shape[0] + 63) // 64 * 64
+            ref = torch.cat([ref, torch.zeros(vp - ref.shape[0], *ref.shape[1:], dtype=ref.dtype)])
+        results = []
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            t = self._get(r, rank_name)
+            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
+            if tuple(t.shape) != tuple(want.shape):
+                raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
+            kind = self._kind(t, {self.model.dtype(ckpt_name)}, 1)
+            # Features: each table row, or a 1-D tensor as a whole.
+            got, want = t.double().reshape(t.shape[0] if vocab else 1, -1).T, want.reshape(t.shape[0] if vocab else 1, -1).T
+            err, tol = compare(got, want, self._tol(kind, t))
+            results.append((f"rank {r}", err, tol))
+        self._add(label, results)
 
 
 class _Layout:
@@ -228,211 +390,6 @@ def _classify(mod):
     return None
 
 
-_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2")}
-_FUSED_STATIC = {"qkv", "fused"}
-
-
-class _Verifier:
-    def __init__(self, model, ranks, layout, tolerance, seed, tokens):
-        self.model, self.ranks, self.lay = model, ranks, layout
-        self.tol_override = tolerance
-        self.gen = torch.Generator().manual_seed(seed)
-        self.tokens = tokens
-        self.report = Report()
-        self.used = [set() for _ in ranks]
-
-    def _x(self, n_in):
-        return torch.randn(self.tokens, n_in, generator=self.gen, dtype=torch.float64)
-
-    def _tol(self, rank_dtype, ckpt_dtypes, requantized=False):
-        if self.tol_override is not None:
-            return self.tol_override
-        return _tolerance(rank_dtype, ckpt_dtypes, requantized)
-
-    def _requantized(self, rank_tensor, n_parts, ckpt_dtypes):
-        """FP8 codes that may differ from the checkpoint's: dynamic quantization, or static per-tensor fused
-        parts requantized to one scale (block FP8 is never requantized)."""
-        if rank_tensor.dtype != torch.uint8:
-            return False
-        if "F8_E4M3" not in ckpt_dtypes:
-            return True
-        return self.lay.quantization == "fp8" and n_parts > 1
-
-    def _get(self, r, name):
-        if name not in self.ranks[r]:
-            raise VerifyError(f"rank {r} has no tensor {name}")
-        self.used[r].add(name)
-        return self.ranks[r][name]
-
-    def _use_scales(self, r, mod, sep="."):
-        for s in _SCALE_SUFFIXES:
-            if mod + sep + s in self.ranks[r]:
-                self.used[r].add(mod + sep + s)
-
-    def _add(self, module, where_err, rank_dtype, ckpt_dtypes, requantized=False):
-        where, err = max(where_err, key=lambda p: p[1])
-        self.report.checks.append(Check(module, where, err, self._tol(rank_dtype, ckpt_dtypes, requantized)))
-
-    # ---- column-parallel: rank output rows == its rows of the full output, part by part ----
-    def column(self, label, prefix, mod, kind, group, parts):
-        full = [self.model.weight(prefix + p) for p in parts]
-        biases = [self.model.bias(prefix + p) for p in parts]
-        ckpt_dtypes = {self.model.dtype(prefix + p + ".weight") for p in parts}
-        x = self._x(full[0].shape[1])
-        refs = [x @ w.T + (b if b is not None else 0) for w, b in zip(full, biases)]
-        results, rank_dtype, requant = [], None, False
-        for r in range(len(self.ranks)):
-            _, n, k = self.lay.place(group, r)
-            ranges = []
-            for j, w in enumerate(full):
-                out = w.shape[0]
-                if kind == "qkv" and j > 0 and n >= self.model.kv_heads:
-                    # More ranks than kv heads: rank k holds kv head k // (n / Hkv), replicated.
-                    if n % self.model.kv_heads:
-                        raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
-                    d = out // self.model.kv_heads
-                    h = k // (n // self.model.kv_heads)
-                    ranges.append((h * d, (h + 1) * d))
-                else:
-                    if out % n:
-                        raise VerifyError(f"{label}: {out} rows of {parts[j]} do not split over {n} ranks")
-                    ranges.append((k * out // n, (k + 1) * out // n))
-            rows = [b - a for a, b in ranges]
-            wt = self._get(r, prefix + mod + ".weight")
-            self._use_scales(r, prefix + mod)
-            if tuple(wt.shape) != (sum(rows), full[0].shape[1]):
-                raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
-                                  f"{[sum(rows), full[0].shape[1]]}")
-            rank_dtype = _rank_dtype(wt)
-            requant = requant or self._requantized(wt, len(parts), ckpt_dtypes)
-            y = x @ _rank_dense_weight(self.ranks[r], prefix + mod, rows).T
-            if prefix + mod + ".bias" in self.ranks[r]:
-                y = y + self._get(r, prefix + mod + ".bias").double()
-            row = 0
-            for j, (a, b) in enumerate(ranges):
-                err = _rel_err(y[:, row:row + b - a], refs[j][:, a:b])
-                results.append((f"rank {r} part {parts[j].split('.')[-1]}", err))
-                row += b - a
-        self._add(label, results, rank_dtype, ckpt_dtypes, requant)
-
-    # ---- row-parallel: partial sums of a group's ranks, plus the bias once, == the full output ----
-    def row(self, label, prefix, mod, group, src):
-        w = self.model.weight(prefix + src)
-        bias = self.model.bias(prefix + src)
-        ckpt_dtypes = {self.model.dtype(prefix + src + ".weight")}
-        x = self._x(w.shape[1])
-        ref = x @ w.T + (bias if bias is not None else 0)
-        groups = {}
-        for r in range(len(self.ranks)):
-            gid, n, k = self.lay.place(group, r)
-            groups.setdefault(gid, []).append((k, n, r))
-        results, rank_dtype, requant = [], None, False
-        for gid, members in sorted(groups.items()):
-            total = torch.zeros_like(ref)
-            partial_errs = []
-            for k, n, r in sorted(members):
-                cols = w.shape[1] // n
-                wt = self._get(r, prefix + mod + ".weight")
-                self._use_scales(r, prefix + mod)
-                if w.shape[1] % n or tuple(wt.shape) != (w.shape[0], cols):
-                    raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
-                                      f"{[w.shape[0], cols]}")
-                rank_dtype = _rank_dtype(wt)
-                requant = requant or self._requantized(wt, 1, ckpt_dtypes)
-                part = x[:, k * cols:(k + 1) * cols] @ _rank_dense_weight(self.ranks[r], prefix + mod, [w.shape[0]]).T
-                partial_errs.append((r, _rel_err(part, x[:, k * cols:(k + 1) * cols] @ w[:, k * cols:(k + 1) * cols].T)))
-                total += part
-                if prefix + mod + ".bias" in self.ranks[r]:
-                    b = self._get(r, prefix + mod + ".bias").double()
-                    if self.lay.row_bias == "divided" or k == 0:
-                        total += b
-            ranks = [r for _, _, r in sorted(members)]
-            worst = max(partial_errs, key=lambda p: p[1])[0]
-            results.append((f"ranks {ranks} (worst partial: rank {worst})", _rel_err(total, ref)))
-        self._add(label, results, rank_dtype, ckpt_dtypes, requant)
-
-    # ---- routed experts: every slot against the logical expert the map gives it ----
-    def experts(self, i, prefix, moe_index):
-        moe = "block_sparse_moe" if prefix + "block_sparse_moe.experts.w13_weight" in self.ranks[0] else "mlp"
-        (gate, up), down = _EXPERT_PARTS[moe]
-        base = f"{prefix}{moe}.experts"
-        tm = self.lay.tm
-        w13_0 = self.ranks[0][base + ".w13_weight"]
-        el = w13_0.shape[0]
-        n_logical = sum(1 for n in self.model.ckpt.where if re.fullmatch(re.escape(base) + rf"\.\d+\.{down}\.weight", n))
-        maps = self.lay.maps
-        if moe_index < len(maps):
-            pmap = maps[moe_index]
-        else:
-            pmap = [p % n_logical for p in range(el * self.lay.T // tm)]
-        ck = lambda l, p: f"{base}.{l}.{p}"
-        ckpt_dtypes = {self.model.dtype(ck(0, gate) + ".weight")}
-        w13_res, w2_res, r13, r2 = [], [], False, False
-        x13 = self._x(w13_0.shape[2])
-        ep_groups = {}
-        for r in range(len(self.ranks)):
-            e, rm = r // tm, r % tm
-            w13 = self._get(r, base + ".w13_weight")
-            w2 = self._get(r, base + ".w2_weight")
-            self._use_scales(r, base + ".w13", "_")
-            self._use_scales(r, base + ".w2", "_")
-            if w13.shape[0] != el or w2.shape[0] != el:
-                raise VerifyError(f"layer {i} experts: rank {r} has {w13.shape[0]} / {w2.shape[0]} slots, expected {el}")
-            for j in range(el):
-                p = e * el + j
-                if p >= len(pmap):
-                    raise VerifyError(f"layer {i} experts: physical expert {p} past the expert map")
-                logical = pmap[p]
-                wg, wu = self.model.weight(ck(logical, gate)), self.model.weight(ck(logical, up))
-                im = wg.shape[0]
-                if im % tm:
-                    raise VerifyError(f"layer {i} experts: {im} rows do not split over moe_tp {tm}")
-                n = im // tm
-                if tuple(w13.shape[1:]) != (2 * n, wg.shape[1]):
-                    raise VerifyError(f"layer {i} experts.w13: rank {r} shape {list(w13.shape)}")
-                y = x13 @ _rank_expert_weight(self.ranks[r], base + ".w13", j, [n, n]).T
-                where = f"rank {r} slot {j} (expert {logical})"
-                w13_res.append((where + " gate", _rel_err(y[:, :n], x13 @ wg[rm * n:(rm + 1) * n].T)))
-                w13_res.append((where + " up", _rel_err(y[:, n:], x13 @ wu[rm * n:(rm + 1) * n].T)))
-                r13 = r13 or self._requantized(w13, 2, ckpt_dtypes)
-                r2 = r2 or self._requantized(w2, 1, ckpt_dtypes)
-                ep_groups.setdefault((e, j), []).append((rm, r, logical))
-        for (e, j), members in sorted(ep_groups.items()):
-            logical = members[0][2]
-            wd = self.model.weight(ck(logical, down))
-            x2 = self._x(wd.shape[1])
-            n = wd.shape[1] // tm
-            total = torch.zeros(x2.shape[0], wd.shape[0], dtype=torch.float64)
-            for rm, r, _ in sorted(members):
-                w2 = self.ranks[r][base + ".w2_weight"]
-                if tuple(w2.shape[1:]) != (wd.shape[0], n):
-                    raise VerifyError(f"layer {i} experts.w2: rank {r} shape {list(w2.shape)}")
-                total += x2[:, rm * n:(rm + 1) * n] @ _rank_expert_weight(self.ranks[r], base + ".w2", j, [wd.shape[0]]).T
-            ranks = [r for _, r, _ in sorted(members)]
-            w2_res.append((f"ep rank {e} slot {j} (expert {logical}) ranks {ranks}", _rel_err(total, x2 @ wd.T)))
-        self._add(f"layer {i} experts.w13", w13_res, _rank_dtype(w13_0), ckpt_dtypes, r13)
-        self._add(f"layer {i} experts.w2", w2_res, _rank_dtype(self.ranks[0][base + ".w2_weight"]), ckpt_dtypes, r2)
-
-    # ---- values: replicated tensors equal, vocab tables row by row ----
-    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False):
-        ref = self.model.value(ckpt_name)
-        if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
-            ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
-        if vocab:
-            vp = (ref.shape[0] + 63) // 64 * 64
-            ref = torch.cat([ref, torch.zeros(vp - ref.shape[0], *ref.shape[1:], dtype=ref.dtype)])
-        results, rank_dtype = [], None
-        for r in range(len(self.ranks)):
-            _, n, k = self.lay.place(group, r)
-            t = self._get(r, rank_name)
-            rank_dtype = _rank_dtype(t)
-            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
-            if tuple(t.shape) != tuple(want.shape):
-                raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
-            results.append((f"rank {r}", _rel_err(t.double(), want)))
-        self._add(label, results, rank_dtype, {self.model.dtype(ckpt_name)})
-
-
 def _layer_of(name):
     m = re.match(r"model\.layers\.(\d+)\.", name)
     return int(m.group(1)) if m else None
@@ -452,7 +409,7 @@ def _value_source(model, prefix, mod):
     return prefix + mod
 
 
-def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens=4):
+def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens=512):
     """Checks ranks ([{name: torch tensor}] in rank order, FP8 as uint8 codes) of `layout` (an export's
     shardload.json as a dict) against the checkpoint in model_dir; returns a Report (`ok`, `checks`,
     `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
