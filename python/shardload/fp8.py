@@ -35,18 +35,3 @@ def expand_blocks(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
         raise ValueError(f"block scale shape {list(scale.shape)}, expected {list(want)} for [{rows}, {cols}]")
     s = scale.double()
     return s.repeat_interleave(BLOCK, 0)[:rows].repeat_interleave(BLOCK, 1)[:, :cols]
-
-
-def dequant_block_parts(codes: torch.Tensor, scale_inv: torch.Tensor, part_rows) -> torch.Tensor:
-    """A 2-D block-FP8 weight whose rows are parts (a fused layer) each with its own block rows, as in the
-    rank layout: part k's rows use the next ceil(rows_k/128) block rows of the scale."""
-    values = decode_e4m3(codes)
-    out, row, brow = [], 0, 0
-    for n in part_rows:
-        nb = (n + BLOCK - 1) // BLOCK
-        out.append(values[row:row + n] * expand_blocks(scale_inv[brow:brow + nb], n, codes.shape[1]))
-        row, brow = row + n, brow + nb
-    if row != codes.shape[0] or brow != scale_inv.shape[0]:
-        raise ValueError(f"parts {list(part_rows)} do not cover weight rows {codes.shape[0]} and scale block "
-                         f"rows {scale_inv.shape[0]}")
-    return torch.cat(out, 0)

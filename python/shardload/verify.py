@@ -21,6 +21,7 @@ import torch
 
 from . import rank_source
 from .safetensors_io import Checkpoint, SafetensorsError
+from .verify_layout import Layout, classify
 from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, dequant, dtype_name,
                           fp8_bound_sq, fp8_tolerance, narrowing)
 
@@ -330,66 +331,6 @@ class _Verifier:
         self._add(label, results)
 
 
-class _Layout:
-    """Who splits what: the scope of each parameter group and each rank's place in it."""
-
-    def __init__(self, layout, n_ranks):
-        self.T = layout["tp_size"]
-        if n_ranks != self.T:
-            raise VerifyError(f"{n_ranks} ranks of tensors for tp_size {self.T}")
-        self.tm = layout["moe_tp_size"]
-        dp = layout.get("dp_size", 1)
-        if type(dp) is not int or dp < 1 or self.T % dp:
-            raise VerifyError(f"dp_size {dp} does not divide tp_size {self.T}")
-        self.A = self.T // dp
-        self.scopes = dict(layout.get("scopes") or {})
-        self.no_split_shared = bool(layout.get("no_split_shared_experts"))
-        self.row_bias = layout.get("row_bias", "full")
-        self.maps = layout.get("physical_to_logical_map") or []
-        self.quantization = layout.get("quantization", "none")
-
-    def scope(self, group):
-        if group == "replicated":
-            return "replicated"
-        if group in self.scopes:
-            return self.scopes[group]
-        if group == "shared_experts" and self.no_split_shared:
-            return "replicated"
-        return "world"
-
-    def place(self, group, r):
-        """(group id, size n, index k) of rank r in the ranks that split `group`."""
-        scope = self.scope(group)
-        if scope == "world":
-            return 0, self.T, r
-        if scope == "attention":
-            return r // self.A, self.A, r % self.A
-        if scope == "replicated":
-            return r, 1, 0
-        raise VerifyError(f"unknown scope {scope!r} of group {group}")
-
-
-# Rank module (after "model.layers.{i}.") -> (kind, group, checkpoint parts).
-def _classify(mod):
-    if mod == "self_attn.qkv_proj":
-        return "qkv", "attention", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
-    if mod == "self_attn.fused_qkv_a_proj":
-        return "column", "replicated", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"]
-    if mod == "self_attn.kv_a_proj_with_mqa":
-        return "column", "replicated", [mod]
-    if mod in ("self_attn.q_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj"):
-        return "column", "attention", [mod]
-    if mod == "self_attn.o_proj":
-        return "row", "attention", [mod]
-    m = re.fullmatch(r"(mlp|mlp\.shared_experts?)\.(gate_up_proj|down_proj)", mod)
-    if m:
-        group = "dense_mlp" if m.group(1) == "mlp" else "shared_experts"
-        if m.group(2) == "gate_up_proj":
-            return "column", group, [m.group(1) + ".gate_proj", m.group(1) + ".up_proj"]
-        return "row", group, [mod]
-    return None
-
-
 def _layer_of(name):
     m = re.match(r"model\.layers\.(\d+)\.", name)
     return int(m.group(1)) if m else None
@@ -415,7 +356,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
     tolerance: one bound for every module instead of the per-dtype ones."""
     model = _Model(model_dir)
-    lay = _Layout(layout, len(ranks))
+    lay = Layout(layout, len(ranks))
     v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
     layers = default_layers(ranks) if layers is None else sorted(set(layers))
     v.report.layers = layers
@@ -430,7 +371,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
                            for n in ranks[0] if n.startswith(prefix)})
             for mod in mods:
                 label = f"layer {i} {mod}"
-                cls = _classify(mod)
+                cls = classify(mod)
                 if mod.endswith("experts.w13_weight"):
                     v.experts(i, prefix, moe_layers.index(i))
                 elif cls and cls[0] in ("qkv", "column"):

@@ -21,7 +21,7 @@ requantization of make-tiny checkpoints), a misplaced head or expert gives error
 """
 import torch
 
-from .fp8 import BLOCK, decode_e4m3
+from .fp8 import BLOCK, decode_e4m3, expand_blocks
 
 UNIT_ROUNDOFF = {"BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24, "F64": 2.0 ** -53}
 E4M3_HALF_ULP = 2.0 ** -4
@@ -48,15 +48,15 @@ def narrowing(rank_dtype, ckpt_dtype):
 
 
 def _expand_block_rows(scale_inv, part_rows, cols):
+    """Block scales of a fused weight as a [rows, cols] multiplier: part k uses the next ceil(rows_k/128)
+    block rows (the rank layout cuts block scales per part)."""
     out, brow = [], 0
     for n in part_rows:
         nb = (n + BLOCK - 1) // BLOCK
-        s = scale_inv[brow:brow + nb].double()
-        want = (nb, (cols + BLOCK - 1) // BLOCK)
-        if tuple(s.shape) != want:
-            raise VerifyError(f"block scale rows {list(scale_inv.shape)} do not fit parts {list(part_rows)} "
-                              f"of {cols} columns")
-        out.append(s.repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)[:, :cols])
+        try:
+            out.append(expand_blocks(scale_inv[brow:brow + nb], n, cols))
+        except ValueError as e:
+            raise VerifyError(f"block scale {list(scale_inv.shape)} for parts {list(part_rows)}: {e}") from None
         brow += nb
     if brow != scale_inv.shape[0]:
         raise VerifyError(f"block scale has {scale_inv.shape[0]} block rows, parts {list(part_rows)} use {brow}")
