@@ -226,6 +226,9 @@ class _Verifier:
                     b = self._get(r, prefix + mod + ".bias").double()
                     if self.lay.row_bias == "divided" or k == 0:
                         total += b  # full bias: added by the group's first rank only
+            if self.lay.row_bias == "divided" and bias is not None and kind == "exact":
+                kind = "cast"  # bias / n rounded to the bias dtype on every rank, then summed
+                wt = self.ranks[members[0][2]][prefix + mod + ".bias"]
             tol = self._tol(kind, wt, bound_sq, w.pow(2).sum(1))
             err, t = compare(total, ref, tol)
             ranks = [r for _, _, r in sorted(members)]
@@ -362,40 +365,55 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     v.report.layers = layers
     moe_layers = sorted({_layer_of(n) for n in ranks[0] if n.endswith("experts.w13_weight")})
     present = {_layer_of(n) for n in ranks[0]}
-    try:
-        for i in layers:
-            if i not in present:
-                raise VerifyError(f"layer {i} is not in the rank tensors")
-            prefix = f"model.layers.{i}."
-            mods = sorted({re.sub(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$", "", n[len(prefix):])
-                           for n in ranks[0] if n.startswith(prefix)})
-            for mod in mods:
-                label = f"layer {i} {mod}"
-                cls = classify(mod)
-                if mod.endswith("experts.w13_weight"):
-                    v.experts(i, prefix, moe_layers.index(i))
-                elif cls and cls[0] in ("qkv", "column"):
-                    v.column(label, prefix, mod, cls[0], cls[1], cls[2])
-                elif cls:
-                    v.row(label, prefix, mod, cls[1], cls[2][0])
-                elif (mod.endswith("norm") or mod in ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate",
-                                                       "mlp.gate.e_score_correction_bias")):
-                    name = prefix + mod + ("" if mod.endswith("correction_bias") else ".weight")
-                    v.value(label, name, _value_source(model, prefix, mod + ("" if mod.endswith("correction_bias") else ".weight")))
-        for name, group in (("model.embed_tokens.weight", "embedding"), ("lm_head.weight", "lm_head")):
-            if name in ranks[0]:
-                v.value(name, name, name, group, vocab=True)
-        if "model.norm.weight" in ranks[0]:
-            v.value("model.norm.weight", "model.norm.weight", "model.norm.weight")
-    except (VerifyError, SafetensorsError) as e:
-        v.report.problems.append(str(e))
-        return v.report
+    work = []  # (label, check): one failure to check a module is reported and the others still run
+    for i in layers:
+        if i not in present:
+            v.report.problems.append(f"layer {i} is not in the rank tensors")
+            continue
+        prefix = f"model.layers.{i}."
+        mods = sorted({_SUFFIX.sub("", n[len(prefix):]) for n in ranks[0] if n.startswith(prefix)})
+        for mod in mods:
+            work.append((f"layer {i} {mod}", _check_for(v, model, i, prefix, mod, moe_layers)))
+    for name, group in (("model.embed_tokens.weight", "embedding"), ("lm_head.weight", "lm_head")):
+        if name in ranks[0]:
+            work.append((name, lambda name=name, group=group: v.value(name, name, name, group, vocab=True)))
+    if "model.norm.weight" in ranks[0]:
+        work.append(("model.norm.weight", lambda: v.value(*["model.norm.weight"] * 3)))
+    for label, run in work:
+        if run is None:
+            continue
+        try:
+            run()
+        except (VerifyError, SafetensorsError, KeyError, IndexError, TypeError, ValueError) as e:
+            # Malformed rank tensors or manifest: a named failure, never a traceback.
+            v.report.problems.append(f"{label}: cannot be checked: {type(e).__name__}: {e}")
     for r, tensors in enumerate(ranks):
         for name in sorted(tensors):
             li = _layer_of(name)
             if (li in layers or li is None) and name not in v.used[r] and not name.endswith("input_scale"):
                 v.report.problems.append(f"rank {r} tensor {name} was not verified (unknown to verify)")
     return v.report
+
+
+_SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
+_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias")
+
+
+def _check_for(v, model, i, prefix, mod, moe_layers):
+    """The check of one rank module of layer i, or None for tensors another check covers (expert w2 and
+    scales): anything left unchecked shows up as an unverified tensor."""
+    label = f"layer {i} {mod}"
+    cls = classify(mod)
+    if mod.endswith("experts.w13_weight"):
+        return lambda: v.experts(i, prefix, moe_layers.index(i))
+    if cls and cls[0] in ("qkv", "column"):
+        return lambda: v.column(label, prefix, mod, cls[0], cls[1], cls[2])
+    if cls:
+        return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
+    if mod.endswith("norm") or mod in _VALUES:
+        name = mod if mod.endswith("correction_bias") else mod + ".weight"
+        return lambda: v.value(label, prefix + name, _value_source(model, prefix, name))
+    return None
 
 
 def _layout_args(a):

@@ -10,18 +10,26 @@ class Layout:
     """Who splits what: the scope of each parameter group and each rank's place in it."""
 
     def __init__(self, layout, n_ranks):
-        self.T = layout["tp_size"]
+        self.T, self.tm = layout.get("tp_size"), layout.get("moe_tp_size")
+        if type(self.T) is not int or type(self.tm) is not int or self.tm < 1 or self.T % self.tm:
+            raise VerifyError(f"tp_size {self.T} and moe_tp_size {self.tm} must be integers, the second "
+                              f"dividing the first")
         if n_ranks != self.T:
             raise VerifyError(f"{n_ranks} ranks of tensors for tp_size {self.T}")
-        self.tm = layout["moe_tp_size"]
         dp = layout.get("dp_size", 1)
         if type(dp) is not int or dp < 1 or self.T % dp:
             raise VerifyError(f"dp_size {dp} does not divide tp_size {self.T}")
         self.A = self.T // dp
-        self.scopes = dict(layout.get("scopes") or {})
+        self.scopes = layout.get("scopes") or {}
         self.no_split_shared = bool(layout.get("no_split_shared_experts"))
         self.row_bias = layout.get("row_bias", "full")
         self.maps = layout.get("physical_to_logical_map") or []
+        if not isinstance(self.maps, list) or any(
+                not isinstance(row, list) or any(type(p) is not int for p in row) for row in self.maps):
+            raise VerifyError("physical_to_logical_map must be a list of lists of integers")
+        if not isinstance(self.scopes, dict) or any(
+                v not in ("world", "attention", "replicated") for v in self.scopes.values()):
+            raise VerifyError(f"scopes must map groups to world, attention or replicated: {self.scopes}")
         self.quantization = layout.get("quantization", "none")
 
     def scope(self, group):

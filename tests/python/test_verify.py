@@ -17,6 +17,12 @@ DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "ernie4_5_moe", "glm4_moe"]
 
 
+@pytest.fixture(autouse=True)
+def binary_for_export(monkeypatch):
+    """rank_source runs `shardload export` from $SHARDLOAD_BIN: the binary the other fixtures use."""
+    monkeypatch.setenv("SHARDLOAD_BIN", shardload_bin())
+
+
 def layout_args(arch, extra=()):
     return ["--tp", "2"] + ([] if arch in DENSE else ["--ep", "2"]) + list(extra)
 
@@ -27,7 +33,6 @@ def export(model, out, *args):
 
 
 def check(model, args):
-    os.environ.setdefault("SHARDLOAD_BIN", shardload_bin())
     ranks, layout = rank_source.export_with_cli(model, args)
     report = v.verify(model, ranks, layout)
     assert report.ok, "\n".join(report.lines())
@@ -177,3 +182,17 @@ def test_e4m3_table_follows_the_bit_layout():
     got = decode_e4m3(codes)
     assert got[:6].tolist() == [0.0, 2.0 ** -9, 2.0 ** -6, 1.0, 448.0, -2.0]
     assert torch.isnan(got[6:]).all()
+
+
+def test_unknown_and_malformed_rank_tensors_are_named_not_crashed_on(tiny):
+    model = tiny("qwen2")
+    ranks, layout = rank_source.export_with_cli(model, ["--tp", "2"])
+    ranks[1]["model.layers.0.self_attn.extra.weight"] = torch.zeros(4)
+    ranks[0]["model.layers.0.self_attn.o_proj.weight"] = ranks[0]["model.layers.0.self_attn.o_proj.weight"][:, 1:]
+    report = v.verify(model, ranks, layout, layers=[0])
+    assert not report.ok
+    assert any("rank 1 tensor model.layers.0.self_attn.extra.weight was not verified" in p for p in report.problems)
+    assert any(p.startswith("layer 0 self_attn.o_proj: cannot be checked") and "rank 0" in p
+               for p in report.problems)
+    # The other modules of the layer were still checked.
+    assert any(c.module == "layer 0 self_attn.qkv_proj" and c.ok for c in report.checks)
