@@ -11,18 +11,14 @@ import shutil
 import subprocess
 import tempfile
 
-from .safetensors_io import MAX_HEADER_BYTES, SafetensorsError, SafetensorsFile
+from .safetensors_io import MAX_HEADER_BYTES, SafetensorsError, SafetensorsFile, open_regular
 
 _RANK_FILE = re.compile(r"model-rank-(\d+)-part-(\d+)\.safetensors")
 
 
 def read_manifest(export_dir):
     path = os.path.join(str(export_dir), "shardload.json")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise SafetensorsError(f"cannot open: {e.strerror}", kind="io", file=path) from None
-    with open(fd, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         raw = f.read(MAX_HEADER_BYTES + 1)
     if len(raw) > MAX_HEADER_BYTES:
         raise SafetensorsError("manifest too large", file=path)

@@ -3,11 +3,12 @@
 Used by `shardload.verify`, which must read a checkpoint and an export without the C++ extension. Files are
 hostile input: the header length is capped before anything is allocated, the JSON is parsed only after that
 check, and every entry's dtype, shape and offsets are validated (contiguous, covering the data section exactly,
-as the official safetensors crate requires) before a byte of data is read. Symlinks are not followed.
+as the official safetensors crate requires) before a byte of data is read; only regular files are read.
 """
 import json
 import math
 import os
+import stat
 
 import numpy as np
 import torch
@@ -44,11 +45,17 @@ class TensorInfo:
         self.name, self.dtype, self.shape, self.begin, self.end = name, dtype, shape, begin, end
 
 
-def _open(path):
+def open_regular(path):
+    """Opens a regular file for reading. Symlinks are followed, as the C++ reader does, because Hugging Face
+    caches are symlinks to blobs; anything but a regular file (a FIFO, a device) is refused without blocking."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise SafetensorsError(f"cannot open: {e.strerror}", kind="io", file=str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SafetensorsError("not a regular file", kind="io", file=str(path))
+    return fd
 
 
 def _pread_exact(fd, size, offset, path):
@@ -87,7 +94,7 @@ class SafetensorsFile:
 
     def __init__(self, path):
         self.path = str(path)
-        fd = _open(self.path)
+        fd = open_regular(self.path)
         try:
             size = os.fstat(fd).st_size
             if size < 8:
@@ -128,7 +135,7 @@ class SafetensorsFile:
     def get(self, name):
         """The tensor as torch: BF16 as torch.bfloat16, F8_E4M3 as uint8 codes, others as their dtype."""
         info = self.tensors[name]
-        fd = _open(self.path)
+        fd = open_regular(self.path)
         try:
             raw = _pread_exact(fd, info.end - info.begin, self.data_start + info.begin, self.path)
         finally:
@@ -181,7 +188,7 @@ class Checkpoint:
         self._files = {}
         self.where = {}
         if os.path.exists(index):
-            with open(_open(index), "rb", closefd=True) as f:
+            with open(open_regular(index), "rb", closefd=True) as f:
                 raw = f.read(MAX_HEADER_BYTES + 1)
             if len(raw) > MAX_HEADER_BYTES:
                 raise SafetensorsError("index too large", file=index)
@@ -205,7 +212,7 @@ class Checkpoint:
             if name not in self._file(fname).tensors:
                 raise SafetensorsError("tensor named by the index is missing from its file", file=fname,
                                        tensor=name)
-        with open(_open(os.path.join(self.dir, "config.json")), "rb", closefd=True) as f:
+        with open(open_regular(os.path.join(self.dir, "config.json")), "rb", closefd=True) as f:
             self.config = json.loads(f.read(MAX_HEADER_BYTES))
 
     def _file(self, fname):

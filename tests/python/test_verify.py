@@ -161,12 +161,19 @@ def test_reader_rejects_bad_headers(tmp_path, header, data, length, field):
     assert err.value.field == field
 
 
-def test_reader_does_not_follow_symlinks(tmp_path):
-    real = write_raw(tmp_path / "real.safetensors", {})
-    os.symlink(real, tmp_path / "link.safetensors")
-    SafetensorsFile(real)
-    with pytest.raises(SafetensorsError):
-        SafetensorsFile(str(tmp_path / "link.safetensors"))
+def test_reader_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "fifo.safetensors")
+    with pytest.raises(SafetensorsError, match="not a regular file"):
+        SafetensorsFile(str(tmp_path / "fifo.safetensors"))
+
+
+def test_symlinked_checkpoint_files_verify_like_a_hugging_face_cache(tiny, tmp_path):
+    model = tiny("llama")
+    linked = tmp_path / "snapshot"
+    linked.mkdir()
+    for name in os.listdir(model):
+        os.symlink(os.path.join(model, name), linked / name)
+    check(str(linked), ["--tp", "2"])
 
 
 def test_reader_round_trips_bf16_and_fp8_codes(tmp_path):
@@ -196,3 +203,17 @@ def test_unknown_and_malformed_rank_tensors_are_named_not_crashed_on(tiny):
                for p in report.problems)
     # The other modules of the layer were still checked.
     assert any(c.module == "layer 0 self_attn.qkv_proj" and c.ok for c in report.checks)
+
+
+def test_experts_are_checked_through_the_expert_map(tiny, tmp_path):
+    model = tiny("qwen2_moe")
+    layers = json.load(open(os.path.join(model, "config.json")))["num_hidden_layers"]
+    perm = [3, 0, 7, 5, 1, 6, 2, 4]  # every MoE layer of qwen2_moe: physical p holds logical perm[p]
+    (tmp_path / "map.json").write_text(json.dumps({"physical_to_logical_map": [perm] * layers}))
+    report, layout = check(model, ["--tp", "2", "--ep", "2", "--expert-map", tmp_path / "map.json"])
+    assert layout["physical_to_logical_map"][0] == perm
+    ranks, layout = rank_source.export_with_cli(model, ["--tp", "2", "--ep", "2", "--expert-map",
+                                                        tmp_path / "map.json"])
+    layout["physical_to_logical_map"] = [list(range(8))] * layers  # a manifest that lies about the placement
+    failed = {c.module.split(" ", 2)[-1] for c in v.verify(model, ranks, layout).failures}
+    assert failed == {"experts.w13", "experts.w2"}
