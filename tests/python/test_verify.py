@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import REPO, run_shardload, shardload_bin
-from shardload import rank_source, verify as v
+from shardload import rank_source
+from shardload.verify import default_layers, verify
 from shardload.fp8 import decode_e4m3
 from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_file, save_file
 
@@ -34,7 +35,7 @@ def export(model, out, *args):
 
 def check(model, args):
     ranks, layout = rank_source.export_with_cli(model, args)
-    report = v.verify(model, ranks, layout)
+    report = verify(model, ranks, layout)
     assert report.ok, "\n".join(report.lines())
     return report, layout
 
@@ -84,7 +85,7 @@ def test_swapped_attention_heads_fail_naming_the_module(tiny, tmp_path):
 
     rewrite_rank_file(os.path.join(out, "model-rank-1-part-0.safetensors"), swap)
     ranks, layout = rank_source.load_export(out)
-    report = v.verify(model, ranks, layout)
+    report = verify(model, ranks, layout)
     assert not report.ok
     assert [c.module for c in report.failures] == ["layer 0 self_attn.qkv_proj"]
     assert report.failures[0].where == "rank 1 part q_proj"
@@ -101,7 +102,7 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
     ranks, layout = rank_source.load_export(out)
     name = min((n for n in ranks[0] if n.endswith("mlp.experts.w2_weight")), key=lambda n: int(n.split(".")[2]))
     layer = int(name.split(".")[2])
-    assert layer in v.default_layers(ranks)  # the first MoE layer is sampled
+    assert layer in default_layers(ranks)  # the first MoE layer is sampled
 
     def take_other(tensors):
         w = tensors[name]
@@ -109,7 +110,7 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
 
     rewrite_rank_file(os.path.join(out, "model-rank-0-part-0.safetensors"), take_other)
     ranks, layout = rank_source.load_export(out)
-    report = v.verify(model, ranks, layout)
+    report = verify(model, ranks, layout)
     assert [c.module for c in report.failures] == [f"layer {layer} experts.w2"]
     assert report.failures[0].where.startswith("ep rank 0 slot 0 (expert 0)")
 
@@ -196,7 +197,7 @@ def test_unknown_and_malformed_rank_tensors_are_named_not_crashed_on(tiny):
     ranks, layout = rank_source.export_with_cli(model, ["--tp", "2"])
     ranks[1]["model.layers.0.self_attn.extra.weight"] = torch.zeros(4)
     ranks[0]["model.layers.0.self_attn.o_proj.weight"] = ranks[0]["model.layers.0.self_attn.o_proj.weight"][:, 1:]
-    report = v.verify(model, ranks, layout, layers=[0])
+    report = verify(model, ranks, layout, layers=[0])
     assert not report.ok
     assert any("rank 1 tensor model.layers.0.self_attn.extra.weight was not verified" in p for p in report.problems)
     assert any(p.startswith("layer 0 self_attn.o_proj: cannot be checked") and "rank 0" in p
@@ -215,5 +216,5 @@ def test_experts_are_checked_through_the_expert_map(tiny, tmp_path):
     ranks, layout = rank_source.export_with_cli(model, ["--tp", "2", "--ep", "2", "--expert-map",
                                                         tmp_path / "map.json"])
     layout["physical_to_logical_map"] = [list(range(8))] * layers  # a manifest that lies about the placement
-    failed = {c.module.split(" ", 2)[-1] for c in v.verify(model, ranks, layout).failures}
+    failed = {c.module.split(" ", 2)[-1] for c in verify(model, ranks, layout).failures}
     assert failed == {"experts.w13", "experts.w2"}
