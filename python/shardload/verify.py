@@ -1,0 +1,473 @@
+"""`python3 -m shardload.verify`: do the rank tensors compute the same function as the checkpoint?
+
+For sampled decoder layers, a random input goes through every projection twice, in float64: once from the
+rank tensors the way the ranks compute it, once from the unsharded checkpoint tensors (FP8 dequantized with its
+scales). Column-parallel layers: each rank's output must equal its rows of the full output (the rank-order
+concatenation within the splitting group, compared rank by rank so that a failure names the rank); fused
+layers are split back into parts by the rank's part rows; GQA k/v rows come from the head the rank owns.
+Row-parallel layers: the partial sums of a group's ranks, plus the bias once (or the divided biases summed),
+must equal the full output. Routed experts: each slot against the logical expert the expert map gives it,
+w13 per MoE-TP rank, w2 summed over the MoE-TP ranks of the EP rank. Embedding / lm_head rows, norms,
+routers and score biases are compared as values.
+
+The error measure and the tolerances are in verify_math.py.
+"""
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from . import rank_source
+from .safetensors_io import Checkpoint, SafetensorsError
+from .verify_layout import Layout, classify
+from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, dequant, dtype_name,
+                          fp8_bound_sq, fp8_tolerance, narrowing)
+
+
+@dataclass
+class Check:
+    module: str        # e.g. "layer 1 self_attn.qkv_proj"
+    where: str         # rank / expert / group of the worst feature
+    error: float       # relative error of the feature with the largest error / tolerance
+    tolerance: float   # that feature's tolerance
+
+    @property
+    def ok(self):
+        return self.error <= self.tolerance
+
+
+@dataclass
+class Report:
+    checks: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # structural failures (missing / unverified tensors)
+    layers: list = field(default_factory=list)
+
+    @property
+    def ok(self):
+        return not self.problems and all(c.ok for c in self.checks)
+
+    @property
+    def failures(self):
+        return [c for c in self.checks if not c.ok]
+
+    def lines(self):
+        out = [f"verified layers {self.layers}"]
+        for c in self.checks:
+            out.append(f"{'ok  ' if c.ok else 'FAIL'} {c.module:<46} max rel err {c.error:.3e} "
+                       f"(tolerance {c.tolerance:.1e}) at {c.where}")
+        out += [f"FAIL {p}" for p in self.problems]
+        return out
+
+
+class _Model:
+    """The checkpoint side: float64 weights with FP8 dequantized (per-tensor or block scales)."""
+
+    def __init__(self, model_dir):
+        self.ckpt = Checkpoint(model_dir)
+        cfg = self.ckpt.config
+        self.heads = cfg.get("num_attention_heads")
+        self.kv_heads = cfg.get("num_key_value_heads") or self.heads
+
+    def has(self, name):
+        return name in self.ckpt
+
+    def dtype(self, name):
+        return self.ckpt.dtype(name)
+
+    def value(self, name):
+        return self.ckpt.get(name).double()
+
+    def weight(self, base):
+        codes = self.ckpt.get(base + ".weight")
+        inv = self.ckpt.get(base + ".weight_scale_inv") if self.has(base + ".weight_scale_inv") else None
+        scale = self.ckpt.get(base + ".weight_scale") if self.has(base + ".weight_scale") else None
+        return dequant(codes, base + ".weight", [codes.shape[0]], scale, inv)[0]
+
+    def bias(self, base):
+        return self.value(base + ".bias") if self.has(base + ".bias") else None
+
+
+_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2")}
+
+
+class _Verifier:
+    def __init__(self, model, ranks, layout, tolerance, seed, tokens):
+        self.model, self.ranks, self.lay = model, ranks, layout
+        self.tol_override = tolerance
+        self.gen = torch.Generator().manual_seed(seed)
+        self.tokens = tokens
+        self.report = Report()
+        self.used = [set() for _ in ranks]
+
+    def _x(self, n_in):
+        """Random input rows. With as many tokens as input features they are an orthogonal matrix, so that
+        ||y[:, c] - y_ref[:, c]|| is exactly the norm of the weight row's difference (no sampling noise in the
+        error measure); past `tokens` features, Gaussian rows (the ratio then has ~sqrt(1/tokens) noise)."""
+        g = torch.randn(n_in, min(n_in, self.tokens), generator=self.gen, dtype=torch.float64)
+        return torch.linalg.qr(g)[0].T.contiguous() if n_in <= self.tokens else g.T.contiguous()
+
+    def _get(self, r, name):
+        if name not in self.ranks[r]:
+            raise VerifyError(f"rank {r} has no tensor {name}")
+        self.used[r].add(name)
+        return self.ranks[r][name]
+
+    def _scales(self, r, base, sep="."):
+        """(scale, scale_inv) of a rank weight, marking the scale tensors (and input scales) as seen."""
+        found = {}
+        for s in ("weight_scale", "weight_scale_inv", "input_scale"):
+            if base + sep + s in self.ranks[r]:
+                self.used[r].add(base + sep + s)
+                found[s] = self.ranks[r][base + sep + s]
+        return found.get("weight_scale"), found.get("weight_scale_inv")
+
+    def _kind(self, rank_weight, ckpt_dtypes, n_parts):
+        """How a rank weight may differ from the checkpoint's: "exact", "cast" or "fp8" (verify_math.py)."""
+        rd = dtype_name(rank_weight)
+        if rd == "F8_E4M3":
+            if any(d != "F8_E4M3" for d in ckpt_dtypes):
+                return "fp8"  # dynamic quantization
+            return "fp8" if self.lay.quantization == "fp8" and n_parts > 1 else "exact"  # static fused requant
+        return "cast" if any(narrowing(rd, d) for d in ckpt_dtypes) else "exact"
+
+    def _tol(self, kind, rank_weight, bound_sq=None, ref_sq=None):
+        if self.tol_override is not None:
+            return self.tol_override
+        if kind == "exact":
+            return EXACT_TOLERANCE
+        if kind == "cast":
+            return SLACK * UNIT_ROUNDOFF.get(dtype_name(rank_weight), 2.0 ** -4)
+        return fp8_tolerance(bound_sq, ref_sq)
+
+    def _add(self, module, results):
+        """results: (where, error, tolerance); the module reports its worst feature."""
+        where, err, tol = max(results, key=lambda t: (t[1] / t[2]) if t[2] > 0 else (0 if t[1] == 0 else 1e300))
+        self.report.checks.append(Check(module, where, err, tol))
+
+    # ---- column-parallel: each rank's output == its rows of the full output, part by part ----
+    def column(self, label, prefix, mod, kind_name, group, parts):
+        full = [self.model.weight(prefix + p) for p in parts]
+        biases = [self.model.bias(prefix + p) for p in parts]
+        ckpt_dtypes = {self.model.dtype(prefix + p + ".weight") for p in parts}
+        x = self._x(full[0].shape[1])
+        refs = [x @ w.T + (b if b is not None else 0) for w, b in zip(full, biases)]
+        results = []
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            ranges = []
+            for j, w in enumerate(full):
+                out = w.shape[0]
+                if kind_name == "qkv" and j > 0 and n >= self.model.kv_heads:
+                    # More ranks than kv heads: rank k holds kv head k // (n / Hkv), replicated.
+                    if n % self.model.kv_heads:
+                        raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
+                    d = out // self.model.kv_heads
+                    h = k // (n // self.model.kv_heads)
+                    ranges.append((h * d, (h + 1) * d))
+                else:
+                    if out % n:
+                        raise VerifyError(f"{label}: {out} rows of {parts[j]} do not split over {n} ranks")
+                    ranges.append((k * out // n, (k + 1) * out // n))
+            rows = [b - a for a, b in ranges]
+            wt = self._get(r, prefix + mod + ".weight")
+            if tuple(wt.shape) != (sum(rows), full[0].shape[1]):
+                raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected "
+                                  f"{[sum(rows), full[0].shape[1]]}")
+            kind = self._kind(wt, ckpt_dtypes, len(parts))
+            w_rank, s_rank = dequant(wt, f"{label} rank {r}", rows, *self._scales(r, prefix + mod))
+            y = x @ w_rank.T
+            if prefix + mod + ".bias" in self.ranks[r]:
+                y = y + self._get(r, prefix + mod + ".bias").double()
+            row = 0
+            for j, (a, b) in enumerate(ranges):
+                ref_rows = full[j][a:b]
+                tol = self._tol(kind, wt, *((fp8_bound_sq(ref_rows, s_rank[row:row + b - a]),
+                                             ref_rows.pow(2).sum(1)) if kind == "fp8" else ()))
+                err, t = compare(y[:, row:row + b - a], refs[j][:, a:b], tol)
+                results.append((f"rank {r} part {parts[j].split('.')[-1]}", err, t))
+                row += b - a
+        self._add(label, results)
+
+    # ---- row-parallel: the partial sums of a group's ranks, plus the bias once, == the full output ----
+    def row(self, label, prefix, mod, group, src):
+        w = self.model.weight(prefix + src)
+        bias = self.model.bias(prefix + src)
+        ckpt_dtypes = {self.model.dtype(prefix + src + ".weight")}
+        x = self._x(w.shape[1])
+        ref = x @ w.T + (bias if bias is not None else 0)
+        groups = {}
+        for r in range(len(self.ranks)):
+            gid, n, k = self.lay.place(group, r)
+            groups.setdefault(gid, []).append((k, n, r))
+        results = []
+        for _, members in sorted(groups.items()):
+            total = torch.zeros_like(ref)
+            bound_sq = torch.zeros(w.shape[0], dtype=torch.float64)
+            kind, partial = "exact", []
+            for k, n, r in sorted(members):
+                if w.shape[1] % n:
+                    raise VerifyError(f"{label}: {w.shape[1]} columns do not split over {n} ranks")
+                c = w.shape[1] // n
+                wt = self._get(r, prefix + mod + ".weight")
+                if tuple(wt.shape) != (w.shape[0], c):
+                    raise VerifyError(f"{label}: rank {r} weight shape {list(wt.shape)}, expected {[w.shape[0], c]}")
+                kr = self._kind(wt, ckpt_dtypes, 1)
+                kind = kr if kr != "exact" else kind
+                w_rank, s_rank = dequant(wt, f"{label} rank {r}", [w.shape[0]], *self._scales(r, prefix + mod))
+                xs = x[:, k * c:(k + 1) * c]
+                part = xs @ w_rank.T
+                if kr == "fp8":
+                    bound_sq += fp8_bound_sq(w[:, k * c:(k + 1) * c], s_rank)
+                partial.append((compare(part, xs @ w[:, k * c:(k + 1) * c].T, EXACT_TOLERANCE)[0], r))
+                total += part
+                if prefix + mod + ".bias" in self.ranks[r]:
+                    b = self._get(r, prefix + mod + ".bias").double()
+                    if self.lay.row_bias == "divided" or k == 0:
+                        total += b  # full bias: added by the group's first rank only
+            if self.lay.row_bias == "divided" and bias is not None and kind == "exact":
+                kind = "cast"  # bias / n rounded to the bias dtype on every rank, then summed
+                wt = self.ranks[members[0][2]][prefix + mod + ".bias"]
+            tol = self._tol(kind, wt, bound_sq, w.pow(2).sum(1))
+            err, t = compare(total, ref, tol)
+            ranks = [r for _, _, r in sorted(members)]
+            results.append((f"ranks {ranks} (largest partial error: rank {max(partial)[1]})", err, t))
+        self._add(label, results)
+
+    # ---- routed experts: every slot against the logical expert the expert map gives it ----
+    def experts(self, i, prefix, moe_index):
+        moe = "block_sparse_moe" if prefix + "block_sparse_moe.experts.w13_weight" in self.ranks[0] else "mlp"
+        (gate, up), down = _EXPERT_PARTS[moe]
+        base = f"{prefix}{moe}.experts"
+        tm = self.lay.tm
+        el = self.ranks[0][base + ".w13_weight"].shape[0]
+        pattern = re.compile(re.escape(base) + rf"\.(\d+)\.{down}\.weight")
+        n_logical = sum(1 for n in self.model.ckpt.where if pattern.fullmatch(n))
+        if moe_index < len(self.lay.maps):
+            pmap = self.lay.maps[moe_index]
+        else:
+            pmap = [p % n_logical for p in range(el * self.lay.T // tm)]
+        ck = lambda l, p: f"{base}.{l}.{p}"
+        ckpt_dtypes = {self.model.dtype(ck(0, gate) + ".weight")}
+        w13_res, w2_res, by_slot = [], [], {}
+        x13 = None
+        for r in range(len(self.ranks)):
+            e, rm = r // tm, r % tm
+            w13 = self._get(r, base + ".w13_weight")
+            w2 = self._get(r, base + ".w2_weight")
+            s13 = self._scales(r, base + ".w13", "_")
+            self._scales(r, base + ".w2", "_")
+            if w13.shape[0] != el or w2.shape[0] != el:
+                raise VerifyError(f"layer {i} experts: rank {r} has {w13.shape[0]} / {w2.shape[0]} slots, "
+                                  f"expected {el}")
+            kind = self._kind(w13, ckpt_dtypes, 2)
+            for j in range(el):
+                p = e * el + j
+                if p >= len(pmap) or not 0 <= pmap[p] < n_logical:
+                    raise VerifyError(f"layer {i} experts: physical expert {p} has no logical expert in the map")
+                logical = pmap[p]
+                wg, wu = self.model.weight(ck(logical, gate)), self.model.weight(ck(logical, up))
+                if wg.shape[0] % tm:
+                    raise VerifyError(f"layer {i} experts: {wg.shape[0]} rows do not split over moe_tp {tm}")
+                n = wg.shape[0] // tm
+                if tuple(w13.shape[1:]) != (2 * n, wg.shape[1]):
+                    raise VerifyError(f"layer {i} experts.w13: rank {r} shape {list(w13.shape)}")
+                x13 = self._x(wg.shape[1]) if x13 is None else x13
+                w_rank, s_rank = dequant(w13[j], f"layer {i} experts.w13 rank {r} slot {j}", [n, n],
+                                         *(s[j] if s is not None else None for s in s13))
+                y = x13 @ w_rank.T
+                where = f"rank {r} slot {j} (expert {logical})"
+                for h, (name, ref_w) in enumerate((("gate", wg), ("up", wu))):
+                    ref_rows = ref_w[rm * n:(rm + 1) * n]
+                    tol = self._tol(kind, w13, *((fp8_bound_sq(ref_rows, s_rank[h * n:(h + 1) * n]),
+                                                  ref_rows.pow(2).sum(1)) if kind == "fp8" else ()))
+                    err, t = compare(y[:, h * n:(h + 1) * n], x13 @ ref_rows.T, tol)
+                    w13_res.append((f"{where} {name}", err, t))
+                by_slot.setdefault((e, j), []).append((rm, r, logical))
+        for (e, j), members in sorted(by_slot.items()):
+            logical = members[0][2]
+            wd = self.model.weight(ck(logical, down))
+            x2 = self._x(wd.shape[1])
+            n = wd.shape[1] // tm
+            total = torch.zeros(x2.shape[0], wd.shape[0], dtype=torch.float64)
+            bound_sq = torch.zeros(wd.shape[0], dtype=torch.float64)
+            kind = "exact"
+            for rm, r, _ in sorted(members):
+                w2 = self.ranks[r][base + ".w2_weight"]
+                if tuple(w2.shape[1:]) != (wd.shape[0], n):
+                    raise VerifyError(f"layer {i} experts.w2: rank {r} shape {list(w2.shape)}")
+                s2 = self._scales(r, base + ".w2", "_")
+                kind = self._kind(w2, ckpt_dtypes, 1)
+                w_rank, s_rank = dequant(w2[j], f"layer {i} experts.w2 rank {r} slot {j}", [wd.shape[0]],
+                                         *(s[j] if s is not None else None for s in s2))
+                total += x2[:, rm * n:(rm + 1) * n] @ w_rank.T
+                if kind == "fp8":
+                    bound_sq += fp8_bound_sq(wd[:, rm * n:(rm + 1) * n], s_rank)
+            tol = self._tol(kind, self.ranks[members[0][1]][base + ".w2_weight"], bound_sq, wd.pow(2).sum(1))
+            err, t = compare(total, x2 @ wd.T, tol)
+            ranks = [r for _, r, _ in sorted(members)]
+            w2_res.append((f"ep rank {e} slot {j} (expert {logical}) ranks {ranks}", err, t))
+        self._add(f"layer {i} experts.w13", w13_res)
+        self._add(f"layer {i} experts.w2", w2_res)
+
+    # ---- values: replicated tensors equal, vocab tables row by row (padding rows zero) ----
+    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False):
+        ref = self.model.value(ckpt_name)
+        if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
+            ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
+        if vocab:
+            vp = (ref.shape[0] + 63) // 64 * 64
+            ref = torch.cat([ref, torch.zeros(vp - ref.shape[0], *ref.shape[1:], dtype=ref.dtype)])
+        results = []
+        for r in range(len(self.ranks)):
+            _, n, k = self.lay.place(group, r)
+            t = self._get(r, rank_name)
+            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
+            if tuple(t.shape) != tuple(want.shape):
+                raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
+            kind = self._kind(t, {self.model.dtype(ckpt_name)}, 1)
+            # Features: each table row, or a 1-D tensor as a whole.
+            got, want = t.double().reshape(t.shape[0] if vocab else 1, -1).T, want.reshape(t.shape[0] if vocab else 1, -1).T
+            err, tol = compare(got, want, self._tol(kind, t))
+            results.append((f"rank {r}", err, tol))
+        self._add(label, results)
+
+
+def _layer_of(name):
+    m = re.match(r"model\.layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def default_layers(ranks):
+    """First layer, first MoE layer, last layer."""
+    layers = sorted({_layer_of(n) for n in ranks[0] if _layer_of(n) is not None})
+    moe = sorted({_layer_of(n) for n in ranks[0] if n.endswith("experts.w13_weight")})
+    return sorted({layers[0], layers[-1], *moe[:1]}) if layers else []
+
+
+def _value_source(model, prefix, mod):
+    """Checkpoint tensor of a replicated rank tensor (norms, routers, score biases, gates)."""
+    if mod == "mlp.gate.e_score_correction_bias" and not model.has(prefix + mod):
+        return prefix + "mlp.moe_statics.e_score_correction_bias"
+    return prefix + mod
+
+
+def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens=512):
+    """Checks ranks ([{name: torch tensor}] in rank order, FP8 as uint8 codes) of `layout` (an export's
+    shardload.json as a dict) against the checkpoint in model_dir; returns a Report (`ok`, `checks`,
+    `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
+    tolerance: one bound for every module instead of the per-dtype ones."""
+    model = _Model(model_dir)
+    lay = Layout(layout, len(ranks))
+    v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
+    layers = default_layers(ranks) if layers is None else sorted(set(layers))
+    v.report.layers = layers
+    moe_layers = sorted({_layer_of(n) for n in ranks[0] if n.endswith("experts.w13_weight")})
+    present = {_layer_of(n) for n in ranks[0]}
+    work = []  # (label, check): one failure to check a module is reported and the others still run
+    for i in layers:
+        if i not in present:
+            v.report.problems.append(f"layer {i} is not in the rank tensors")
+            continue
+        prefix = f"model.layers.{i}."
+        mods = sorted({_SUFFIX.sub("", n[len(prefix):]) for n in ranks[0] if n.startswith(prefix)})
+        for mod in mods:
+            work.append((f"layer {i} {mod}", _check_for(v, model, i, prefix, mod, moe_layers)))
+    for name, group in (("model.embed_tokens.weight", "embedding"), ("lm_head.weight", "lm_head")):
+        if name in ranks[0]:
+            work.append((name, lambda name=name, group=group: v.value(name, name, name, group, vocab=True)))
+    if "model.norm.weight" in ranks[0]:
+        work.append(("model.norm.weight", lambda: v.value(*["model.norm.weight"] * 3)))
+    for label, run in work:
+        if run is None:
+            continue
+        try:
+            run()
+        except (VerifyError, SafetensorsError, KeyError, IndexError, TypeError, ValueError) as e:
+            # Malformed rank tensors or manifest: a named failure, never a traceback.
+            v.report.problems.append(f"{label}: cannot be checked: {type(e).__name__}: {e}")
+    for r, tensors in enumerate(ranks):
+        for name in sorted(tensors):
+            li = _layer_of(name)
+            if (li in layers or li is None) and name not in v.used[r] and not name.endswith("input_scale"):
+                v.report.problems.append(f"rank {r} tensor {name} was not verified (unknown to verify)")
+    return v.report
+
+
+_SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
+_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias")
+
+
+def _check_for(v, model, i, prefix, mod, moe_layers):
+    """The check of one rank module of layer i, or None for tensors another check covers (expert w2 and
+    scales): anything left unchecked shows up as an unverified tensor."""
+    label = f"layer {i} {mod}"
+    cls = classify(mod)
+    if mod.endswith("experts.w13_weight"):
+        return lambda: v.experts(i, prefix, moe_layers.index(i))
+    if cls and cls[0] in ("qkv", "column"):
+        return lambda: v.column(label, prefix, mod, cls[0], cls[1], cls[2])
+    if cls:
+        return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
+    if mod.endswith("norm") or mod in _VALUES:
+        name = mod if mod.endswith("correction_bias") else mod + ".weight"
+        return lambda: v.value(label, prefix + name, _value_source(model, prefix, name))
+    return None
+
+
+def _layout_args(a):
+    out = ["--tp", a.tp if a.tp is not None else 1, "--ep", a.ep if a.ep is not None else 1]
+    for flag in ("dp", "dp_style", "redundant_experts", "expert_map", "row_bias", "moe_dense_tp_size",
+                 "moe_a2a_backend", "dtype", "quantization"):
+        val = getattr(a, flag)
+        if val is not None:
+            out += ["--" + flag.replace("_", "-"), val]
+    for flag in ("no_split_shared_experts", "enable_dp_lm_head", "enable_expert_parallel"):
+        if getattr(a, flag):
+            out.append("--" + flag.replace("_", "-"))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m shardload.verify", description=__doc__.split("\n")[0])
+    p.add_argument("model")
+    p.add_argument("--tp", type=int)
+    p.add_argument("--ep", type=int)
+    p.add_argument("--export", help="check this export directory instead of exporting MODEL")
+    p.add_argument("--layers", help="comma-separated decoder layer indices (default: first, first MoE, last)")
+    p.add_argument("--tolerance", type=float, help="one relative-error bound for every module")
+    p.add_argument("--seed", type=int, default=0)
+    for flag in ("--dp", "--dp-style", "--redundant-experts", "--expert-map", "--row-bias", "--moe-dense-tp-size",
+                 "--moe-a2a-backend", "--dtype", "--quantization"):
+        p.add_argument(flag)
+    for flag in ("--no-split-shared-experts", "--enable-dp-lm-head", "--enable-expert-parallel"):
+        p.add_argument(flag, action="store_true")
+    a = p.parse_args(argv)
+    try:
+        layers = [int(s) for s in a.layers.split(",")] if a.layers else None
+    except ValueError:
+        p.error("--layers takes comma-separated integers")
+    try:
+        if a.export:
+            ranks, layout = rank_source.load_export(a.export)
+            for flag, key in ((a.tp, "tp_size"), (a.ep, "ep_size")):
+                if flag is not None and flag != layout[key]:
+                    p.error(f"--{key[:2]} {flag} but the export has {key} {layout[key]}")
+        else:
+            ranks, layout = rank_source.export_with_cli(a.model, _layout_args(a))
+        report = verify(a.model, ranks, layout, layers=layers, tolerance=a.tolerance, seed=a.seed)
+    except (SafetensorsError, VerifyError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(report.lines()))
+    if report.ok:
+        print(f"verify: OK ({len(report.checks)} modules)")
+        return 0
+    bad = [f"{c.module} at {c.where} (rel err {c.error:.3e} > {c.tolerance:.1e})" for c in report.failures]
+    print("verify: FAILED: " + "; ".join(bad + report.problems), file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
