@@ -64,6 +64,24 @@ def load_export(export_dir):
     return ranks, layout
 
 
+# The plan fields verify reads, as an export's shardload.json spells them.
+_LAYOUT_FIELDS = ("tp_size", "ep_size", "moe_tp_size", "dp_size", "dp_style", "scopes", "physical_to_logical_map",
+                  "quantization", "row_bias", "no_split_shared_experts")
+
+
+def load_with_library(model_dir, layout_kwargs):
+    """Loads MODEL with the extension (shardload.load, keywords as the command line's layout options):
+    every rank's tensors as torch tensors sharing shardload's buffers, no file written."""
+    from . import _shardload
+    from .tensors import to_torch
+
+    loaded = _shardload.load(str(model_dir), **layout_kwargs)
+    plan = loaded.plan()
+    layout = {key: plan[key] for key in _LAYOUT_FIELDS if key in plan}
+    ranks = [{name: to_torch(t) for name, t in loaded.tensors(r).items()} for r in loaded.ranks]
+    return ranks, layout
+
+
 def shardload_binary():
     return os.environ.get("SHARDLOAD_BIN") or shutil.which("shardload") or "shardload"
 

@@ -13,6 +13,8 @@ import stat
 import numpy as np
 import torch
 
+from .errors import FormatError
+
 MAX_HEADER_BYTES = 100_000_000
 
 # safetensors dtype -> (item size, NumPy dtype of the raw bits, torch dtype the bits are viewed as or None).
@@ -28,14 +30,13 @@ _TORCH_TO_ST = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16"
                 torch.uint8: "U8", torch.bool: "BOOL"}
 
 
-class SafetensorsError(ValueError):
+class SafetensorsError(FormatError, ValueError):
     """A malformed or unexpected safetensors file, with the fields shardload's C++ errors carry."""
 
     def __init__(self, message, *, kind="format", file=None, tensor=None, field=None, expected=None,
                  found=None):
-        super().__init__(f"{file}: {message}" if file else message)
-        self.kind, self.file, self.tensor, self.field = kind, file, tensor, field
-        self.expected, self.found = expected, found
+        super().__init__(message, kind=kind, file=file or "", tensor=tensor or "", field=field or "",
+                         expected="" if expected is None else expected, found="" if found is None else found)
 
 
 class TensorInfo:

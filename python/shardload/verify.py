@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import rank_source
+from .errors import Error
 from .safetensors_io import Checkpoint, SafetensorsError
 from .verify_layout import Layout, classify
 from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, dequant, dtype_name,
@@ -416,16 +417,20 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     return None
 
 
-def _layout_args(a):
-    out = ["--tp", a.tp if a.tp is not None else 1, "--ep", a.ep if a.ep is not None else 1]
-    for flag in ("dp", "dp_style", "redundant_experts", "expert_map", "row_bias", "moe_dense_tp_size",
-                 "moe_a2a_backend", "dtype", "quantization"):
+def _layout_kwargs(a):
+    """The library's layout keywords for the command line's options."""
+    out = {"tp": a.tp if a.tp is not None else 1, "ep": a.ep if a.ep is not None else 1}
+    for flag, convert in (("dp", int), ("dp_style", str), ("redundant_experts", int), ("expert_map", str),
+                          ("row_bias", str), ("moe_dense_tp_size", int), ("moe_a2a_backend", str), ("dtype", str),
+                          ("quantization", str)):
         val = getattr(a, flag)
         if val is not None:
-            out += ["--" + flag.replace("_", "-"), val]
-    for flag in ("no_split_shared_experts", "enable_dp_lm_head", "enable_expert_parallel"):
+            out[flag] = convert(val)
+    if a.no_split_shared_experts:
+        out["split_shared_experts"] = False
+    for flag in ("enable_dp_lm_head", "enable_expert_parallel"):
         if getattr(a, flag):
-            out.append("--" + flag.replace("_", "-"))
+            out[flag] = True
     return out
 
 
@@ -455,9 +460,9 @@ def main(argv=None):
                 if flag is not None and flag != layout[key]:
                     p.error(f"--{key[:2]} {flag} but the export has {key} {layout[key]}")
         else:
-            ranks, layout = rank_source.export_with_cli(a.model, _layout_args(a))
+            ranks, layout = rank_source.load_with_library(a.model, _layout_kwargs(a))
         report = verify(a.model, ranks, layout, layers=layers, tolerance=a.tolerance, seed=a.seed)
-    except (SafetensorsError, VerifyError, RuntimeError, OSError) as e:
+    except (SafetensorsError, VerifyError, Error, RuntimeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print("\n".join(report.lines()))

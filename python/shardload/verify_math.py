@@ -21,6 +21,7 @@ requantization of make-tiny checkpoints), a misplaced head or expert gives error
 """
 import torch
 
+from .errors import Error
 from .fp8 import BLOCK, decode_e4m3, expand_blocks
 
 UNIT_ROUNDOFF = {"BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24, "F64": 2.0 ** -53}
@@ -33,7 +34,7 @@ _TORCH_DTYPE = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F3
                 torch.uint8: "F8_E4M3"}
 
 
-class VerifyError(Exception):
+class VerifyError(Error):
     """The rank tensors cannot be checked at all (a tensor missing, a shape the layout does not explain)."""
 
 

@@ -2,13 +2,14 @@
 exports it must catch, naming the module (issue 17, item 6)."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import REPO, run_shardload, shardload_bin
+from conftest import run_shardload, shardload_bin
 from shardload import rank_source
 from shardload.verify import default_layers, verify
 from shardload.fp8 import decode_e4m3
@@ -119,7 +120,9 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
 
 
 def run_verify(*args):
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), SHARDLOAD_BIN=shardload_bin())
+    # The package this test imported (the build tree's, with the extension), in the child too.
+    package_root = pathlib.Path(rank_source.__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(package_root), SHARDLOAD_BIN=shardload_bin())
     return subprocess.run([sys.executable, "-m", "shardload.verify", *map(str, args)], capture_output=True,
                           text=True, env=env)
 
