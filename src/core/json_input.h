@@ -40,8 +40,12 @@ std::string read_bounded_file(const std::string& path, ErrorKind kind, uint64_t 
 nlohmann::json read_json_file(const std::string& path, ErrorKind kind, const JsonLimits& limits,
                               std::string_view what = "file");
 
+// How much of a parsed value an error message quotes by default: enough to recognise it, never a
+// whole document.
+inline constexpr size_t kBriefJsonBytes = 40;
+
 // A parsed value for an error message: its JSON text, cut to max_bytes ("..." marks the cut).
-std::string brief_json(const nlohmann::json& value, size_t max_bytes = 40);
+std::string brief_json(const nlohmann::json& value, size_t max_bytes = kBriefJsonBytes);
 
 // Throws Error(kind) when `text` nests arrays and objects deeper than max_depth. Ignores brackets
 // inside strings; does not otherwise validate.

@@ -9,7 +9,6 @@ namespace shardload::format {
 
 namespace {
 
-constexpr size_t kQuoteBytes = 64;
 constexpr size_t kParserMessageBytes = 200;
 
 // Cuts text to at most max_bytes without splitting a UTF-8 sequence.

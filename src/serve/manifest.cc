@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/json_input.h"
+#include "format/posix_io.h"
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
@@ -70,7 +71,7 @@ bool write_all(int fd, std::string_view text) {
 // within one; O_EXCL catches what is left of a killed server with the same pid.
 int create_temp(const ShmDir& dir, std::string* name) {
   static std::atomic<uint64_t> counter{0};
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  for (int attempt = 0; attempt < format::kTempNameAttempts; ++attempt) {
     *name = fmt::format("{}{}-{}", kManifestTempPrefix, ::getpid(), counter++);
     const int fd = dir.create_file(*name, /*replace=*/false);
     if (fd >= 0) return fd;
