@@ -109,6 +109,11 @@ std::string read_bounded_file(const std::string& path, ErrorKind kind, uint64_t 
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  return read_bounded_fd(fd, path, kind, max_bytes, what);
+}
+
+std::string read_bounded_fd(int fd, const std::string& path, ErrorKind kind, uint64_t max_bytes,
+                            std::string_view what) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     throw Error(kind, fmt::format("cannot stat {}: {}", what, std::strerror(errno)),

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -110,22 +109,16 @@ std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why)
     *why = "no usable manifest.json: " + open_why;
     return std::nullopt;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+  std::string text;
+  try {
+    text = read_bounded_fd(fd, dir.file_path("manifest.json"), ErrorKind::kIo, kMaxManifestBytes,
+                           "manifest.json");
+  } catch (const Error& e) {
     ::close(fd);
-    *why = fmt::format("manifest.json is larger than {} bytes", kMaxManifestBytes);
+    *why = e.what();
     return std::nullopt;
   }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
   ::close(fd);
-  text.resize(got);
   return parse_manifest_text(text, why);
 }
 
