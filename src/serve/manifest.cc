@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "core/json_input.h"
 #include "format/posix_io.h"
@@ -55,17 +57,6 @@ Error io_error(const std::string& what, const std::string& path) {
                {.file = path});
 }
 
-// Writes all of `text` to `fd` (a short write is retried, EINTR too).
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 // A temporary name no other writer uses: the pid and a counter make it unique between servers and
 // within one; O_EXCL catches what is left of a killed server with the same pid.
 int create_temp(const ShmDir& dir, std::string* name) {
@@ -84,14 +75,16 @@ void write_manifest(const ShmDir& dir, const nlohmann::json& manifest) {
   std::string temp;
   const int fd = create_temp(dir, &temp);
   const std::string text = manifest.dump(1) + "\n";
-  const bool written = write_all(fd, text) && ::fsync(fd) == 0;
-  const int write_errno = errno;
-  ::close(fd);
-  if (!written) {
+  try {
+    // format's write_exact: short writes and EINTR resumed, failures an Error(kIo).
+    format::write_exact(fd, std::as_bytes(std::span(text)), {.file = dir.file_path(temp)});
+    if (::fsync(fd) != 0) throw io_error("fsync of the manifest", dir.file_path(temp));
+  } catch (...) {
+    ::close(fd);
     ::unlinkat(dir.fd(), temp.c_str(), 0);
-    errno = write_errno;
-    throw io_error("writing the manifest", dir.file_path(temp));
+    throw;
   }
+  ::close(fd);
   if (::renameat(dir.fd(), temp.c_str(), dir.fd(), "manifest.json") != 0) {
     const Error error = io_error("rename to manifest.json", dir.file_path(temp));
     ::unlinkat(dir.fd(), temp.c_str(), 0);
