@@ -20,7 +20,8 @@ void requantize_fp8_e4m3(std::span<uint8_t> codes, float from, float to);
 // Largest |v| (NaN ignored).
 float abs_max(std::span<const float> values);
 
-// Dynamic quantization: s = max(amax, kFp8AmaxFloor) / kFp8E4m3Max and q = fp8(v / s) in float32. Returns s.
+// Dynamic quantization: s = max(amax, kFp8AmaxFloor) / kFp8E4m3Max and q = fp8(v / s) in float32.
+// Returns s.
 float quantize_fp8_e4m3(std::span<const float> values, std::span<uint8_t> codes);
 
 }  // namespace shardload

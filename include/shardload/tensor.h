@@ -28,12 +28,12 @@ struct TensorView {
 // and a transparent huge page (also the largest page-cache folio).
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+// AlignedBuffers of this size and more are anonymous mappings (their pages can be given back with madvise).
+inline constexpr size_t kMappedBufferBytes = kHugePageBytes;
 
 // An owning, zero-initialised buffer aligned to `alignment` bytes (a power of two, default a page so that
 // O_DIRECT reads fit). Buffers of kMappedBufferBytes and more are anonymous mappings on a huge-page boundary,
-// advised for transparent huge pages, whose pages the kernel zeroes on first touch (no memset pass); their
-// pages can be handed back with madvise. Move-only.
-inline constexpr size_t kMappedBufferBytes = kHugePageBytes;
+// advised for transparent huge pages, whose pages the kernel zeroes on first touch (no memset pass). Move-only.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
