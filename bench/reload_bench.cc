@@ -30,7 +30,8 @@ double median(std::vector<double> v) {
 
 void parallel_copy(std::byte* dst, const std::byte* src, size_t bytes, int threads) {
   std::vector<std::thread> pool;
-  const size_t per = (bytes / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
+  constexpr size_t kPage = shardload::kPageBytes;
+  const size_t per = (bytes / static_cast<size_t>(threads) + kPage - 1) / kPage * kPage;
   for (int t = 0; t < threads; ++t) {
     const size_t begin = std::min(bytes, per * static_cast<size_t>(t));
     const size_t end = std::min(bytes, begin + per);

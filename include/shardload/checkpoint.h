@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "shardload/safetensors.h"
 
@@ -33,8 +33,9 @@ class Checkpoint {
 
   const std::string& path() const { return path_; }
   bool is_directory() const { return is_directory_; }
-  bool has_config() const { return !config_.is_null(); }
-  const nlohmann::json& config() const { return config_; }
+  bool has_config() const;
+  // config.json as parsed (null when the checkpoint has none).
+  const nlohmann::json& config() const;
   const std::vector<SafetensorsFile>& files() const { return files_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
 
@@ -50,7 +51,9 @@ class Checkpoint {
 
   std::string path_;
   bool is_directory_ = false;
-  nlohmann::json config_;
+  // Behind a pointer so that this header needs only nlohmann's forward declarations (shared: the
+  // parsed config never changes, and copies of a Checkpoint may share it).
+  std::shared_ptr<const nlohmann::json> config_;
   std::vector<SafetensorsFile> files_;
   std::vector<std::string> warnings_;
   std::vector<std::string> names_;

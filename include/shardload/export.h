@@ -1,11 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "shardload/checkpoint.h"
 #include "shardload/loader.h"
@@ -63,7 +64,9 @@ struct ExportLayout {
 
 // An export loaded back: the manifest and, per rank, its tensors read from the rank files.
 struct LoadedExport {
-  nlohmann::json manifest;
+  // shardload.json as parsed; behind a pointer so that this header needs only nlohmann's forward
+  // declarations (never null in what load_export returns).
+  std::shared_ptr<const nlohmann::json> manifest;
   struct Tensor {
     std::string name;
     DType dtype;

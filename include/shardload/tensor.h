@@ -24,13 +24,20 @@ struct TensorView {
   std::span<const std::byte> data;
 };
 
-// An owning, zero-initialised buffer aligned to `alignment` bytes (a power of two, default 4096 so that
-// O_DIRECT reads fit). Buffers of 2 MiB and more are anonymous mappings on a huge-page boundary, advised for
-// transparent huge pages, whose pages the kernel zeroes on first touch (no memset pass). Move-only.
+// Memory pages as buffers, mappings and madvise see them: the base page of x86-64 and arm64 Linux,
+// and a transparent huge page (also the largest page-cache folio).
+inline constexpr size_t kPageBytes = 4096;
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+// AlignedBuffers of this size and more are anonymous mappings (their pages can be given back with madvise).
+inline constexpr size_t kMappedBufferBytes = kHugePageBytes;
+
+// An owning, zero-initialised buffer aligned to `alignment` bytes (a power of two, default a page so that
+// O_DIRECT reads fit). Buffers of kMappedBufferBytes and more are anonymous mappings on a huge-page boundary,
+// advised for transparent huge pages, whose pages the kernel zeroes on first touch (no memset pass). Move-only.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t size, size_t alignment = 4096);
+  explicit AlignedBuffer(size_t size, size_t alignment = kPageBytes);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;

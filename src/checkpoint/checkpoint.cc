@@ -195,6 +195,13 @@ const Checkpoint::Entry& Checkpoint::at(std::string_view name) const {
               {.file = path_, .tensor = std::string(name)});
 }
 
+bool Checkpoint::has_config() const { return config_ != nullptr && !config_->is_null(); }
+
+const nlohmann::json& Checkpoint::config() const {
+  static const nlohmann::json kNone;
+  return config_ != nullptr ? *config_ : kNone;
+}
+
 Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   Checkpoint ckpt;
   ckpt.path_ = path;
@@ -207,7 +214,8 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   if (fs::is_directory(status)) {
     ckpt.is_directory_ = true;
     shards.indexed = fs::exists(fs::path(path) / kIndexFile);
-    ckpt.config_ = read_config(fs::path(path), ckpt.warnings_);
+    ckpt.config_ =
+        std::make_shared<const nlohmann::json>(read_config(fs::path(path), ckpt.warnings_));
     find_shards(path, backend, shards, ckpt.warnings_);
   } else {
     shards.paths.push_back(path);

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/run_app.h"
 #include "cli/serve/serve_command.h"
+#include "shardload/tensor.h"
 
 namespace {
 
@@ -24,7 +25,7 @@ namespace {
 // grows in 64 MiB steps (untouched pages cost nothing) and its top region is advised once; brk
 // extends that region, advice included.
 void back_heap_with_huge_pages() {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  constexpr uintptr_t kHuge = shardload::kHugePageBytes;
   constexpr size_t kBlock = 64 << 10;  // under the mmap threshold: comes from the heap
   mallopt(M_TOP_PAD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/utf8_cut.h"
+
 namespace shardload {
 namespace {
 
@@ -109,6 +111,11 @@ std::string read_bounded_file(const std::string& path, ErrorKind kind, uint64_t 
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  return read_bounded_fd(fd, path, kind, max_bytes, what);
+}
+
+std::string read_bounded_fd(int fd, const std::string& path, ErrorKind kind, uint64_t max_bytes,
+                            std::string_view what) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     throw Error(kind, fmt::format("cannot stat {}: {}", what, std::strerror(errno)),
@@ -154,10 +161,7 @@ std::string read_bounded_file(const std::string& path, ErrorKind kind, uint64_t 
 std::string brief_json(const nlohmann::json& value, size_t max_bytes) {
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > max_bytes) {
-    // Cut before a UTF-8 continuation byte, never inside a character: the message may become JSON.
-    size_t end = max_bytes;
-    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-    text.resize(end);
+    text.resize(cut_utf8(text, max_bytes).size());
     text += "...";
   }
   return text;

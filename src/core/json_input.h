@@ -36,12 +36,23 @@ nlohmann::json parse_json(std::string_view text, ErrorKind kind, const std::stri
 std::string read_bounded_file(const std::string& path, ErrorKind kind, uint64_t max_bytes,
                               std::string_view what = "file");
 
+// read_bounded_file of a file the caller opened its own way (relative to a directory fd, with
+// O_NOFOLLOW and ownership checks; O_NONBLOCK so that a FIFO cannot block the open): the same
+// checks and the same bounded read, the one read path both use. `path` names the file in messages;
+// fd stays open.
+std::string read_bounded_fd(int fd, const std::string& path, ErrorKind kind, uint64_t max_bytes,
+                            std::string_view what = "file");
+
 // read_bounded_file, then parse_json.
 nlohmann::json read_json_file(const std::string& path, ErrorKind kind, const JsonLimits& limits,
                               std::string_view what = "file");
 
+// How much of a parsed value an error message quotes by default: enough to recognise it, never a
+// whole document.
+inline constexpr size_t kBriefJsonBytes = 40;
+
 // A parsed value for an error message: its JSON text, cut to max_bytes ("..." marks the cut).
-std::string brief_json(const nlohmann::json& value, size_t max_bytes = 40);
+std::string brief_json(const nlohmann::json& value, size_t max_bytes = kBriefJsonBytes);
 
 // Throws Error(kind) when `text` nests arrays and objects deeper than max_depth. Ignores brackets
 // inside strings; does not otherwise validate.

@@ -44,24 +44,24 @@ uint64_t shape_nbytes(const Shape& shape, DType dtype) {
 
 namespace {
 
-// Large buffers come straight from the kernel: its pages are zero when first touched, so no memset pass
-// is needed, and they are advised for transparent huge pages, which makes first-touch faults 512x rarer.
-constexpr size_t kMmapThreshold = size_t{2} << 20;
-constexpr size_t kHugePage = size_t{2} << 20;
+size_t round_up_to_page(size_t bytes) { return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes; }
 
 }  // namespace
 
+// Large buffers (kMappedBufferBytes and more) come straight from the kernel: its pages are zero when
+// first touched, so no memset pass is needed, and they are advised for transparent huge pages, which
+// makes first-touch faults 512x rarer.
 AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) : size_(size) {
   if (size == 0) return;
-  if (size >= kMmapThreshold && alignment <= kHugePage) {
+  if (size >= kMappedBufferBytes && alignment <= kHugePageBytes) {
     // Over-map by one huge page and trim, so that the buffer starts on a huge-page boundary.
-    mapped_ = size + kHugePage;
+    mapped_ = size + kHugePageBytes;
     void* raw = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-    const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+    const uintptr_t aligned = (start + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
     if (aligned > start) munmap(raw, aligned - start);
-    const size_t kept = (size + 4095) / 4096 * 4096;
+    const size_t kept = round_up_to_page(size);
     const uintptr_t end = start + mapped_;
     if (end > aligned + kept) munmap(reinterpret_cast<void*>(aligned + kept), end - aligned - kept);
     mapped_ = kept;
@@ -78,7 +78,7 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) : size_(size) {
 AlignedBuffer AlignedBuffer::map_file(int fd, uint64_t offset, size_t size) {
   AlignedBuffer out;
   if (size == 0) return out;
-  const size_t mapped = (size + 4095) / 4096 * 4096;
+  const size_t mapped = round_up_to_page(size);
   void* raw = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   if (raw == MAP_FAILED) {
     throw Error(ErrorKind::kIo, fmt::format("mmap of {} bytes at offset {} failed: {}", size, offset,

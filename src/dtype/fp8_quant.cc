@@ -7,10 +7,15 @@
 #include "shardload/convert.h"
 
 namespace shardload {
+namespace {
+
+// Values converted per step: a cache-sized block for the vectorized bulk kernels.
+constexpr size_t kBlock = 4096;
+
+}  // namespace
 
 void requantize_fp8_e4m3(std::span<uint8_t> codes, float from, float to) {
-  // Through the vectorized bulk kernels, a cache-sized block at a time (faster than a byte table here).
-  constexpr size_t kBlock = 4096;
+  // Through the vectorized bulk kernels, a block at a time (faster than a byte table here).
   std::array<float, kBlock> x;
   for (size_t at = 0; at < codes.size(); at += kBlock) {
     const size_t n = std::min(kBlock, codes.size() - at);
@@ -31,9 +36,8 @@ float abs_max(std::span<const float> values) {
 }
 
 float quantize_fp8_e4m3(std::span<const float> values, std::span<uint8_t> codes) {
-  const float s = std::max(abs_max(values), 1e-12f) / 448.0f;
-  // Divided into a cache-sized block, then converted by the vectorized bulk kernel.
-  constexpr size_t kBlock = 4096;
+  const float s = std::max(abs_max(values), kFp8AmaxFloor) / kFp8E4m3Max;
+  // Divided into a block, then converted by the vectorized bulk kernel.
   std::array<float, kBlock> scaled;
   for (size_t at = 0; at < values.size(); at += kBlock) {
     const size_t n = std::min(kBlock, values.size() - at);

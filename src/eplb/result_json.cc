@@ -1,5 +1,7 @@
 #include "shardload/eplb.h"
 
+#include <nlohmann/json.hpp>
+
 namespace shardload {
 
 nlohmann::json to_json(const EplbResult& result) {

@@ -46,11 +46,11 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
                          const ExportLayout& expected) {
   const fs::path manifest_path = fs::path(dir) / "shardload.json";
   LoadedExport out;
-  out.manifest = read_manifest(manifest_path);
+  out.manifest = std::make_shared<const nlohmann::json>(read_manifest(manifest_path));
   // Everything is checked before a tensor is read: the manifest, what was asked of it, then each
   // rank file.
-  const ExportManifest manifest = check_manifest(out.manifest, manifest_path.string());
-  check_expected_layout(out.manifest, manifest, expected, manifest_path.string());
+  const ExportManifest manifest = check_manifest(*out.manifest, manifest_path.string());
+  check_expected_layout(*out.manifest, manifest, expected, manifest_path.string());
   for (int rank : wanted) {
     if (rank < 0 || rank >= manifest.tp) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("rank {} is not in the export", rank),

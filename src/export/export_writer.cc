@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/plural.h"
 #include "export/resolved_path.h"
 #include "export/staging_dir.h"

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "format/posix_io.h"
 #include "shardload/error.h"
 
 namespace shardload {
@@ -28,7 +29,7 @@ Error io_error(const std::string& what, const fs::path& path, int error) {
 // a symlink included, so nothing found there is ever used), with the mode a plain mkdir gives.
 fs::path make_unique_dir(const fs::path& parent, const std::string& name, mode_t mode) {
   std::random_device random;
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  for (int attempt = 0; attempt < format::kTempNameAttempts; ++attempt) {
     const fs::path path = parent / fmt::format("{}-{:08x}", name, random());
     if (::mkdir(path.c_str(), mode) == 0) return path;
     if (errno != EEXIST) throw io_error("cannot create a directory for the export", path, errno);

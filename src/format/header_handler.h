@@ -67,7 +67,7 @@ class HeaderHandler {
   bool number_float(double value, const std::string& literal) {
     // A finite literal read as infinity overflowed; serde_json calls that "number out of range".
     if (!std::isfinite(value)) {
-      return syntax_error(0, "number out of range: " + literal.substr(0, 64));
+      return syntax_error(0, "number out of range: " + literal.substr(0, kQuoteBytes));
     }
     return on_scalar({.kind = Kind::kFloat, .text = literal});
   }

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "shardload/safetensors.h"
@@ -29,7 +31,10 @@ bool index_tensor_names(SafetensorsHeader& header);
 // that says what is wrong.
 SafetensorsHeader parse_header_json_events(std::string_view json, std::string_view file);
 
-// What an error message shows of a string taken from the file: quoted, cut to a readable length.
+// How many bytes of a string or number literal taken from the file an error message shows.
+inline constexpr size_t kQuoteBytes = 64;
+
+// What an error message shows of a string taken from the file: quoted, cut to kQuoteBytes.
 std::string quote_for_message(std::string_view text);
 
 }  // namespace shardload::format

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/utf8_cut.h"
 #include "format/header_handler.h"
 #include "format/header_json.h"
 
@@ -9,22 +10,13 @@ namespace shardload::format {
 
 namespace {
 
-constexpr size_t kQuoteBytes = 64;
 constexpr size_t kParserMessageBytes = 200;
-
-// Cuts text to at most max_bytes without splitting a UTF-8 sequence.
-std::string_view cut(std::string_view text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  size_t end = max_bytes;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end);
-}
 
 }  // namespace
 
 std::string quote_for_message(std::string_view text) {
   std::string quoted = "\"";
-  for (char c : cut(text, kQuoteBytes)) {
+  for (char c : cut_utf8(text, kQuoteBytes)) {
     quoted += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
   }
   quoted += text.size() > kQuoteBytes ? "\"..." : "\"";
@@ -38,7 +30,7 @@ std::string Value::describe() const {
     // The parser hands "-0" over as a signed zero: show the minus it was written with.
     case Kind::kNegative: return signed_value == 0 ? "-0" : fmt::format("{}", signed_value);
     case Kind::kUnsigned: return fmt::format("{}", unsigned_value);
-    case Kind::kFloat: return std::string(cut(text, kQuoteBytes));
+    case Kind::kFloat: return std::string(cut_utf8(text, kQuoteBytes));
     case Kind::kString: return quote_for_message(text);
     case Kind::kObject: return "an object";
     case Kind::kArray: return "an array";
@@ -54,7 +46,7 @@ bool HeaderHandler::parse_error(size_t position, const std::string&, const Json:
     what.remove_prefix(colon + 2);
   }
   what = what.substr(0, what.find("; last read:"));
-  return syntax_error(position, std::string(cut(what, kParserMessageBytes)));
+  return syntax_error(position, std::string(cut_utf8(what, kParserMessageBytes)));
 }
 
 bool HeaderHandler::syntax_error(size_t position, std::string message) {

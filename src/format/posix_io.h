@@ -24,6 +24,11 @@ void preadv_exact(int fd, std::span<struct iovec> segments, uint64_t offset,
 // Writes all of src at the file position, resuming after EINTR and short writes. Throws Error(kIo).
 void write_exact(int fd, std::span<const std::byte> src, const ErrorDetails& where);
 
+// How many fresh names a writer tries for a temporary file or directory that it creates exclusively
+// (O_EXCL, mkdir) before it gives up: names are unique per process (pid, counter, random bits), so a
+// clash is the leftover of a killed process, and a run of them means something else is wrong.
+inline constexpr int kTempNameAttempts = 100;
+
 // An Error(kIo) for the failed call `what`, with errno's text.
 Error io_error(std::string what, int error_number, ErrorDetails where);
 

@@ -46,7 +46,7 @@ class TempFile {
       path_ = temp_path_for(target);
       // 0666 and the umask give the permissions a plain create would; mkstemp would force 0600.
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ < 0 && (errno != EEXIST || attempt == 8)) {
+      if (fd_ < 0 && (errno != EEXIST || attempt + 1 == format::kTempNameAttempts)) {
         throw format::io_error("cannot create temporary file " + path_, errno, {.file = target});
       }
     }

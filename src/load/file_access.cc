@@ -11,14 +11,9 @@
 
 #include "format/posix_io.h"
 #include "load/sigbus_guard.h"
+#include "shardload/tensor.h"
 
 namespace shardload::load {
-namespace {
-
-// A transparent huge page, and the largest page-cache folio: mappings are widened to it.
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
-
-}  // namespace
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -30,8 +25,10 @@ MappedRange::~MappedRange() {
 }
 
 bool MappedRange::map(int fd, uint64_t offset, uint64_t bytes) {
-  const uint64_t first = offset / kHugePage * kHugePage;
-  length_ = static_cast<size_t>((offset + bytes - first + kHugePage - 1) / kHugePage * kHugePage);
+  // Widened to whole huge pages, the largest page-cache folio, so that such folios map as huge pages.
+  constexpr uint64_t kHuge = kHugePageBytes;
+  const uint64_t first = offset / kHuge * kHuge;
+  length_ = static_cast<size_t>((offset + bytes - first + kHuge - 1) / kHuge * kHuge);
   void* p = ::mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
   if (p == MAP_FAILED) return false;
   base_ = p;
@@ -80,9 +77,9 @@ std::optional<uint64_t> cached_bytes_mincore(int fd, uint64_t size) {
 }
 
 bool maps_as_huge_pages(const SafetensorsFile& file) {
-  constexpr uint64_t kProbe = 2 * kHugePage;
+  constexpr uint64_t kProbe = 2 * kHugePageBytes;
   if (file.file_size() < 2 * kProbe) return false;
-  const uint64_t offset = file.file_size() / 2 / kHugePage * kHugePage;
+  const uint64_t offset = file.file_size() / 2 / kHugePageBytes * kHugePageBytes;
   MappedRange range;
   if (!range.map(file.fd(), offset, kProbe)) return false;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -97,7 +94,7 @@ bool maps_as_huge_pages(const SafetensorsFile& file) {
   });
   if (!touched) return false;  // the file shrank since it was opened: the load will say so
   const long faults = after.ru_minflt + after.ru_majflt - before.ru_minflt - before.ru_majflt;
-  return faults <= static_cast<long>(kProbe / kHugePage);
+  return faults <= static_cast<long>(kProbe / kHugePageBytes);
 }
 
 bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files) {

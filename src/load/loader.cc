@@ -1,9 +1,9 @@
 // Executes a plan. Each piece becomes a part of a file range: read straight into its destination
 // (a whole-row run in the destination dtype, or rows whose column blocks tile the row), or into a
 // bounce buffer and converted from there (casts, divided biases, column blocks that leave gaps or
-// are too narrow). Neighbouring parts in a file are merged into units of up to 16 MiB, one read each
+// are too narrow). Neighbouring parts in a file are merged into jobs of up to 16 MiB, one read each
 // (a run of small expert tensors is one preadv, not one read per tensor). Three read paths run the
-// same units: page cache (preadv into the destinations), mmap, and O_DIRECT through io_uring for
+// same jobs: page cache (preadv into the destinations), mmap, and O_DIRECT through io_uring for
 // files that are not cached. Design and measurements: docs/io.md.
 #include "shardload/loader.h"
 
@@ -88,11 +88,11 @@ struct SourceRows {
 constexpr uint32_t kNoGather = UINT32_MAX;
 constexpr uint32_t kNoCopies = UINT32_MAX;
 
-// A piece of work: one file range, tiled in order by the parts parts_[part_begin, part_end). Parts
+// One read of a file range, tiled in order by the parts parts_[part_begin, part_end). Parts
 // are read straight into their destinations, except bounce parts (casts, divided biases, column
 // blocks that leave gaps or are too narrow to read into), which land in a bounce buffer and are
 // converted from there; one read serves both.
-struct Unit {
+struct ReadJob {
   uint32_t source;  // the first source tensor (named in errors)
   uint32_t file;
   uint64_t file_offset;  // first source byte
@@ -102,11 +102,11 @@ struct Unit {
   uint64_t part_end = 0;
 };
 
-// Destinations of consecutive file bytes: `bytes` bytes at dst; or rows [row_begin, row_end) of
-// gathers_[gather], either scattered (each row split over its tiles, replicas copied after) or
-// bounced (converted out of the bounce buffer to every consumer). Rows are expanded when the unit
-// runs: kept as ranges they cost no memory per row.
-struct Part {
+// A part of a read job: the destinations of consecutive file bytes, `bytes` bytes at dst; or rows
+// [row_begin, row_end) of gathers_[gather], either scattered (each row split over its tiles,
+// replicas copied after) or bounced (converted out of the bounce buffer to every consumer). Rows
+// are expanded when the job runs: kept as ranges they cost no memory per row.
+struct JobPart {
   std::byte* dst = nullptr;
   uint64_t bytes = 0;
   uint32_t copies = kNoCopies;  // a direct part's other destinations (copies_), filled after the read
@@ -148,54 +148,54 @@ class Executor {
     }
   }
 
-  // Splits the work into units in file order, so that reads stay sequential, and merges
-  // neighbouring segment units into one read (a MoE checkpoint's thousands of small expert
+  // Splits the work into jobs in file order, so that reads stay sequential, and merges
+  // neighbouring segment jobs into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
   void finish() {
-    add_direct_units();
+    add_direct_jobs();
     add_gathers();
     for (uint32_t g = 0; g < gathers_.size(); ++g) add_gather_units(g);
-    std::sort(units_.begin(), units_.end(), [](const Unit& a, const Unit& b) {
+    std::sort(jobs_.begin(), jobs_.end(), [](const ReadJob& a, const ReadJob& b) {
       return std::tie(a.file, a.file_offset) < std::tie(b.file, b.file_offset);
     });
-    std::vector<Part> parts;
+    std::vector<JobPart> parts;
     parts.reserve(parts_.size());
-    std::vector<Unit> merged;
-    for (const Unit& unit : units_) {
-      const bool extend = !merged.empty() && merged.back().file == unit.file &&
-                          merged.back().file_offset + merged.back().bytes == unit.file_offset &&
-                          merged.back().bytes + unit.bytes <= kDirectChunk &&
-                          merged.back().bounce_bytes + unit.bounce_bytes <= kGatherChunk;
+    std::vector<ReadJob> merged;
+    for (const ReadJob& job : jobs_) {
+      const bool extend = !merged.empty() && merged.back().file == job.file &&
+                          merged.back().file_offset + merged.back().bytes == job.file_offset &&
+                          merged.back().bytes + job.bytes <= kDirectChunk &&
+                          merged.back().bounce_bytes + job.bounce_bytes <= kGatherChunk;
       if (!extend) {
-        merged.push_back(unit);
+        merged.push_back(job);
         merged.back().part_begin = parts.size();
       } else {
-        merged.back().bytes += unit.bytes;
-        merged.back().bounce_bytes += unit.bounce_bytes;
+        merged.back().bytes += job.bytes;
+        merged.back().bounce_bytes += job.bounce_bytes;
       }
-      parts.insert(parts.end(), parts_.begin() + static_cast<ptrdiff_t>(unit.part_begin),
-                   parts_.begin() + static_cast<ptrdiff_t>(unit.part_end));
+      parts.insert(parts.end(), parts_.begin() + static_cast<ptrdiff_t>(job.part_begin),
+                   parts_.begin() + static_cast<ptrdiff_t>(job.part_end));
       merged.back().part_end = parts.size();
     }
-    units_ = std::move(merged);
+    jobs_ = std::move(merged);
     parts_ = std::move(parts);
-    for (const Unit& unit : units_) {
-      total_ += unit.bytes;
-      max_unit_ = std::max(max_unit_, unit.bytes);
+    for (const ReadJob& job : jobs_) {
+      total_ += job.bytes;
+      max_job_ = std::max(max_job_, job.bytes);
     }
   }
 
   uint64_t total_bytes() const { return total_; }
-  uint64_t unit_count() const { return units_.size(); }
+  uint64_t job_count() const { return jobs_.size(); }
 
-  // Runs every unit; returns the read path used (`io`, or what kAuto chose).
+  // Runs every job; returns the read path used (`io`, or what kAuto chose).
   IoMode run(int threads, IoMode io, const std::function<void(uint64_t, uint64_t)>& progress,
              const std::atomic<bool>* cancel = nullptr) {
     if (threads <= 0) threads = default_thread_count();
-    if (units_.empty()) return io == IoMode::kAuto ? IoMode::kPread : io;
+    if (jobs_.empty()) return io == IoMode::kAuto ? IoMode::kPread : io;
     std::vector<uint32_t> files;
-    for (const Unit& unit : units_) {
-      if (files.empty() || files.back() != unit.file) files.push_back(unit.file);
+    for (const ReadJob& job : jobs_) {
+      if (files.empty() || files.back() != job.file) files.push_back(job.file);
     }
     if (io == IoMode::kAuto) {
       std::vector<const SafetensorsFile*> used;
@@ -256,11 +256,11 @@ class Executor {
     }
   }
 
-  // Units of the whole-row pieces, in chunks of up to kDirectChunk. Ranks that hold the same rows
+  // Jobs of the whole-row pieces, in chunks of up to kDirectChunk. Ranks that hold the same rows
   // (replicated norms, kv heads shared by ranks) get them from one read: the first rank's part is
-  // read, the others copied from it once the unit is done, so that each file byte is read once and
+  // read, the others copied from it once the job is done, so that each file byte is read once and
   // neighbours still merge. Grouped by sorting (stable: the first rank added reads).
-  void add_direct_units() {
+  void add_direct_jobs() {
     std::stable_sort(direct_pieces_.begin(), direct_pieces_.end(),
                      [](const DirectPiece& a, const DirectPiece& b) { return a.rows < b.rows; });
     for (size_t i = 0; i < direct_pieces_.size();) {
@@ -273,23 +273,23 @@ class Executor {
       while (end < direct_pieces_.size() && direct_pieces_[end].rows == first.rows) ++end;
       for (uint64_t at = 0; at < bytes; at += kDirectChunk) {
         const uint64_t n = std::min(kDirectChunk, bytes - at);
-        Unit& unit =
-            units_.emplace_back(Unit{first.rows.source, static_cast<uint32_t>(src.file), begin + at, n});
-        unit.part_begin = parts_.size();
-        Part& part = parts_.emplace_back(Part{.dst = first.dst + at, .bytes = n});
+        ReadJob& job = jobs_.emplace_back(
+            ReadJob{first.rows.source, static_cast<uint32_t>(src.file), begin + at, n});
+        job.part_begin = parts_.size();
+        JobPart& part = parts_.emplace_back(JobPart{.dst = first.dst + at, .bytes = n});
         if (end > i + 1) {
           part.copies = static_cast<uint32_t>(copies_.size());
           std::vector<std::byte*>& copies = copies_.emplace_back();
           for (size_t k = i + 1; k < end; ++k) copies.push_back(direct_pieces_[k].dst + at);
         }
-        unit.part_end = parts_.size();
+        job.part_end = parts_.size();
       }
       i = end;
     }
   }
 
-  // Units of a gathered row range: a scatter gather becomes segment units (each row read straight
-  // into its column blocks, replicas copied after), the others bounce units of cache size.
+  // Jobs of a gathered row range: a scatter gather becomes segment jobs (each row read straight
+  // into its column blocks, replicas copied after), the others bounce jobs of cache size.
   void add_gather_units(uint32_t g) {
     plan_scatter(gathers_[g]);
     const Gather& gather = gathers_[g];
@@ -301,17 +301,17 @@ class Executor {
         std::max<uint64_t>(1, unit_bytes / std::max<uint64_t>(row_bytes, 1));
     for (uint64_t row = gather.row_begin; row < gather.row_end; row += rows_per_unit) {
       const uint64_t end = std::min(gather.row_end, row + rows_per_unit);
-      Unit unit{gather.source, static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
+      ReadJob job{gather.source, static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
                 (end - row) * row_bytes};
-      unit.bounce_bytes = gather.scatter ? 0 : unit.bytes;
-      unit.part_begin = parts_.size();
-      parts_.push_back({.bytes = unit.bytes,
+      job.bounce_bytes = gather.scatter ? 0 : job.bytes;
+      job.part_begin = parts_.size();
+      parts_.push_back({.bytes = job.bytes,
                         .gather = g,
                         .bounce = !gather.scatter,
                         .row_begin = row,
                         .row_end = end});
-      unit.part_end = parts_.size();
-      units_.push_back(unit);
+      job.part_end = parts_.size();
+      jobs_.push_back(job);
     }
   }
 
@@ -352,8 +352,8 @@ class Executor {
     gather.scatter = covered == src.cols;
   }
 
-  ErrorDetails where(const Unit& unit) const {
-    return {.file = ckpt_.files()[unit.file].path(), .tensor = plan_.sources[unit.source].name};
+  ErrorDetails where(const ReadJob& job) const {
+    return {.file = ckpt_.files()[job.file].path(), .tensor = plan_.sources[job.source].name};
   }
 
   void check_cancel() const {
@@ -362,17 +362,17 @@ class Executor {
     }
   }
 
-  void report(const Unit& unit) {
-    const uint64_t now = done_.fetch_add(unit.bytes) + unit.bytes;
+  void report(const ReadJob& job) {
+    const uint64_t now = done_.fetch_add(job.bytes) + job.bytes;
     if (*progress_) (*progress_)(now, total_);
   }
 
-  // Calls f(dst, bytes) for each destination of the unit's bytes, in file order; bounce parts land
+  // Calls f(dst, bytes) for each destination of the job's bytes, in file order; bounce parts land
   // in `bounce`, one after the other.
   template <class F>
-  void for_each_segment(const Unit& unit, std::byte* bounce, F&& f) const {
-    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
-      const Part& part = parts_[i];
+  void for_each_segment(const ReadJob& job, std::byte* bounce, F&& f) const {
+    for (uint64_t i = job.part_begin; i < job.part_end; ++i) {
+      const JobPart& part = parts_[i];
       if (part.bounce) {
         f(bounce, part.bytes);
         bounce += part.bytes;
@@ -385,7 +385,7 @@ class Executor {
   // Calls f(dst, bytes) for each destination of a part read straight into place, in file order:
   // the part's one destination, or each row's column blocks.
   template <class F>
-  void for_each_destination(const Part& part, F&& f) const {
+  void for_each_destination(const JobPart& part, F&& f) const {
     if (part.gather == kNoGather) {
       f(part.dst, part.bytes);
       return;
@@ -403,21 +403,21 @@ class Executor {
 
   // After the read: bounce parts converted out of `bounce`, replicated column blocks of scatter
   // parts copied from the tile that was read.
-  void finish_unit(const Unit& unit, const std::byte* bounce, std::vector<float>& scratch) const {
-    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
+  void finish_job(const ReadJob& job, const std::byte* bounce, std::vector<float>& scratch) const {
+    for (uint64_t i = job.part_begin; i < job.part_end; ++i) {
       if (parts_[i].bounce) {
         convert_rows(parts_[i], bounce, scratch);
         bounce += parts_[i].bytes;
       }
     }
-    copy_replicas(unit);
+    copy_replicas(job);
   }
 
-  // Replicas, once the unit is read: other ranks' copies of a direct part, and replicated column
+  // Replicas, once the job is read: other ranks' copies of a direct part, and replicated column
   // blocks of scatter rows (copied from the tile that was read).
-  void copy_replicas(const Unit& unit) const {
-    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
-      const Part& part = parts_[i];
+  void copy_replicas(const ReadJob& job) const {
+    for (uint64_t i = job.part_begin; i < job.part_end; ++i) {
+      const JobPart& part = parts_[i];
       if (part.copies != kNoCopies) {
         for (std::byte* dst : copies_[part.copies]) std::memcpy(dst, part.dst, part.bytes);
       }
@@ -434,10 +434,10 @@ class Executor {
     }
   }
 
-  // Puts a unit's source bytes, already in memory at `src`, where they belong.
-  void consume(const Unit& unit, const std::byte* src, std::vector<float>& scratch) const {
-    for (uint64_t i = unit.part_begin; i < unit.part_end; ++i) {
-      const Part& part = parts_[i];
+  // Puts a job's source bytes, already in memory at `src`, where they belong.
+  void consume(const ReadJob& job, const std::byte* src, std::vector<float>& scratch) const {
+    for (uint64_t i = job.part_begin; i < job.part_end; ++i) {
+      const JobPart& part = parts_[i];
       if (part.bounce) {
         convert_rows(part, src, scratch);
         src += part.bytes;
@@ -448,10 +448,10 @@ class Executor {
         src += bytes;
       });
     }
-    copy_replicas(unit);
+    copy_replicas(job);
   }
 
-  void convert_rows(const Part& part, const std::byte* src_bytes,
+  void convert_rows(const JobPart& part, const std::byte* src_bytes,
                     std::vector<float>& scratch) const {
     const Gather& gather = gathers_[part.gather];
     const PlanSource& src = plan_.sources[gather.source];
@@ -479,7 +479,7 @@ class Executor {
 
   // Column blocks that need no conversion, row by row: each source row is read once (the blocks
   // of MoE-TP-split experts are as narrow as 64 bytes, one inlined move each).
-  void copy_block_rows(const Gather& gather, const Part& part, const std::byte* src_bytes,
+  void copy_block_rows(const Gather& gather, const JobPart& part, const std::byte* src_bytes,
                        uint64_t esize, uint64_t row_bytes) const {
     const uint64_t first = part.row_begin - gather.row_begin;
     const uint64_t rows = part.row_end - part.row_begin;
@@ -492,66 +492,66 @@ class Executor {
     }
   }
 
-  // Page cache: segment units are one preadv straight into their destinations (one kernel copy
-  // per byte). Units with bounce parts are copied out of a mapping of their file range instead
+  // Page cache: segment jobs are one preadv straight into their destinations (one kernel copy
+  // per byte). Jobs with bounce parts are copied out of a mapping of their file range instead
   // (one copy, where a pread into a bounce buffer and the copy out of it are two), or, where the
   // kernel refuses the mapping, read into a per-thread bounce buffer.
   void run_pread(int threads) {
     std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
     std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
     std::vector<std::vector<iovec>> segments(static_cast<size_t>(threads));
-    parallel_for(units_.size(), threads, [&](size_t i, int thread) {
+    parallel_for(jobs_.size(), threads, [&](size_t i, int thread) {
       check_cancel();
-      const Unit& unit = units_[i];
-      const int fd = ckpt_.files()[unit.file].fd();
+      const ReadJob& job = jobs_[i];
+      const int fd = ckpt_.files()[job.file].fd();
       std::vector<float>& thread_scratch = scratch[static_cast<size_t>(thread)];
-      if (unit.bounce_bytes > 0) {
+      if (job.bounce_bytes > 0) {
         MappedRange range;
-        if (range.map(fd, unit.file_offset, unit.bytes)) {
-          consume_mapped(unit, range.data(), thread_scratch);
-          report(unit);
+        if (range.map(fd, job.file_offset, job.bytes)) {
+          consume_mapped(job, range.data(), thread_scratch);
+          report(job);
           return;
         }
       }
       std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
-      if (buffer.size() < unit.bounce_bytes) buffer.resize(unit.bounce_bytes);
+      if (buffer.size() < job.bounce_bytes) buffer.resize(job.bounce_bytes);
       std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
       iov.clear();
-      for_each_segment(unit, buffer.data(), [&](std::byte* dst, uint64_t bytes) {
+      for_each_segment(job, buffer.data(), [&](std::byte* dst, uint64_t bytes) {
         iov.push_back({dst, bytes});
       });
-      format::preadv_exact(fd, iov, unit.file_offset, where(unit));
-      finish_unit(unit, buffer.data(), thread_scratch);
-      report(unit);
+      format::preadv_exact(fd, iov, job.file_offset, where(job));
+      finish_job(job, buffer.data(), thread_scratch);
+      report(job);
     });
   }
 
-  // consume() out of a mapping of the unit's file bytes at `src`. A file that shrank under the
+  // consume() out of a mapping of the job's file bytes at `src`. A file that shrank under the
   // mapping (or a page the kernel cannot read in) raises SIGBUS, reported as Error(kIo) here.
-  void consume_mapped(const Unit& unit, const std::byte* src, std::vector<float>& scratch) const {
-    fault::before_read(unit.bytes, where(unit));
-    const bool read = load::read_mapped_guarded(src, unit.bytes, [&] { consume(unit, src, scratch); });
+  void consume_mapped(const ReadJob& job, const std::byte* src, std::vector<float>& scratch) const {
+    fault::before_read(job.bytes, where(job));
+    const bool read = load::read_mapped_guarded(src, job.bytes, [&] { consume(job, src, scratch); });
     if (!read) {
       throw Error(ErrorKind::kIo, "the file ended under its mapping (was it truncated while loading?)",
-                  where(unit));
+                  where(job));
     }
-    fault::after_read(unit.bytes);
+    fault::after_read(job.bytes);
   }
 
-  // mmap: each unit copied out of a mapping of its file range (widened to 2 MiB blocks, so that
-  // 2 MiB page-cache folios map as huge pages), unmapped when the unit is done: the mapped file
-  // pages never add more than a unit per thread to the resident set.
+  // mmap: each job copied out of a mapping of its file range (widened to 2 MiB blocks, so that
+  // 2 MiB page-cache folios map as huge pages), unmapped when the job is done: the mapped file
+  // pages never add more than a job per thread to the resident set.
   void run_mmap(int threads) {
     std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
-    parallel_for(units_.size(), threads, [&](size_t i, int thread) {
+    parallel_for(jobs_.size(), threads, [&](size_t i, int thread) {
       check_cancel();
-      const Unit& unit = units_[i];
+      const ReadJob& job = jobs_[i];
       MappedRange range;
-      if (!range.map(ckpt_.files()[unit.file].fd(), unit.file_offset, unit.bytes)) {
-        throw format::io_error("cannot mmap", errno, where(unit));
+      if (!range.map(ckpt_.files()[job.file].fd(), job.file_offset, job.bytes)) {
+        throw format::io_error("cannot mmap", errno, where(job));
       }
-      consume_mapped(unit, range.data(), scratch[static_cast<size_t>(thread)]);
-      report(unit);
+      consume_mapped(job, range.data(), scratch[static_cast<size_t>(thread)]);
+      report(job);
     });
   }
 
@@ -562,20 +562,20 @@ class Executor {
     const int readers = std::min(threads, kDirectThreads);
     std::atomic<size_t> next{0};
     parallel_for(static_cast<size_t>(readers), readers, [&](size_t, int) {
-      load::DirectReader reader(kDirectDepth, max_unit_);
+      load::DirectReader reader(kDirectDepth, max_job_);
       std::vector<float> scratch;
       for (;;) {
         while (!reader.full()) {
           check_cancel();
           const size_t i = next.fetch_add(1);
-          if (i >= units_.size()) break;
-          const Unit& unit = units_[i];
-          reader.submit(direct_fds_[unit.file].get(), unit.file_offset, unit.bytes, i, where(unit));
+          if (i >= jobs_.size()) break;
+          const ReadJob& job = jobs_[i];
+          reader.submit(direct_fds_[job.file].get(), job.file_offset, job.bytes, i, where(job));
         }
         if (reader.empty()) break;
         const load::DirectReader::Done done = reader.wait_oldest();
-        consume(units_[done.tag], done.data, scratch);
-        report(units_[done.tag]);
+        consume(jobs_[done.tag], done.data, scratch);
+        report(jobs_[done.tag]);
         reader.pop_oldest();
       }
     });
@@ -598,8 +598,8 @@ class Executor {
 
   const Checkpoint& ckpt_;
   const Plan& plan_;
-  std::vector<Unit> units_;
-  std::vector<Part> parts_;
+  std::vector<ReadJob> jobs_;
+  std::vector<JobPart> parts_;
   std::vector<Gather> gathers_;
   // Pieces read through a gather (casts, divided biases, column blocks), grouped by finish().
   struct GatherPiece {
@@ -607,16 +607,16 @@ class Executor {
     Consumer consumer;
   };
   std::vector<GatherPiece> gather_pieces_;
-  // Whole-row pieces in the destination dtype, turned into units by finish().
+  // Whole-row pieces in the destination dtype, turned into jobs by finish().
   struct DirectPiece {
     SourceRows rows;
     std::byte* dst;
   };
   std::vector<DirectPiece> direct_pieces_;
-  std::vector<std::vector<std::byte*>> copies_;  // Part::copies
+  std::vector<std::vector<std::byte*>> copies_;  // JobPart::copies
   std::vector<UniqueFd> direct_fds_;
   uint64_t total_ = 0;
-  uint64_t max_unit_ = 0;
+  uint64_t max_job_ = 0;
   std::atomic<uint64_t> done_{0};
   const std::function<void(uint64_t, uint64_t)>* progress_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
@@ -669,7 +669,7 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
   if (stats != nullptr) {
     stats->seconds_copy = copy;
     stats->io = io;
-    stats->read_requests = executor.unit_count();
+    stats->read_requests = executor.job_count();
     stats->seconds_postprocess = seconds_since(start);
     stats->bytes_read = executor.total_bytes();
     stats->bytes_written = 0;

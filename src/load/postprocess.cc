@@ -168,8 +168,8 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
   }
 }
 
-// Dynamic FP8: per slot (the whole rank tensor, or one expert), s = max(amax, 1e-12) / 448 and
-// q = fp8(w / s) in float32.
+// Dynamic FP8: per slot (the whole rank tensor, or one expert), s = max(amax, kFp8AmaxFloor) /
+// kFp8E4m3Max and q = fp8(w / s) in float32.
 void quantize(const ModuleParams& p, std::byte* base) {
   const uint64_t slots = p.weight->shape.size() == 3 ? p.weight->shape[0] : 1;
   const uint64_t per_slot = p.weight->nbytes / slots;  // elements: one byte each

@@ -12,6 +12,7 @@
 #include "core/parallel_for.h"
 #include "core/shape_text.h"
 #include "shardload/error.h"
+#include "shardload/tensor.h"
 
 namespace shardload::reload {
 namespace {
@@ -118,9 +119,9 @@ void Staging::release(const std::vector<Unit>& units, const std::vector<size_t>&
     for (const ByteRange& r : unit.ranges) {
       // Whole pages inside the range only: a page shared with a neighbour may hold staged bytes of
       // another unit of a later group.
-      const uint64_t begin = (r.offset + 4095) / 4096 * 4096;
-      const uint64_t end = (r.offset + r.bytes) / 4096 * 4096;
-      if (end > begin && ranks_[unit.rank_index].buffer.size() >= (size_t{2} << 20)) {
+      const uint64_t begin = (r.offset + kPageBytes - 1) / kPageBytes * kPageBytes;
+      const uint64_t end = (r.offset + r.bytes) / kPageBytes * kPageBytes;
+      if (end > begin && ranks_[unit.rank_index].buffer.size() >= kMappedBufferBytes) {
         madvise(base + begin, end - begin, MADV_DONTNEED);  // reads back as zero, costs no memory
       }
     }

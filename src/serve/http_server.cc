@@ -24,6 +24,9 @@ using Clock = std::chrono::steady_clock;
 // How often a wait looks whether the server is stopping.
 constexpr auto kSlice = std::chrono::milliseconds(50);
 
+// Where bytes a client sent are read only to be dropped.
+using Scrap = std::array<char, 4096>;
+
 // One connection's socket, read through a buffer (httplib reads request lines a byte at a time),
 // with every wait bounded by the current request's deadlines and by the server stopping.
 class ConnectionStream final : public httplib::Stream {
@@ -196,7 +199,7 @@ class ConnectionQueue final : public httplib::TaskQueue {
 // Reads and drops what the client already sent, without waiting: closing a socket with unread
 // bytes resets the connection, and the client could lose the answer.
 void drain_available(socket_t sock) {
-  std::array<char, 4096> scrap{};
+  Scrap scrap{};
   for (int i = 0; i < 16; ++i) {
     if (::recv(sock, scrap.data(), scrap.size(), MSG_DONTWAIT) <= 0) break;
   }
@@ -223,7 +226,7 @@ void refuse(socket_t sock, size_t limit) {
 // moment so that the client sees the answer rather than a reset.
 void linger_close(socket_t sock) {
   ::shutdown(sock, SHUT_WR);
-  std::array<char, 4096> scrap{};
+  Scrap scrap{};
   const auto deadline = Clock::now() + std::chrono::milliseconds(500);
   size_t dropped = 0;
   while (Clock::now() < deadline && dropped < (size_t{1} << 20)) {

@@ -2,14 +2,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "core/json_input.h"
+#include "format/posix_io.h"
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
@@ -65,22 +67,11 @@ Error io_error(const std::string& what, const std::string& path) {
                {.file = path});
 }
 
-// Writes all of `text` to `fd` (a short write is retried, EINTR too).
-bool write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 // A temporary name no other writer uses: the pid and a counter make it unique between servers and
 // within one; O_EXCL catches what is left of a killed server with the same pid.
 int create_temp(const ShmDir& dir, std::string* name) {
   static std::atomic<uint64_t> counter{0};
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  for (int attempt = 0; attempt < format::kTempNameAttempts; ++attempt) {
     *name = fmt::format("{}{}-{}", kManifestTempPrefix, ::getpid(), counter++);
     const int fd = dir.create_file(*name, /*replace=*/false);
     if (fd >= 0) return fd;
@@ -94,14 +85,16 @@ void write_manifest(const ShmDir& dir, const nlohmann::json& manifest) {
   std::string temp;
   const int fd = create_temp(dir, &temp);
   const std::string text = manifest.dump(1) + "\n";
-  const bool written = write_all(fd, text) && ::fsync(fd) == 0;
-  const int write_errno = errno;
-  ::close(fd);
-  if (!written) {
+  try {
+    // format's write_exact: short writes and EINTR resumed, failures an Error(kIo).
+    format::write_exact(fd, std::as_bytes(std::span(text)), {.file = dir.file_path(temp)});
+    if (::fsync(fd) != 0) throw io_error("fsync of the manifest", dir.file_path(temp));
+  } catch (...) {
+    ::close(fd);
     ::unlinkat(dir.fd(), temp.c_str(), 0);
-    errno = write_errno;
-    throw io_error("writing the manifest", dir.file_path(temp));
+    throw;
   }
+  ::close(fd);
   if (::renameat(dir.fd(), temp.c_str(), dir.fd(), "manifest.json") != 0) {
     const Error error = io_error("rename to manifest.json", dir.file_path(temp));
     ::unlinkat(dir.fd(), temp.c_str(), 0);
@@ -119,22 +112,16 @@ std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why)
     *why = "no usable manifest.json: " + open_why;
     return std::nullopt;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+  std::string text;
+  try {
+    text = read_bounded_fd(fd, dir.file_path("manifest.json"), ErrorKind::kIo, kMaxManifestBytes,
+                           "manifest.json");
+  } catch (const Error& e) {
     ::close(fd);
-    *why = fmt::format("manifest.json is larger than {} bytes", kMaxManifestBytes);
+    *why = e.what();
     return std::nullopt;
   }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
   ::close(fd);
-  text.resize(got);
   return parse_manifest_text(text, why);
 }
 

@@ -13,9 +13,13 @@
 namespace shardload::serve {
 namespace {
 
+// How much of a bad request member an answer quotes: more than brief_json's default, so that a
+// client sees enough of a path or a map row to find it.
+constexpr size_t kBriefMemberBytes = 80;
+
 Error bad_member(const char* member, std::string expected, const nlohmann::json& found) {
   return Error(ErrorKind::kInvalidArgument, "bad request member",
-               {.field = member, .expected = std::move(expected), .found = brief_json(found, 80)});
+               {.field = member, .expected = std::move(expected), .found = brief_json(found, kBriefMemberBytes)});
 }
 
 nlohmann::json parse_object(std::string_view body) {

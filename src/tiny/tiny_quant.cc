@@ -11,12 +11,12 @@
 #include "core/parallel_for.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
+#include "shardload/fp8_quant.h"
 
 namespace shardload::tiny {
 
 namespace {
 
-constexpr float kFp8Max = 448.0f;
 // Keeps the streams of the scale factors and input scales apart from each other and from the
 // tensor values, which hash the same names.
 constexpr uint64_t kFactorSalt = 0x5CA1E5F8A1B2C3D4ull;
@@ -25,8 +25,7 @@ constexpr unsigned kMaxThreads = 16;
 
 // A uniform float in [0, 1) with 22 random bits.
 float uniform(uint64_t seed, std::string_view name, uint64_t salt, uint64_t index) {
-  uint64_t state = seed ^ fnv1a(name) ^ salt;
-  state = splitmix64(state) + index * 0xD1B54A32D192ED03ull;
+  uint64_t state = stream_start(seed ^ fnv1a(name) ^ salt, index);
   return static_cast<float>(splitmix64(state) >> 42) * 0x1p-22f;
 }
 
@@ -116,7 +115,7 @@ std::vector<float> reference_values(const std::string& weight, const Shape& shap
   return values;
 }
 
-// One scale per block, row-major over the grid: amax / 448 times the block's factor.
+// One scale per block, row-major over the grid: amax / kFp8E4m3Max times the block's factor.
 std::vector<float> block_scales(const std::vector<float>& w, const Grid& g, uint64_t seed,
                                 std::string_view module) {
   std::vector<float> amax(g.grid_rows * g.grid_cols, 0.0f);
@@ -129,8 +128,8 @@ std::vector<float> block_scales(const std::vector<float>& w, const Grid& g, uint
     }
   }
   for (uint64_t b = 0; b < amax.size(); ++b) {
-    // An all-zero block would give 0/0; the dynamic quantizer of layout.md uses the same floor.
-    amax[b] = std::max(amax[b], 1e-12f) / kFp8Max * scale_factor(seed, module, b);
+    // An all-zero block would give 0/0; the dynamic quantizer uses the same floor.
+    amax[b] = std::max(amax[b], kFp8AmaxFloor) / kFp8E4m3Max * scale_factor(seed, module, b);
   }
   return amax;
 }

@@ -90,8 +90,7 @@ void fill_chunk(const FillJob& job, uint64_t chunk, uint64_t seed) {
   std::byte table[kLevels * 8];
   convert(DType::kF32, levels, spec.dtype, table, kLevels);
 
-  uint64_t state = seed ^ fnv1a(spec.name);
-  state = splitmix64(state) + chunk * 0xD1B54A32D192ED03ull;
+  uint64_t state = stream_start(seed ^ fnv1a(spec.name), chunk);
   std::byte* out = job.out.data() + begin * element_bytes;
   switch (element_bytes) {
     case 1:
@@ -109,12 +108,18 @@ void fill_chunk(const FillJob& job, uint64_t chunk, uint64_t seed) {
 
 }  // namespace
 
+// SplitMix64's increment (2^64 / the golden ratio, odd) and the stride between a stream's items.
+constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kStreamStride = 0xD1B54A32D192ED03ull;
+
 uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  uint64_t z = (state += kSplitMixGamma);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+uint64_t stream_start(uint64_t key, uint64_t index) { return splitmix64(key) + index * kStreamStride; }
 
 uint64_t fnv1a(std::string_view text) {
   uint64_t hash = 0xCBF29CE484222325ull;

@@ -26,4 +26,9 @@ void fill_values(std::span<const FillJob> jobs, uint64_t seed, unsigned threads 
 uint64_t splitmix64(uint64_t& state);
 uint64_t fnv1a(std::string_view text);
 
+// The state at item `index` of the stream keyed `key` (a hash of seed, name and salt): one
+// SplitMix64 step of the key, then `index` strides of an odd constant, so that neighbouring items
+// (value chunks, scale blocks) start far apart.
+uint64_t stream_start(uint64_t key, uint64_t index);
+
 }  // namespace shardload::tiny

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "run_command.h"
+#include "safetensors_bytes.h"
 #include "shardload/checkpoint.h"
 #include "shardload/loader.h"
 #include "shardload/plan.h"
@@ -33,10 +34,7 @@ CommandResult shardload(const std::vector<std::string>& args) {
 
 // A safetensors file from a header text and a data section, with the 8-byte little-endian length prefix.
 std::string raw_file(const std::string& header, const std::string& data) {
-  std::string out(8, '\0');
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out + header + data;
+  return testing::safetensors_bytes(header, data);
 }
 
 void expect_one_line_error(const CommandResult& result, const std::string& what) {

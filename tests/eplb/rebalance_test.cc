@@ -2,6 +2,8 @@
 // and every input the spec rejects.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <limits>
 #include <string>

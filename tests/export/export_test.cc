@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <filesystem>
 
@@ -63,11 +65,11 @@ TEST(ExportTest, LoadingAnExportGivesBackTheSameRankBytes) {
           << param.name;
     }
   }
-  EXPECT_EQ(loaded.manifest["tp_size"], 4);
-  EXPECT_EQ(loaded.manifest["moe_tp_size"], 2);
-  EXPECT_EQ(loaded.manifest["quantization"], "none");
-  EXPECT_EQ(loaded.manifest["postprocessed"], true);
-  EXPECT_EQ(loaded.manifest["physical_to_logical_map"].size(),
+  EXPECT_EQ(loaded.manifest->at("tp_size"), 4);
+  EXPECT_EQ(loaded.manifest->at("moe_tp_size"), 2);
+  EXPECT_EQ(loaded.manifest->at("quantization"), "none");
+  EXPECT_EQ(loaded.manifest->at("postprocessed"), true);
+  EXPECT_EQ(loaded.manifest->at("physical_to_logical_map").size(),
             static_cast<size_t>(exported.plan.model.moe_layer_count()));
   // config.json and the tokenizer travel with the export; the index and the shards do not.
   EXPECT_TRUE(fs::exists(dir.file("out/config.json")));
@@ -80,7 +82,7 @@ TEST(ExportTest, SplitsPartsAtTheMaximumFileSize) {
   const std::string model = tiny(dir, "llama");
   const Exported exported = export_model(model, {}, {.out = dir.file("out"), .max_file_size = 64 << 10});
   const LoadedExport loaded = load_export(dir.file("out"));
-  const nlohmann::json files = loaded.manifest["ranks"][0]["files"];
+  const nlohmann::json files = loaded.manifest->at("ranks").at(0).at("files");
   ASSERT_GT(files.size(), 1u);
   for (size_t k = 0; k < files.size(); ++k) {
     EXPECT_EQ(files[k], "model-rank-0-part-" + std::to_string(k) + ".safetensors");

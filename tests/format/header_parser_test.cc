@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "safetensors_bytes.h"
 #include "shardload/error.h"
 #include "shardload/safetensors.h"
 
@@ -18,12 +19,7 @@ constexpr std::string_view kFile = "model-00001.safetensors";
 
 // The 8-byte little-endian length, the header text and `data_bytes` zero bytes of data.
 std::string file_bytes(std::string_view json, size_t data_bytes = 0) {
-  std::string out(8, '\0');
-  for (size_t i = 0; i < 8; ++i)
-    out[i] = static_cast<char>((uint64_t{json.size()} >> (8 * i)) & 0xFF);
-  out += json;
-  out.append(data_bytes, '\0');
-  return out;
+  return testing::safetensors_bytes(json, std::string(data_bytes, '\0'));
 }
 
 std::span<const std::byte> bytes_of(const std::string& text) {

@@ -195,11 +195,11 @@ TEST(IoModeErrorTest, AFileTruncatedWhileMappedIsAnIoError) {
     TempDir dir;
     const Checkpoint ckpt = Checkpoint::open(make_model(dir, "llama"));
     ParallelConfig parallel;
-    parallel.dtype = DType::kF32;  // a cast: the page-cache path copies every unit out of a mapping
+    parallel.dtype = DType::kF32;  // a cast: the page-cache path copies every read job out of a mapping
     const Plan plan = make_plan(ckpt, parallel);
     LoadStats stats;
     load_with(ckpt, plan, io, 1, &stats);
-    ASSERT_GE(stats.read_requests, 2u);  // a unit after the one that truncates
+    ASSERT_GE(stats.read_requests, 2u);  // a read job after the one that truncates
     fault::after_bytes_read(1, [&] {
       for (const SafetensorsFile& file : ckpt.files()) {
         ASSERT_EQ(truncate(file.path().c_str(), static_cast<off_t>(file.header().data_start)), 0);

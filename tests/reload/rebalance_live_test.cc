@@ -5,6 +5,8 @@
 // its plan is the one a fresh load under the new map makes.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 
 #include "reload_fixture.h"

@@ -216,7 +216,8 @@ TEST_F(ShmAccessTest, AnOversizedManifestIsNotRead) {
   // The same JSON after 64 MiB of white space: valid, and matching, but too long to read.
   write_file(cleanup.dir() + "/manifest.json", std::string(size_t{64} << 20, ' ') + manifest);
 
-  expect_start_note(cleanup.name(), "reloading: manifest.json is larger than");
+  expect_start_note(cleanup.name(), "reloading: " + cleanup.dir() +
+                                        "/manifest.json: manifest.json too large (expected at most");
 }
 
 // A kept directory of this user whose modes let others read (as an older server left them under a

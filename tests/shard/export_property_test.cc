@@ -50,7 +50,7 @@ const std::string& plain_llama() {
 }
 
 // A larger Llama (hidden 1024, intermediate 3072, one layer): its tensors span several of the
-// loader's 4 MiB work units.
+// loader's 4 MiB read jobs.
 const std::string& larger_llama() {
   static TempDir root;
   static const std::string dir = [] {

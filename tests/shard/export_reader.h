@@ -74,7 +74,7 @@ inline std::string shape_string(const Shape& shape) {
 // An export read back: the manifest, the copied config.json and, per rank, its tensors by name.
 struct ExportContents {
   // One rank file: its name and the sizes of its tensors.
-  struct Part {
+  struct RankFile {
     std::string name;
     std::vector<uint64_t> tensor_bytes;
   };
@@ -83,7 +83,7 @@ struct ExportContents {
   nlohmann::json manifest;
   nlohmann::json config;
   std::vector<std::map<std::string, HostTensor>> ranks;
-  std::vector<std::vector<Part>> parts;  // per rank, in part order
+  std::vector<std::vector<RankFile>> parts;  // per rank, in part order
 };
 
 inline nlohmann::json read_json_file(const std::string& path) {
@@ -210,7 +210,7 @@ inline ExportContents read_export(const std::string& dir, Problems& problems) {
     for (const std::string& name : present) {
       const SafetensorsFile file = SafetensorsFile::open(dir + "/" + name);
       internal::check_metadata(name, file.header().metadata, expected_metadata, problems);
-      ExportContents::Part& part = out.parts[static_cast<size_t>(r)].emplace_back();
+      ExportContents::RankFile& part = out.parts[static_cast<size_t>(r)].emplace_back();
       part.name = name;
       for (const TensorInfo& info : file.header().tensors) {
         part.tensor_bytes.push_back(info.nbytes());
