@@ -2,6 +2,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"

@@ -19,7 +19,7 @@ enum class Split {
   kReplicated,  // whole, on every rank
   kColumn,      // output rows in equal blocks over the group
   kRow,         // input columns in equal blocks over the group
-  kVocab,       // rows of the table padded to a multiple of 64, zero past the vocabulary
+  kVocab,       // rows padded to a multiple of kVocabPadding (shard/vocab_padding.h), zero past the vocabulary
   kKvHeads,     // kv heads in blocks, or one replicated head per rank when the group outnumbers them
   kRowBias,     // a row-parallel layer's bias: whole (--row-bias full) or divided by the group size
 };

@@ -5,6 +5,7 @@
 
 #include "core/json_input.h"
 #include "shardload/error.h"
+#include "shard/vocab_padding.h"
 #include "shardload/plan.h"
 
 namespace shardload {
@@ -132,7 +133,7 @@ void validate_attention(const ModelConfig& m, const ParallelConfig& p) {
 }
 
 void validate_vocab(const ModelConfig& m, const ParallelConfig& p) {
-  const uint64_t padded_vocab = (m.vocab + 63) / 64 * 64;
+  const uint64_t padded_vocab = padded_vocab_rows(m.vocab);
   for (const ParamGroup group : {ParamGroup::kEmbedding, ParamGroup::kLmHead}) {
     if (group == ParamGroup::kLmHead && m.tie_embeddings) continue;
     if (padded_vocab % p.split_group(group, 0).size != 0) {

@@ -9,6 +9,7 @@
 
 #include "core/shape_text.h"
 #include "model/arch_table.h"
+#include "shard/vocab_padding.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
 
@@ -355,7 +356,7 @@ class Planner {
         return b;
       }
       case Split::kVocab: {
-        const uint64_t padded = (src.rows + 63) / 64 * 64;
+        const uint64_t padded = padded_vocab_rows(src.rows);
         const uint64_t per = must_divide(padded, group, "padded rows");
         b.row_begin = std::min(src.rows, r * per);
         b.row_end = std::min(src.rows, r * per + per);

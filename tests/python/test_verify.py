@@ -35,7 +35,13 @@ def export(model, out, *args):
 
 
 def check(model, args):
-    ranks, layout = rank_source.export_with_cli(model, args)
+    """Verifies MODEL's ranks under the layout `args` (command-line flags), loaded by the extension."""
+    kwargs = {}
+    flags = list(args)
+    while flags:
+        flag = flags.pop(0).lstrip("-").replace("-", "_")
+        kwargs[flag] = int(flags.pop(0)) if flag in ("tp", "ep", "dp") else flags.pop(0)
+    ranks, layout = rank_source.load_with_library(model, kwargs)
     report = verify(model, ranks, layout)
     assert report.ok, "\n".join(report.lines())
     return report, layout
