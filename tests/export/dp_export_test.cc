@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "error_kind.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/safetensors.h"
@@ -24,16 +25,7 @@ using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
 
-ErrorKind kind_of(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message != nullptr) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no error";
-  return ErrorKind::kIo;
-}
+using ::shardload::testing::kind_of;
 
 // qwen3_moe at --tp 4 --dp 2 --ep 2 --enable-dp-lm-head: attention and lm_head over 2 ranks, the
 // embedding replicated.

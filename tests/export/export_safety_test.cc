@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "run_command.h"
+#include "error_kind.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/tiny.h"
@@ -66,16 +67,7 @@ void break_last_rank(Plan& plan) {
   }
 }
 
-ErrorKind kind_of(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message != nullptr) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no error";
-  return ErrorKind::kIo;
-}
+using ::shardload::testing::kind_of;
 
 // --out equal to the model directory, inside it, reached through a symlink, or holding the model:
 // refused before anything is written, and the checkpoint still opens as the checkpoint it was.

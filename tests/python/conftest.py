@@ -1,4 +1,5 @@
 """Fixtures the Python tests share: the shardload binary and tiny checkpoints made with it."""
+import json
 import os
 import pathlib
 import subprocess
@@ -39,3 +40,14 @@ def tiny(tmp_path_factory):
         return made[key]
 
     return make
+
+
+def read_safetensors(path):
+    """{name: (dtype, shape, bytes)} of a safetensors file, read directly: the tests' reference, which
+    shares no code with shardload."""
+    data = pathlib.Path(path).read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    base = 8 + length
+    return {name: (e["dtype"], e["shape"], data[base + e["data_offsets"][0]:base + e["data_offsets"][1]])
+            for name, e in header.items() if name != "__metadata__"}

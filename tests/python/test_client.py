@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_shardload, shardload_bin
+from conftest import read_safetensors, run_shardload, shardload_bin
 from shardload import client as shl
 from shardload.errors import (ConflictError, Error, FormatError, InvalidArgumentError, IoError,
                               StaleReadError)
@@ -159,19 +159,10 @@ def exports(tmp_path_factory):
             for rank in manifest["ranks"]:
                 tensors = made[model].setdefault(rank["rank"], {})
                 for file in rank["files"]:
-                    tensors.update(read_safetensors(out / file))
+                    tensors.update({name: raw for name, (_, _, raw) in read_safetensors(out / file).items()})
         return made[model]
 
     return export
-
-
-def read_safetensors(path):
-    data = pathlib.Path(path).read_bytes()
-    length = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + length])
-    base = 8 + length
-    return {name: data[base + entry["data_offsets"][0]:base + entry["data_offsets"][1]]
-            for name, entry in header.items() if name != "__metadata__"}
 
 
 @pytest.fixture(scope="module")

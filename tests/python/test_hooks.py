@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import shardload
-from test_tensors import read_safetensors
+from conftest import read_safetensors
 
 
 def test_iter_weights_gives_every_checkpoint_tensor_unsharded(tiny):

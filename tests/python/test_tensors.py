@@ -3,15 +3,13 @@ and numpy.from_dlpack see is byte for byte what `shardload load --checksum` prin
 holds, shares memory with the rank buffer, and stays valid after every shardload object is gone."""
 import ctypes
 import gc
-import json
-import pathlib
 
 import numpy
 import pytest
 import torch
 
 import shardload
-from conftest import run_shardload
+from conftest import read_safetensors, run_shardload
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
             "ernie4_5_moe", "glm4_moe"]
@@ -41,16 +39,6 @@ def checksums(model, kw):
         if len(parts) == 5:
             out[(int(parts[0]), parts[1])] = (parts[2], parts[3], parts[4])
     return out
-
-
-def read_safetensors(path):
-    """{name: (dtype, shape, bytes)} of a safetensors file, read directly (no shardload code)."""
-    data = pathlib.Path(path).read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    return {name: (e["dtype"], e["shape"], data[base + e["data_offsets"][0]:base + e["data_offsets"][1]])
-            for name, e in header.items() if name != "__metadata__"}
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
