@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "python/bindings.h"
+#include "python/path_arg.h"
 #include "python/json_value.h"
 #include "python/layout_kwargs.h"
 #include "shardload/checkpoint.h"
@@ -34,7 +35,8 @@ py::list tensor_list(const Checkpoint& c) {
 void bind_checkpoint(py::module_& m) {
   py::class_<Checkpoint, std::shared_ptr<Checkpoint>>(m, "Checkpoint",
                                                       "A Hugging Face checkpoint, every header validated")
-      .def(py::init([](const std::string& path) {
+      .def(py::init([](const py::object& path_object) {
+             const std::string path = path_arg(path_object);
              py::gil_scoped_release release;
              return std::make_shared<Checkpoint>(Checkpoint::open(path));
            }),
@@ -57,7 +59,8 @@ void bind_checkpoint(py::module_& m) {
 
   m.def(
       "plan",
-      [](const std::string& model, bool pieces, const py::kwargs& layout) {
+      [](const py::object& model_path, bool pieces, const py::kwargs& layout) {
+        const std::string model = path_arg(model_path);
         const ParallelConfig parallel = layout_from_kwargs(layout);
         nlohmann::json out;
         {

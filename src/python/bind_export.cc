@@ -3,6 +3,7 @@
 
 #include "core/byte_size.h"
 #include "python/bindings.h"
+#include "python/path_arg.h"
 #include "python/json_value.h"
 #include "python/layout_kwargs.h"
 #include "python/tensor.h"
@@ -15,8 +16,10 @@ namespace py = pybind11;
 namespace shardload::python {
 namespace {
 
-py::dict export_model(const std::string& model, const std::string& out, const py::object& max_file_size,
+py::dict export_model(const py::object& model_path, const py::object& out_path, const py::object& max_file_size,
                       bool overwrite, int threads, const py::kwargs& layout) {
+  const std::string model = path_arg(model_path);
+  const std::string out = path_arg(out_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
   ExportOptions options{.out = out, .overwrite = overwrite};
   if (!max_file_size.is_none()) {
@@ -46,7 +49,8 @@ py::dict export_model(const std::string& model, const std::string& out, const py
 }
 
 // An export read back (shardload.json and every rank file checked), as {rank: {name: Tensor}}.
-py::dict load_export_dir(const std::string& dir, const std::optional<std::vector<int>>& ranks, int threads) {
+py::dict load_export_dir(const py::object& dir_path, const std::optional<std::vector<int>>& ranks, int threads) {
+  const std::string dir = path_arg(dir_path);
   auto loaded = std::make_shared<LoadedExport>();
   {
     py::gil_scoped_release release;

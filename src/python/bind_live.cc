@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "python/bindings.h"
+#include "python/path_arg.h"
 #include "python/json_value.h"
 #include "python/layout_kwargs.h"
 #include "python/rank_tensors.h"
@@ -69,8 +70,9 @@ WeightFilter filter_from(const py::object& filter) {
 
 class PyLiveModel {
  public:
-  PyLiveModel(const std::string& model, int threads, const py::kwargs& layout)
+  PyLiveModel(const py::object& model_path, int threads, const py::kwargs& layout)
       : holder_(std::make_shared<LiveHolder>()) {
+    const std::string model = path_arg(model_path);
     const ParallelConfig parallel = layout_from_kwargs(layout);
     LoadOptions options;
     options.threads = threads;
@@ -78,8 +80,9 @@ class PyLiveModel {
     holder_->live = load_live(model, parallel, options);
   }
 
-  py::dict update_weights(const std::string& path, const py::object& filter, int threads,
+  py::dict update_weights(const py::object& path_object, const py::object& filter, int threads,
                           uint64_t staging_bytes) {
+    const std::string path = path_arg(path_object);
     const WeightFilter f = filter_from(filter);
     UpdateResult result;
     {
@@ -143,7 +146,7 @@ class PyLiveModel {
 void bind_live(py::module_& m) {
   py::class_<PyLiveModel>(m, "LiveModel",
                           "A model loaded once and updated in place: tensors keep their addresses")
-      .def(py::init<const std::string&, int, const py::kwargs&>(), py::arg("model"), py::kw_only(),
+      .def(py::init<const py::object&, int, const py::kwargs&>(), py::arg("model"), py::kw_only(),
            py::arg("threads") = 0)
       .def("update_weights", &PyLiveModel::update_weights, py::arg("path"), py::arg("filter") = py::none(),
            py::kw_only(), py::arg("threads") = 0, py::arg("staging_bytes") = 0,

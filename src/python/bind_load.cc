@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "python/bindings.h"
+#include "python/path_arg.h"
 #include "python/json_value.h"
 #include "python/layout_kwargs.h"
 #include "python/rank_tensors.h"
@@ -54,8 +55,9 @@ class LoadedModel {
   std::shared_ptr<LoadedRanks> loaded_;
 };
 
-LoadedModel load(const std::string& model, const std::optional<std::vector<int>>& ranks, int threads,
+LoadedModel load(const py::object& model_path, const std::optional<std::vector<int>>& ranks, int threads,
                  const std::string& io, py::object progress, const py::kwargs& layout) {
+  const std::string model = path_arg(model_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
   auto loaded = std::make_shared<LoadedRanks>();
   ProgressRelay relay(std::move(progress));

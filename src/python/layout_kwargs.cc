@@ -1,4 +1,5 @@
 #include "python/layout_kwargs.h"
+#include "python/path_arg.h"
 
 #include <pybind11/stl.h>
 
@@ -61,8 +62,8 @@ ParallelConfig layout_from_kwargs(const py::kwargs& kw) {
   }
   if (kw.contains("expert_map") && !kw["expert_map"].is_none()) {
     const py::handle map = kw["expert_map"];
-    c.expert_map = py::isinstance<py::str>(map) ? read_expert_map(py::cast<std::string>(map))
-                                                : py::cast<std::vector<std::vector<int>>>(map);
+    const bool is_path = py::isinstance<py::str>(map) || py::hasattr(map, "__fspath__");
+    c.expert_map = is_path ? read_expert_map(path_arg(map)) : py::cast<std::vector<std::vector<int>>>(map);
   }
   c.row_bias = choice(kw, "row_bias", "full", {"full", "divided"}) == "divided" ? RowBias::kDivided : RowBias::kFull;
   c.split_shared_experts = !kw.contains("split_shared_experts") || py::cast<bool>(kw["split_shared_experts"]);

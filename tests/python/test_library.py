@@ -1,6 +1,7 @@
 """The library from Python: checkpoints, plans as dicts, loads with every layout option of the command
 line, live models updated and rebalanced in place, exports, progress callbacks and typed errors."""
 import json
+import pathlib
 import threading
 
 import pytest
@@ -159,3 +160,17 @@ def test_export_and_load_it_back(tiny, tmp_path):
             assert xxh3_hex(torch.from_dlpack(t)) == xxh3_hex(torch.from_dlpack(loaded.tensors(rank)[name]))
     with pytest.raises(shardload.InvalidArgumentError):
         shardload.export(model, str(tmp_path / "out"), tp=2, ep=2)  # not empty, no overwrite
+
+
+def test_paths_may_be_pathlib_paths(tiny, tmp_path):
+    model = pathlib.Path(tiny("qwen3_moe"))
+    rows = shardload.plan(model, tp=2, ep=2, pieces=False)["physical_to_logical_map"]
+    (tmp_path / "map.json").write_text(json.dumps({"physical_to_logical_map": rows}))
+    assert shardload.Checkpoint(model).path == str(model)
+    assert shardload.load(model, tp=2, ep=2, expert_map=tmp_path / "map.json").ranks == [0, 1]
+    live = shardload.LiveModel(model, tp=2, ep=2)
+    assert live.update_weights(model, "self_attn")["version"] == 1
+    shardload.export(model, tmp_path / "out", tp=2, ep=2)
+    assert sorted(shardload.load_export(tmp_path / "out")) == [0, 1]
+    with pytest.raises(TypeError, match="expected a path"):
+        shardload.load(42)
