@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -29,8 +30,29 @@ enum class Scope { kWorld, kAttention, kReplicated };
 // (every non-expert group in the attention scope).
 enum class DpStyle { kSglang, kVllm };
 
-std::string_view scope_name(Scope scope);       // "world", "attention", "replicated"
-std::string_view dp_style_name(DpStyle style);  // "sglang", "vllm"
+// Each layout choice with its name, in one table for the command line, the Python package, plans,
+// exports and the weight server's manifest (src/shard/layout_names.cc reads them both ways).
+inline constexpr std::pair<RowBias, const char*> kRowBiasNames[] = {{RowBias::kFull, "full"},
+                                                                    {RowBias::kDivided, "divided"}};
+inline constexpr std::pair<Scope, const char*> kScopeNames[] = {
+    {Scope::kWorld, "world"}, {Scope::kAttention, "attention"}, {Scope::kReplicated, "replicated"}};
+inline constexpr std::pair<DpStyle, const char*> kDpStyleNames[] = {{DpStyle::kSglang, "sglang"},
+                                                                    {DpStyle::kVllm, "vllm"}};
+
+std::string_view row_bias_name(RowBias row_bias);
+std::string_view scope_name(Scope scope);
+std::string_view dp_style_name(DpStyle style);
+// The value a name stands for; nullopt for a name not in its table.
+std::optional<RowBias> row_bias_from_name(std::string_view name);
+std::optional<Scope> scope_from_name(std::string_view name);
+std::optional<DpStyle> dp_style_from_name(std::string_view name);
+// A table's names, e.g. for a command-line choice: {"full", "divided"}.
+template <typename T, size_t N>
+std::vector<std::string> names_of(const std::pair<T, const char*> (&table)[N]) {
+  std::vector<std::string> out;
+  for (const auto& entry : table) out.emplace_back(entry.second);
+  return out;
+}
 
 // The size of the group of ranks that splits a parameter, and one rank's index in it.
 struct SplitGroup {

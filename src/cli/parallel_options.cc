@@ -18,7 +18,7 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
   cmd.add_option("--expert-map", o.expert_map_file,
                  "JSON file {\"physical_to_logical_map\": [[...], ...]}, one row per MoE layer");
   cmd.add_option("--row-bias", o.row_bias, "Row-parallel bias: full (vLLM/SGLang) or divided (FastDeploy)")
-      ->check(CLI::IsMember({"full", "divided"}));
+      ->check(CLI::IsMember(names_of(kRowBiasNames)));
   cmd.add_flag("--no-split-shared-experts", o.no_split_shared_experts,
                "Replicate shared experts whole on every rank");
   cmd.add_option("--data-parallel-size,--dp,--dp-size", o.dp,
@@ -32,7 +32,7 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
   cmd.add_option("--dp-style", o.dp_style,
                  "sglang (DP attention: embeddings replicated, dense MLP and lm_head over T) or vllm "
                  "(each DP replica holds every non-expert group over its T/D ranks)")
-      ->check(CLI::IsMember({"sglang", "vllm"}));
+      ->check(CLI::IsMember(names_of(kDpStyleNames)));
   cmd.add_option("--moe-a2a-backend", o.moe_a2a_backend,
                  "none, or deepep: experts over all T ranks (--ep T) and shared experts replicated, as "
                  "SGLang sets them for DeepEP")
@@ -62,12 +62,12 @@ ParallelConfig ParallelOptions::to_config() const {
   config.ep = ep;
   config.redundant_experts = redundant_experts;
   if (!expert_map_file.empty()) config.expert_map = read_expert_map(expert_map_file);
-  config.row_bias = row_bias == "divided" ? RowBias::kDivided : RowBias::kFull;
+  config.row_bias = row_bias_from_name(row_bias).value();  // CLI11 checked it is one
   config.split_shared_experts = !no_split_shared_experts;
   if (dtype != "auto") config.dtype = model_dtype_from_flag(dtype);
   config.quantize_fp8 = quantization == "fp8";
   config.dp = dp;
-  config.dp_style = dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  config.dp_style = dp_style_from_name(dp_style).value();
   config.dp_lm_head = enable_dp_lm_head;
   // Flags given together that disagree are a usage error.
   as_usage_error([&] {

@@ -105,11 +105,13 @@ void check_dp_fields(const nlohmann::json& manifest, const std::string& file, Ex
     throw manifest_error("the layout sizes disagree", file, "dp_size",
                          fmt::format("a divisor of tp_size {}", out.tp), std::to_string(out.dp));
   }
-  out.dp_style = string_field(manifest, "dp_style", file);
-  if (out.dp_style != "sglang" && out.dp_style != "vllm") {
+  const std::string style = string_field(manifest, "dp_style", file);
+  const std::optional<DpStyle> dp_style = dp_style_from_name(style);
+  if (!dp_style) {
     throw manifest_error("not a data-parallel style", file, "dp_style", "\"sglang\" or \"vllm\"",
-                         shown(out.dp_style));
+                         shown(style));
   }
+  out.dp_style = *dp_style;
   const auto scopes = manifest.find("scopes");
   if (scopes == manifest.end() || !scopes->is_object()) {
     throw manifest_error("no scopes object", file, "scopes", "{group: scope}",
@@ -118,13 +120,14 @@ void check_dp_fields(const nlohmann::json& manifest, const std::string& file, Ex
   for (const ParamGroup group : kScopedGroups) {
     const std::string name(group_name(group));
     const auto it = scopes->find(name);
-    const std::string scope = it != scopes->end() && it->is_string() ? it->get<std::string>() : "";
-    if (scope != "world" && scope != "attention" && scope != "replicated") {
+    const std::optional<Scope> scope =
+        it != scopes->end() && it->is_string() ? scope_from_name(it->get<std::string>()) : std::nullopt;
+    if (!scope) {
       throw manifest_error("not a scope", file, "scopes." + name,
                            "\"world\", \"attention\" or \"replicated\"",
                            it == scopes->end() ? "nothing" : shown(*it));
     }
-    out.scopes[name] = scope;
+    out.scopes[group] = *scope;
   }
 }
 
@@ -134,12 +137,12 @@ ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::j
   p.tp = checked.tp;
   p.ep = checked.ep;
   p.dp = checked.dp;
-  p.dp_style = checked.dp_style == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  p.dp_style = checked.dp_style;
   const auto no_split = manifest.find("no_split_shared_experts");
   p.split_shared_experts = !(no_split != manifest.end() && *no_split == true);
   if (checked.has_dp_fields) {
-    p.dp_lm_head = checked.dp > 1 && checked.scopes.at("lm_head") == "attention";
-    p.replicate_dense_mlp = checked.scopes.at("dense_mlp") == "replicated";
+    p.dp_lm_head = checked.dp > 1 && checked.scopes.at(ParamGroup::kLmHead) == Scope::kAttention;
+    p.replicate_dense_mlp = checked.scopes.at(ParamGroup::kDenseMlp) == Scope::kReplicated;
   }
   return p;
 }
@@ -155,8 +158,9 @@ void check_expected_scopes(const nlohmann::json& manifest, const ExportManifest&
   if (expected.dp_lm_head) asked.dp_lm_head = *expected.dp_lm_head;
   if (expected.replicate_dense_mlp) asked.replicate_dense_mlp = *expected.replicate_dense_mlp;
   if (expected.split_shared_experts) asked.split_shared_experts = *expected.split_shared_experts;
-  const nlohmann::json has = checked.has_dp_fields ? nlohmann::json(checked.scopes)
-                                                   : scopes_json(exported);
+  // The export's scopes: those it records, or (a plain export) those its layout implies.
+  nlohmann::json has = scopes_json(exported);
+  for (const auto& [group, scope] : checked.scopes) has[std::string(group_name(group))] = scope_name(scope);
   const nlohmann::json wants = scopes_json(asked);
   if (has != wants) conflict(file, "scopes", has.dump(), wants.dump());
 }
@@ -222,7 +226,7 @@ void check_expected_layout(const nlohmann::json& manifest, const ExportManifest&
              "the --expert-map's (a different map)");
   }
   if (expected.row_bias) {
-    const std::string asked = *expected.row_bias == RowBias::kDivided ? "divided" : "full";
+    const std::string asked(row_bias_name(*expected.row_bias));
     if (exported("row_bias") != asked)
       conflict(file, "row_bias", shown(exported("row_bias")), '"' + asked + '"');
   }

@@ -21,8 +21,8 @@ struct ExportManifest {
   // The data-parallel fields (layout.md "Data-parallel attention"), present when the export has them.
   bool has_dp_fields = false;
   int dp = 1;
-  std::string dp_style = "sglang";
-  std::map<std::string, std::string> scopes;  // group -> scope
+  DpStyle dp_style = DpStyle::kSglang;
+  std::map<ParamGroup, Scope> scopes;
   std::vector<std::vector<std::string>> files;  // per rank r = 0..tp-1, its file names
 };
 

@@ -50,14 +50,6 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
   }
 }
 
-std::string row_bias_name(RowBias row_bias) {
-  switch (row_bias) {
-    case RowBias::kFull: return "full";
-    case RowBias::kDivided: return "divided";
-  }
-  return "full";
-}
-
 }  // namespace
 
 void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,

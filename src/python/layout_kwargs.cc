@@ -3,6 +3,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -28,14 +29,12 @@ const std::set<std::string>& layout_keywords() {
 }
 
 std::string choice(const py::kwargs& kw, const char* name, std::string fallback,
-                   std::initializer_list<const char*> allowed) {
+                   const std::vector<std::string>& allowed) {
   if (!kw.contains(name)) return fallback;
   const std::string value = py::cast<std::string>(kw[name]);
-  for (const char* a : allowed) {
-    if (value == a) return value;
-  }
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
   std::string list;
-  for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
   invalid(name, list, value);
 }
 
@@ -55,7 +54,7 @@ ParallelConfig layout_from_kwargs(const py::kwargs& kw) {
   c.tp = get_int("tp", 1);
   c.ep = get_int("ep", 1);
   c.dp = get_int("dp", 1);
-  c.dp_style = choice(kw, "dp_style", "sglang", {"sglang", "vllm"}) == "vllm" ? DpStyle::kVllm : DpStyle::kSglang;
+  c.dp_style = dp_style_from_name(choice(kw, "dp_style", "sglang", names_of(kDpStyleNames))).value();
   c.dp_lm_head = kw.contains("enable_dp_lm_head") && py::cast<bool>(kw["enable_dp_lm_head"]);
   if (kw.contains("redundant_experts") && !kw["redundant_experts"].is_none()) {
     c.redundant_experts = py::cast<int>(kw["redundant_experts"]);
@@ -65,7 +64,7 @@ ParallelConfig layout_from_kwargs(const py::kwargs& kw) {
     const bool is_path = py::isinstance<py::str>(map) || py::hasattr(map, "__fspath__");
     c.expert_map = is_path ? read_expert_map(path_arg(map)) : py::cast<std::vector<std::vector<int>>>(map);
   }
-  c.row_bias = choice(kw, "row_bias", "full", {"full", "divided"}) == "divided" ? RowBias::kDivided : RowBias::kFull;
+  c.row_bias = row_bias_from_name(choice(kw, "row_bias", "full", names_of(kRowBiasNames))).value();
   c.split_shared_experts = !kw.contains("split_shared_experts") || py::cast<bool>(kw["split_shared_experts"]);
   const std::string dtype = kw.contains("dtype") ? py::cast<std::string>(kw["dtype"]) : "auto";
   if (dtype != "auto") {

@@ -44,7 +44,7 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
   out["tp_size"] = parallel.tp;
   out["ep_size"] = parallel.ep;
   out["moe_tp_size"] = moe_tp;
-  out["row_bias"] = parallel.row_bias == RowBias::kDivided ? "divided" : "full";
+  out["row_bias"] = row_bias_name(parallel.row_bias);
   out["no_split_shared_experts"] = !parallel.split_shared_experts;
   out["dp_size"] = parallel.dp;
   out["attn_tp_size"] = parallel.attention_tp();

@@ -6,19 +6,6 @@
 
 namespace shardload {
 
-std::string_view scope_name(Scope scope) {
-  switch (scope) {
-    case Scope::kWorld: return "world";
-    case Scope::kAttention: return "attention";
-    case Scope::kReplicated: return "replicated";
-  }
-  return "?";
-}
-
-std::string_view dp_style_name(DpStyle style) {
-  return style == DpStyle::kVllm ? "vllm" : "sglang";
-}
-
 Scope ParallelConfig::scope(ParamGroup group) const {
   // At dp 1 the attention group is the world; naming it so keeps the plain layout's answers plain.
   const Scope dp_scope = dp > 1 ? Scope::kAttention : Scope::kWorld;
