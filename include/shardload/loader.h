@@ -40,7 +40,8 @@ struct LoadOptions {
   int threads = 0;         // 0: one per core
   IoMode io = IoMode::kAuto;
   std::vector<int> ranks;  // empty: every rank of the plan
-  // Called from the loading threads with bytes done and bytes total (a progress bar); may be empty.
+  // Called from the loading threads, concurrently, with bytes done and bytes total (a progress bar);
+  // calls may arrive out of order (one thread's larger `done` before another's smaller one). May be empty.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 

@@ -11,7 +11,14 @@
 namespace shardload::cli {
 namespace {
 
+constexpr int kWidth = 40;
 std::atomic<bool> drawn{false};
+
+void draw(uint64_t done, uint64_t total) {
+  const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
+  std::fprintf(stderr, "\r[%.*s%*s] %3d%%", filled, "########################################",
+               kWidth - filled, "", total == 0 ? 100 : static_cast<int>(100 * done / total));
+}
 
 }  // namespace
 
@@ -25,16 +32,16 @@ std::function<void(uint64_t, uint64_t)> make_progress_bar() {
     const auto now = std::chrono::steady_clock::now();
     if (done < total && now - *last < std::chrono::milliseconds(100)) return;
     *last = now;
-    constexpr int kWidth = 40;
-    const int filled = total == 0 ? kWidth : static_cast<int>(kWidth * done / total);
-    std::fprintf(stderr, "\r[%.*s%*s] %3d%%", filled, "########################################",
-                 kWidth - filled, "", total == 0 ? 100 : static_cast<int>(100 * done / total));
+    draw(done, total);
     drawn = true;
   };
 }
 
 void finish_progress_bar() {
-  if (drawn.exchange(false)) std::fprintf(stderr, "\n");
+  // Threads report out of order and a busy bar drops calls, so the last drawn may be short of the end.
+  if (!drawn.exchange(false)) return;
+  draw(1, 1);
+  std::fprintf(stderr, "\n");
 }
 
 }  // namespace shardload::cli

@@ -30,7 +30,8 @@ std::function<void(uint64_t, uint64_t)> ProgressRelay::function() {
     // The GIL serializes the calls (and guards error_): a callback that waits, releasing it, lets the
     // other loading threads call in meanwhile.
     py::gil_scoped_acquire gil;
-    if (error_) return;
+    if (error_ || done < reported_) return;
+    reported_ = done;
     try {
       callback_(done, total);
     } catch (py::error_already_set&) {

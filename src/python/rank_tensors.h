@@ -16,7 +16,9 @@ pybind11::dict rank_tensors(const std::shared_ptr<const void>& owner, const Plan
                             const RankWeights& weights, bool internal);
 
 // LoadOptions::progress calling a Python callable(done, total) from the loading threads, under the
-// GIL; the first exception it raises is kept and raised again by rethrow() once the load returned.
+// GIL, with `done` never going back (the threads finish jobs, and reach the GIL, in any order: a call
+// carrying less than one already made is dropped, so the last call is (total, total)); the first
+// exception it raises is kept and raised again by rethrow() once the load returned.
 class ProgressRelay {
  public:
   explicit ProgressRelay(pybind11::object callback) : callback_(std::move(callback)) {}
@@ -27,6 +29,7 @@ class ProgressRelay {
  private:
   pybind11::object callback_;
   std::exception_ptr error_;  // under the GIL
+  uint64_t reported_ = 0;     // under the GIL
 };
 
 // An --io name ("auto", "pread", "mmap", "direct"); InvalidArgumentError otherwise.

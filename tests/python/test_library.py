@@ -104,6 +104,7 @@ def test_progress_runs_on_the_loading_threads_with_the_gil_released(tmp_path):
     loaded = shardload.load(str(model), tp=2, ep=2, threads=2, io="pread", progress=progress)
     assert other_thread_called.is_set(), "no loading thread could call back: the GIL was held"
     assert calls[-1][0] == calls[-1][1] == loaded.stats["bytes_read"]
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls), "progress went back"
 
     def fail(done, total):
         raise RuntimeError("stop here")
