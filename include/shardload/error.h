@@ -32,6 +32,8 @@ enum class ErrorKind {
   kInvalidArgument,   // bad command-line / API argument
   kCancelled,         // an update was cancelled before it changed anything
   kConflict,          // an update does not fit the live weights (layout, file changed while read)
+  kNode,              // another node of a distributed job failed to take part (gone, transport error)
+  kInternal,          // shardload broke one of its own invariants: a bug, reported rather than crashed on
 };
 
 std::string_view error_kind_name(ErrorKind kind);

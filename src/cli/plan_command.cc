@@ -9,7 +9,9 @@
 #include "cli/export_note.h"
 #include "core/plural.h"
 #include "cli/parallel_options.h"
+#include "cli/read_options.h"
 #include "shardload/checkpoint.h"
+#include "shardload/distributed.h"
 #include "shardload/plan.h"
 
 namespace shardload::cli {
@@ -18,8 +20,22 @@ namespace {
 struct PlanOptions {
   std::string model;
   ParallelOptions parallel;
+  int nodes = 1;
+  ReadOptions read;
   bool json = false;
 };
+
+void print_nodes(const ReadAssignment& reads) {
+  std::cout << fmt::format("nodes={} read={}: {} bytes needed, {} of up to {} bytes\n", reads.nodes,
+                           read_policy_name(reads.policy), reads.needed_bytes(),
+                           count_of(reads.chunks.size(), "chunk"), reads.chunk_bytes);
+  for (size_t n = 0; n < reads.per_node.size(); ++n) {
+    const NodeTraffic& node = reads.per_node[n];
+    std::cout << fmt::format("node {} (ranks {}-{}): needs {} bytes, reads {}, sends {}, receives {}\n", n,
+                             node.ranks.first, node.ranks.last - 1, node.needed, node.read, node.sent,
+                             node.received);
+  }
+}
 
 void run_plan(const PlanOptions& options) {
   refuse_export_as_checkpoint(options.model, "plan");
@@ -28,8 +44,11 @@ void run_plan(const PlanOptions& options) {
   const Checkpoint ckpt = Checkpoint::open(options.model);
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
+  const bool by_node = options.nodes != 1 || options.read.read != "striped";
   if (options.json) {
-    std::cout << plan.to_json().dump(1) << "\n";
+    nlohmann::json json = plan.to_json();
+    if (by_node) json["distributed"] = assign_reads(plan, options.nodes, options.read.policy()).to_json();
+    std::cout << json.dump(1) << "\n";
     return;
   }
   std::cout << fmt::format("{} ({}): tp={} ep={} moe_tp={} dtype={}", plan.model.architecture,
@@ -57,6 +76,7 @@ void run_plan(const PlanOptions& options) {
                              count_of(rank.params.size(), "param"), count_of(pieces, "piece"),
                              rank.bytes, rank.read_bytes);
   }
+  if (by_node) print_nodes(assign_reads(plan, options.nodes, options.read.policy()));
 }
 
 }  // namespace
@@ -66,6 +86,11 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "Print the per-rank plan: parameters, source byte ranges, bytes");
   cmd->add_option("model", options->model, "Model directory")->required();
   add_parallel_options(*cmd, options->parallel);
+  cmd->add_option("--nodes", options->nodes,
+                  "Also plan a load over this many nodes (node n holds ranks n*T/N to (n+1)*T/N - 1): "
+                  "the bytes each reads, sends and receives")
+      ->check(CLI::Range(1, kMaxNodes));
+  add_read_option(*cmd, options->read);
   cmd->add_flag("--json", options->json, "Print the whole plan as JSON (every piece and byte run)");
   cmd->callback([options] { run_plan(*options); });
 }

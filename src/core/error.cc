@@ -30,6 +30,8 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kInvalidArgument: return "invalid_argument";
     case ErrorKind::kCancelled: return "cancelled";
     case ErrorKind::kConflict: return "conflict";
+    case ErrorKind::kNode: return "node";
+    case ErrorKind::kInternal: return "internal";
   }
   return "unknown";
 }
