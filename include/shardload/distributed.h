@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -8,7 +9,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardload/loader.h"
 #include "shardload/plan.h"
+#include "shardload/transport.h"
 
 namespace shardload {
 
@@ -37,8 +40,9 @@ struct ReadChunk {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t bytes = 0;
-  uint64_t nodes = 0;  // bit n: node n needs these bytes
-  int reader = 0;      // the node that reads them from storage (striped)
+  uint64_t nodes = 0;   // bit n: node n needs these bytes
+  int reader = 0;       // the node that reads them from storage (striped)
+  uint32_t source = 0;  // the plan source the chunk starts in (named in errors)
 
   bool needed_by(int node) const { return (nodes >> node) & 1; }
 };
@@ -71,5 +75,46 @@ struct ReadAssignment {
 // keeps it within 5% of the mean, else the least-loaded node (every node reads at most the mean
 // plus a few percent and one chunk). Chunks aim at 1/128 of a node's share, 4 KiB to 16 MiB.
 ReadAssignment assign_reads(const Plan& plan, int nodes, ReadPolicy policy);
+
+// Runs `step` on every node and agrees on how it went: when it threw on any node, every node throws
+// the error of the lowest such node (its kind and details, the message prefixed "node N of M: ").
+// Collective: every node calls it, in the same order.
+void run_on_every_node(Transport& transport, const std::function<void()>& step);
+
+// Throws Error(kConflict) on every node unless every node planned the same layout of the same
+// checkpoint tensors (a node that sees other files under the same path). Collective.
+void check_same_plan(Transport& transport, const Plan& plan);
+
+// What one node did in a distributed load. Seconds are the wall time during which the stage had
+// work in flight; the stages overlap.
+struct NodeLoadStats {
+  int node = 0;
+  NodeRanks ranks;
+  ReadPolicy policy = ReadPolicy::kStriped;
+  IoMode io = IoMode::kPread;
+  uint64_t bytes_read = 0;      // from storage
+  uint64_t bytes_sent = 0;      // to other nodes
+  uint64_t bytes_received = 0;  // from other nodes
+  uint64_t bytes_written = 0;   // rank bytes filled (including zero padding)
+  double seconds_read = 0;
+  double seconds_send = 0;
+  double seconds_receive = 0;
+  double seconds_write = 0;
+  double seconds_postprocess = 0;
+  double seconds = 0;  // the whole load of this node
+
+  nlohmann::json to_json() const;
+};
+
+// Loads this node's ranks (node transport.node() of transport.nodes(), its block of the plan's
+// ranks) under `reads` (assign_reads of the same plan, on every node): kLocal runs the single-node
+// loader on them; kStriped reads the chunks this node is the reader of into transfer buffers, sends
+// each to the other nodes that need it and fills its ranks from its own reads and what it receives,
+// the three overlapping, with at most `threads` transfer buffers of chunk size for reads and twice
+// as many for receives in flight. Collective; an error on any node is the same Error on every node
+// (run_on_every_node), and no node waits on a peer that failed.
+std::vector<RankWeights> load_node(const Checkpoint& checkpoint, const Plan& plan,
+                                   const ReadAssignment& reads, Transport& transport,
+                                   const LoadOptions& options = {}, NodeLoadStats* stats = nullptr);
 
 }  // namespace shardload

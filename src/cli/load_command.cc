@@ -12,8 +12,11 @@
 #include <fmt/format.h>
 
 #include "cli/checkpoint_warnings.h"
+#include "cli/checksum_lines.h"
+#include "cli/distributed_load.h"
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
+#include "cli/read_options.h"
 #include "core/plural.h"
 #include "cli/usage_error.h"
 #include "cli/progress.h"
@@ -21,6 +24,7 @@
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/loader.h"
+#include "shardload/mpi_transport.h"
 #include "shardload/plan.h"
 
 namespace shardload::cli {
@@ -33,30 +37,14 @@ struct LoadCommandOptions {
   bool checksum = false;
   int threads = 0;
   IoMode io = IoMode::kAuto;
+  ReadOptions read;
+  bool json = false;
 };
 
 
 std::string rate(uint64_t bytes, double seconds) {
   return seconds > 0 ? fmt::format("{:.2f} GB/s", static_cast<double>(bytes) / seconds / 1e9) : "-";
 }
-
-// One rank's --checksum lines, sorted by tensor name: a checkpoint's plan order and an export's
-// file order differ (a file's tensors are laid out by alignment), and a load of the two must print
-// the same text.
-struct ChecksumLines {
-  std::vector<std::pair<std::string, std::string>> lines;  // name, line
-
-  void add(int rank, const std::string& name, DType dtype, const Shape& shape,
-           std::span<const std::byte> bytes) {
-    lines.emplace_back(name, fmt::format("{}\t{}\t{}\t[{}]\t{}\n", rank, name, dtype_name(dtype),
-                                         fmt::join(shape, ","), xxh3_hex(bytes)));
-  }
-  void print() {
-    std::sort(lines.begin(), lines.end());
-    for (const auto& [name, line] : lines) std::cout << line;
-    lines.clear();
-  }
-};
 
 // What the layout flags given ask of an export (flags not given take the export's).
 ExportLayout asked_layout(const ParallelOptions& flags) {
@@ -107,7 +95,24 @@ void run_load_export(const LoadCommandOptions& options) {
                            rate(bytes, seconds));
 }
 
+void run_node_load(const LoadCommandOptions& options) {
+  if (is_export_dir(options.model)) {
+    throw UsageError("an export loads in one process: run it without mpirun (each rank file is its own)");
+  }
+  if (options.rank >= 0) throw UsageError("--rank loads one rank in one process: run it without mpirun");
+  DistributedLoadRequest request;
+  request.model = options.model;
+  request.parallel = options.parallel.to_config();
+  request.read = options.read.policy();
+  request.checksum = options.checksum;
+  request.json = options.json;
+  request.load.threads = options.threads;
+  request.load.io = options.io;
+  run_distributed_load(request);
+}
+
 void run_load(const LoadCommandOptions& options) {
+  if (launched_by_mpi()) return run_node_load(options);
   if (is_export_dir(options.model)) return run_load_export(options);
   const ParallelConfig parallel = options.parallel.to_config();
   // The load as an engine sees it: from opening the checkpoint to weights in place, without the
@@ -136,15 +141,7 @@ void run_load(const LoadCommandOptions& options) {
   finish_progress_bar();
 
   if (options.checksum) {
-    ChecksumLines checksums;
-    for (const RankWeights& weights : ranks) {
-      for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
-        if (!param.exported()) continue;
-        const TensorView view = param_view(weights, param);
-        checksums.add(weights.rank, param.name, view.dtype, view.shape, view.data);
-      }
-      checksums.print();
-    }
+    for (const RankWeights& weights : ranks) std::cout << rank_checksums(plan, weights);
   }
   // The checkpoint bytes the plan uses: a full load reads exactly these, each once, however many
   // ranks hold a replicated or attention-scoped tensor.
@@ -196,6 +193,9 @@ void add_load_command(CLI::App& app) {
          "mmap, or direct (O_DIRECT with io_uring)")
       ->transform(
           CLI::CheckedTransformer(io_modes, CLI::ignore_case).description("{" + names + "}"));
+  add_read_option(*cmd, options->read);
+  cmd->add_flag("--json", options->json,
+                "Under mpirun: print the nodes' summary as JSON (bytes read, sent, received, written, GB/s)");
   cmd->callback([options] { run_load(*options); });
 }
 

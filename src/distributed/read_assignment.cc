@@ -81,15 +81,16 @@ std::vector<RowSpan> row_spans(std::vector<RowEvent>& events) {
 
 // Appends the span's bytes as chunks of at most `chunk_bytes` (at least one row), merged with the
 // previous chunk when they continue it for the same nodes.
-void add_chunks(const PlanSource& src, const RowSpan& span, uint64_t chunk_bytes,
+void add_chunks(const Plan& plan, size_t source, const RowSpan& span, uint64_t chunk_bytes,
                 std::vector<ReadChunk>& chunks) {
+  const PlanSource& src = plan.sources[source];
   const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
   if (row_bytes == 0) return;
   const uint64_t rows_per_chunk = std::max<uint64_t>(1, chunk_bytes / row_bytes);
   for (uint64_t row = span.begin; row < span.end; row += rows_per_chunk) {
     const uint64_t rows = std::min(rows_per_chunk, span.end - row);
     const ReadChunk chunk{static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
-                          rows * row_bytes, span.nodes};
+                          rows * row_bytes, span.nodes, 0, static_cast<uint32_t>(source)};
     ReadChunk* last = chunks.empty() ? nullptr : &chunks.back();
     if (last != nullptr && last->file == chunk.file && last->offset + last->bytes == chunk.offset &&
         last->nodes == chunk.nodes && last->bytes + chunk.bytes <= chunk_bytes) {
@@ -207,7 +208,7 @@ ReadAssignment assign_reads(const Plan& plan, int nodes, ReadPolicy policy) {
            std::tie(plan.sources[b].file, plan.sources[b].file_offset);
   });
   for (size_t s : order) {
-    for (const RowSpan& span : spans[s]) add_chunks(plan.sources[s], span, out.chunk_bytes, out.chunks);
+    for (const RowSpan& span : spans[s]) add_chunks(plan, s, span, out.chunk_bytes, out.chunks);
   }
   if (policy == ReadPolicy::kStriped) assign_readers(out);
   count_traffic(out);

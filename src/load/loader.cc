@@ -10,39 +10,14 @@
 #include "core/plural.h"
 #include "core/seconds_since.h"
 #include "load/executor.h"
+#include "load/postprocess_ranks.h"
 #include "shardload/error.h"
 
 namespace shardload {
 namespace {
 
 using load::Executor;
-
-// Post-processes the listed modules of every rank, in parallel over (rank, module). Block FP8
-// modules have nothing to compute but their scales to check.
-void postprocess_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
-                       const std::vector<bool>& modules, int threads) {
-  std::vector<uint32_t> list;
-  for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-    if ((modules.empty() || modules[m]) && (plan.modules[m].post != PostProcess::kNone ||
-                                            plan.quantization == Quantization::kFp8Block))
-      list.push_back(m);
-  }
-  for (RankWeights& weights : ranks) {
-    weights.processed.resize(plan.modules.size(), 0);
-    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-      if (modules.empty() || modules[m]) weights.processed[m] = 0;  // new bytes: not processed yet
-    }
-  }
-  parallel_for(ranks.size() * list.size(), threads, [&](size_t i, int) {
-    postprocess_modules(plan, ranks[i / list.size()], {list[i % list.size()]},
-                        PostprocessMode::kOnce, &ckpt);
-  });
-  for (RankWeights& weights : ranks) {
-    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-      if (modules.empty() || modules[m]) weights.processed[m] = 1;  // nothing to do counts as done
-    }
-  }
-}
+using load::postprocess_ranks;
 
 void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
                 const std::vector<bool>& modules, const LoadOptions& options, LoadStats* stats) {
