@@ -11,6 +11,7 @@
 #include "shardload/checkpoint.h"
 #include "shardload/loader.h"
 #include "shardload/plan.h"
+#include "shardload/transport.h"
 
 namespace shardload {
 
@@ -34,6 +35,13 @@ void check_export_target(const std::string& model, const ExportOptions& options)
 // inside it and moved up with the manifest last. `ranks` holds every rank of the plan, in order.
 void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
                   const std::vector<RankWeights>& ranks, const ExportOptions& options);
+
+// export_ranks for a distributed export: this node's `ranks` (its block, load_node's result) are
+// written into the export every node writes together, with one manifest; the result is the export a
+// single process writes. --out must be on storage every node sees. Collective (every node calls
+// it); an error on any node is the same error on every node and leaves --out as it was.
+void export_node_ranks(const Checkpoint& checkpoint, const Plan& plan, const std::vector<RankWeights>& ranks,
+                       const ExportOptions& options, Transport& transport);
 
 // Whether a directory is a shardload export (has shardload.json with format shardload/1).
 bool is_export_dir(const std::string& path);

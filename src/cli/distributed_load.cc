@@ -11,10 +11,10 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/checksum_lines.h"
 #include "cli/parallel_options.h"
+#include "cli/process_transport.h"
 #include "cli/usage_error.h"
 #include "core/plural.h"
 #include "core/seconds_since.h"
-#include "shardload/mpi_transport.h"
 
 namespace shardload::cli {
 namespace {
@@ -61,23 +61,28 @@ void print_summary(const Plan& plan, const ReadAssignment& reads, const std::vec
 
 }  // namespace
 
-void run_distributed_load(const DistributedLoadRequest& request) {
-  const std::unique_ptr<Transport> transport = make_mpi_transport();
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<Checkpoint> ckpt;
-  std::optional<Plan> plan;
+NodeModel open_on_every_node(Transport& transport, const std::string& model, const ParallelConfig& parallel) {
+  NodeModel out;
   try {
-    run_on_every_node(*transport, [&] {
-      ckpt.emplace(Checkpoint::open(request.model));
-      plan.emplace(make_plan(*ckpt, request.parallel));
+    run_on_every_node(transport, [&] {
+      out.checkpoint.emplace(Checkpoint::open(model));
+      out.plan.emplace(make_plan(*out.checkpoint, parallel));
     });
   } catch (const Error& e) {
-    // A layout that does not fit the model is a usage error, the same on every node.
     if (e.kind() == ErrorKind::kInvalidArgument) throw UsageError(e.what());
     throw;
   }
-  if (transport->node() == 0) print_warnings(*ckpt);
-  check_same_plan(*transport, *plan);
+  if (transport.node() == 0) print_warnings(*out.checkpoint);
+  check_same_plan(transport, *out.plan);
+  return out;
+}
+
+void run_distributed_load(const DistributedLoadRequest& request) {
+  Transport* const transport = &process_transport();
+  const auto start = std::chrono::steady_clock::now();
+  NodeModel model = open_on_every_node(*transport, request.model, request.parallel);
+  const Checkpoint* const ckpt = &*model.checkpoint;
+  const Plan* const plan = &*model.plan;
   const ReadAssignment reads = assign_reads(*plan, transport->nodes(), request.read);
   NodeLoadStats stats;
   const std::vector<RankWeights> ranks = load_node(*ckpt, *plan, reads, *transport, request.load, &stats);

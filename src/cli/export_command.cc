@@ -6,14 +6,19 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
+#include "cli/distributed_load.h"
 #include "cli/parallel_options.h"
+#include "cli/process_transport.h"
+#include "cli/read_options.h"
 #include "core/byte_size.h"
 #include "core/plural.h"
 #include "cli/progress.h"
 #include "cli/usage_error.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
+#include "shardload/distributed.h"
 #include "shardload/loader.h"
+#include "shardload/mpi_transport.h"
 #include "shardload/plan.h"
 
 namespace shardload::cli {
@@ -26,7 +31,30 @@ struct ExportCommandOptions {
   std::string max_file_size = "5G";
   bool overwrite = false;
   int threads = 0;
+  ReadOptions read;
 };
+
+// Under mpirun: every node loads its ranks and writes them into the one export.
+void run_node_export(const ExportCommandOptions& options, const ParallelConfig& parallel,
+                     const ExportOptions& export_options) {
+  Transport& transport = process_transport();
+  NodeModel model = open_on_every_node(transport, options.model, parallel);
+  const ReadAssignment reads = assign_reads(*model.plan, transport.nodes(), options.read.policy());
+  LoadOptions load_options;
+  load_options.threads = options.threads;
+  const std::vector<RankWeights> ranks = load_node(*model.checkpoint, *model.plan, reads, transport, load_options);
+  export_node_ranks(*model.checkpoint, *model.plan, ranks, export_options, transport);
+  uint64_t mine = 0;
+  for (const RankWeights& weights : ranks) mine += weights.buffer.size();
+  uint64_t bytes = 0;
+  for (const std::string& n : transport.all_gather(std::to_string(mine))) bytes += std::stoull(n);
+  if (transport.node() != 0) return;
+  std::cout << fmt::format("exported {} of {} (tp={} ep={}) to {} from {} (read {}): {} bytes\n",
+                           count_of(model.plan->ranks.size(), "rank"), model.plan->model.architecture,
+                           model.plan->parallel.tp, model.plan->parallel.ep, options.out,
+                           count_of(static_cast<size_t>(transport.nodes()), "node"),
+                           read_policy_name(reads.policy), bytes);
+}
 
 void run_export(const ExportCommandOptions& options) {
   refuse_export_as_checkpoint(options.model, "export");
@@ -39,6 +67,7 @@ void run_export(const ExportCommandOptions& options) {
   // Where the export goes is checked before the (long) load, and again by export_ranks before it
   // writes.
   as_usage_error([&] { check_export_target(options.model, export_options); });
+  if (launched_by_mpi()) return run_node_export(options, parallel, export_options);
 
   const Checkpoint ckpt = Checkpoint::open(options.model);
   print_warnings(ckpt);
@@ -75,6 +104,7 @@ void add_export_command(CLI::App& app) {
       "Replace an earlier export in --out (once the new one is complete; other files stay)");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
+  add_read_option(*cmd, options->read);
   cmd->callback([options] { run_export(*options); });
 }
 

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/process_transport.h"
 #include "cli/run_app.h"
 #include "cli/serve/serve_command.h"
 #include "shardload/tensor.h"
@@ -73,5 +74,7 @@ int main(int argc, char** argv) {
   shardload::cli::add_eplb_command(app);
   // Listed here for --help; main hands the command to shardload-serve before parsing.
   app.add_subcommand("serve", std::string(shardload::cli::kServeDescription) + " (shardload-serve)");
-  return shardload::cli::run_app(app, argc, argv);
+  const int status = shardload::cli::run_app(app, argc, argv);
+  shardload::cli::end_process_transport();
+  return status;
 }

@@ -2,6 +2,8 @@
 // the shardload.json manifest, and the model directory's other top-level files copied unchanged.
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -9,6 +11,7 @@
 
 #include "core/plural.h"
 #include "export/resolved_path.h"
+#include "export/export_steps.h"
 #include "export/staging_dir.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -52,56 +55,50 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
 
 }  // namespace
 
-void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,
-                  const ExportOptions& options) {
-  check_export_target(ckpt.path(), options);
-  check_all_ranks(plan, ranks);
-  // Everything is written into a directory beside --out and moved into place when complete: a
-  // failed or interrupted export never leaves a directory a load would take for an export (or for
-  // the checkpoint).
-  StagingDir staging(resolved_path(options.out), std::string(kManifest));
-  const fs::path out = staging.path();
-  nlohmann::json manifest_ranks = nlohmann::json::array();
-  for (const RankWeights& weights : ranks) {
-    const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
-    std::map<std::string, std::string> metadata = {
-        {"format", "shardload/1"},
-        {"rank", std::to_string(rank.rank)},
-        {"tp_size", std::to_string(plan.parallel.tp)},
-        {"ep_size", std::to_string(plan.parallel.ep)},
-        {"moe_tp_size", std::to_string(plan.moe_tp)},
-        {"moe_tp_rank", std::to_string(rank.moe_tp_rank)},
-        {"ep_rank", std::to_string(rank.ep_rank)},
-        {"architecture", plan.model.architecture},
-        {"dtype", std::string(dtype_name(plan.dtype))},
-    };
-    if (plan.parallel.has_dp_fields()) {  // layout.md "Data-parallel attention"
-      metadata["dp_size"] = std::to_string(plan.parallel.dp);
-      metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
-      metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
-    }
-    nlohmann::json files = nlohmann::json::array();
-    std::vector<TensorToWrite> part;
-    uint64_t part_bytes = 0;
-    auto flush = [&] {
-      const std::string name = fmt::format("model-rank-{}-part-{}.safetensors", rank.rank, files.size());
-      write_safetensors((out / name).string(), part, metadata);
-      files.push_back(name);
-      part.clear();
-      part_bytes = 0;
-    };
-    for (const PlanParam& param : rank.params) {
-      if (!param.exported()) continue;  // post-processing inputs, not part of the layout
-      // A part is closed when the next tensor would take it past the limit, unless it is still empty.
-      if (!part.empty() && part_bytes + param.nbytes > options.max_file_size) flush();
-      part.push_back({param.name, param.dtype, param.shape,
-                      weights.buffer.span().subspan(param.offset, param.nbytes)});
-      part_bytes += param.nbytes;
-    }
-    if (!part.empty() || files.empty()) flush();
-    manifest_ranks.push_back({{"rank", rank.rank}, {"files", files}});
+nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, const fs::path& dir,
+                                uint64_t max_file_size) {
+  const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
+  std::map<std::string, std::string> metadata = {
+      {"format", "shardload/1"},
+      {"rank", std::to_string(rank.rank)},
+      {"tp_size", std::to_string(plan.parallel.tp)},
+      {"ep_size", std::to_string(plan.parallel.ep)},
+      {"moe_tp_size", std::to_string(plan.moe_tp)},
+      {"moe_tp_rank", std::to_string(rank.moe_tp_rank)},
+      {"ep_rank", std::to_string(rank.ep_rank)},
+      {"architecture", plan.model.architecture},
+      {"dtype", std::string(dtype_name(plan.dtype))},
+  };
+  if (plan.parallel.has_dp_fields()) {  // layout.md "Data-parallel attention"
+    metadata["dp_size"] = std::to_string(plan.parallel.dp);
+    metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
+    metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
   }
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<TensorToWrite> part;
+  uint64_t part_bytes = 0;
+  auto flush = [&] {
+    const std::string name = fmt::format("model-rank-{}-part-{}.safetensors", rank.rank, files.size());
+    write_safetensors((dir / name).string(), part, metadata);
+    files.push_back(name);
+    part.clear();
+    part_bytes = 0;
+  };
+  for (const PlanParam& param : rank.params) {
+    if (!param.exported()) continue;  // post-processing inputs, not part of the layout
+    // A part is closed when the next tensor would take it past the limit, unless it is still empty.
+    if (!part.empty() && part_bytes + param.nbytes > max_file_size) flush();
+    part.push_back({param.name, param.dtype, param.shape,
+                    weights.buffer.span().subspan(param.offset, param.nbytes)});
+    part_bytes += param.nbytes;
+  }
+  if (!part.empty() || files.empty()) flush();
+  return {{"rank", rank.rank}, {"files", files}};
+}
 
+void finish_export(const Checkpoint& ckpt, const Plan& plan, const nlohmann::json& manifest_ranks,
+                   StagingDir& staging, bool overwrite) {
+  const fs::path& out = staging.path();
   const bool moe = plan.physical_experts > 0;
   nlohmann::json manifest = {
       {"format", "shardload/1"},
@@ -143,7 +140,26 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
       throw Error(ErrorKind::kIo, "cannot write the manifest",
                   {.file = (out / kManifest).string()});
   }
-  staging.commit(options.overwrite, kept_on_overwrite);
+  staging.commit(overwrite, kept_on_overwrite);
+}
+
+std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options) {
+  return std::make_unique<StagingDir>(resolved_path(options.out), std::string(kManifest));
+}
+
+void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,
+                  const ExportOptions& options) {
+  check_export_target(ckpt.path(), options);
+  check_all_ranks(plan, ranks);
+  // Everything is written into a directory beside --out and moved into place when complete: a
+  // failed or interrupted export never leaves a directory a load would take for an export (or for
+  // the checkpoint).
+  const std::unique_ptr<StagingDir> staging = make_export_staging(options);
+  nlohmann::json manifest_ranks = nlohmann::json::array();
+  for (const RankWeights& weights : ranks) {
+    manifest_ranks.push_back(write_rank_files(plan, weights, staging->path(), options.max_file_size));
+  }
+  finish_export(ckpt, plan, manifest_ranks, *staging, options.overwrite);
 }
 
 }  // namespace shardload
