@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -20,6 +21,7 @@ struct State {
   std::mutex mutex;
   std::atomic<bool> enabled{false};
   std::atomic<int64_t> read_error_after{-1};
+  std::atomic<int64_t> kill_after{-1};
   std::atomic<uint64_t> bytes_read{0};
   std::atomic<int> commit_pause_ms{0};
   std::function<void()> after_read;  // guarded by mutex
@@ -34,6 +36,7 @@ State& state() {
 
 void apply(State& s, std::string_view spec) {
   int64_t read_error_after = -1;
+  int64_t kill_after = -1;
   int commit_pause_ms = 0;
   while (!spec.empty()) {
     const size_t comma = spec.find(',');
@@ -52,19 +55,22 @@ void apply(State& s, std::string_view spec) {
     }
     if (key == "read_error_after") {
       read_error_after = number;
+    } else if (key == "kill_after_read") {
+      kill_after = number;
     } else if (key == "commit_pause_ms") {
       commit_pause_ms = static_cast<int>(number);
     } else {
       throw Error(ErrorKind::kInvalidArgument, "unknown fault injection key",
                   {.field = "SHARDLOAD_FAULT",
-                   .expected = "read_error_after or commit_pause_ms",
+                   .expected = "read_error_after, kill_after_read or commit_pause_ms",
                    .found = key});
     }
   }
   s.read_error_after = read_error_after;
+  s.kill_after = kill_after;
   s.commit_pause_ms = commit_pause_ms;
   s.bytes_read = 0;
-  s.enabled = read_error_after >= 0 || commit_pause_ms > 0 || s.has_after_read;
+  s.enabled = read_error_after >= 0 || kill_after >= 0 || commit_pause_ms > 0 || s.has_after_read;
 }
 
 State& configured() {
@@ -89,9 +95,11 @@ void before_read(uint64_t bytes, const ErrorDetails& where) {
   State& s = configured();
   if (!s.enabled.load(std::memory_order_relaxed)) return;
   const int64_t limit = s.read_error_after.load();
-  if (limit < 0) return;
+  const int64_t kill = s.kill_after.load();
+  if (limit < 0 && kill < 0) return;
   const uint64_t before = s.bytes_read.fetch_add(bytes);
-  if (before + bytes > static_cast<uint64_t>(limit)) {
+  if (kill >= 0 && before + bytes > static_cast<uint64_t>(kill)) std::raise(SIGKILL);  // a node that dies
+  if (limit >= 0 && before + bytes > static_cast<uint64_t>(limit)) {
     throw Error(ErrorKind::kIo, "read failed: Input/output error (injected by SHARDLOAD_FAULT)",
                 where);
   }

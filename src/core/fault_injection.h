@@ -15,6 +15,8 @@
 // Spec: comma separated `key:value` pairs:
 //   read_error_after:N   every read fails with an injected EIO once N bytes were read since
 //                        configuration
+//   kill_after_read:N    the process kills itself (SIGKILL) at the read that passes N bytes (a
+//                        node that dies in a distributed load)
 //   commit_pause_ms:N    each commit group sleeps N ms after it began (the sequence word is odd
 //                        meanwhile)
 namespace shardload::fault {

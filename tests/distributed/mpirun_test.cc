@@ -1,0 +1,305 @@
+// `shardload load` and `export` under `mpirun --oversubscribe -np N` on this machine, one node per
+// process: every node's ranks equal a single-process load byte for byte (the --checksum lines),
+// striped reads take each needed byte once, balanced, local reads send nothing, the export equals a
+// single-process export, and a failure on one node is the same error on every node, in bounded time.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "run_command.h"
+#include "shardload/tiny.h"
+#include "temp_dir.h"
+
+namespace shardload {
+namespace {
+
+namespace fs = std::filesystem;
+using ::shardload::testing::CommandResult;
+using ::shardload::testing::run_command;
+using ::shardload::testing::TempDir;
+
+#ifdef SHARDLOAD_MPIEXEC
+constexpr const char* kMpiexec = SHARDLOAD_MPIEXEC;
+#else
+constexpr const char* kMpiexec = nullptr;
+#endif
+constexpr const char* kTimeoutSeconds = "300";  // a hang fails the test instead of the suite
+
+class MpirunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kMpiexec == nullptr) GTEST_SKIP() << "built without MPI";
+    // CI runs as root; OpenMPI refuses root without these.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);  // 4 processes on 2 cores: do not spin
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+  }
+};
+
+// mpirun -np N, with `shell` (run by sh -c, $NODE set to the process's node) as each process's
+// command: the way a test gives one node other files or a fault.
+CommandResult mpirun_shell(int np, const std::string& shell) {
+  return run_command({"/usr/bin/timeout", kTimeoutSeconds, kMpiexec, "--oversubscribe", "-np",
+                      std::to_string(np), "/bin/sh", "-c",
+                      "NODE=$OMPI_COMM_WORLD_RANK; export NODE; " + shell});
+}
+
+CommandResult mpirun(int np, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/timeout", kTimeoutSeconds, kMpiexec, "--oversubscribe", "-np",
+                                   std::to_string(np), SHARDLOAD_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+CommandResult shardload(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {SHARDLOAD_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+// The --checksum lines of a load's output (rank, name, dtype, shape, hash), in order.
+std::string checksum_lines(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  std::string lines;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && line.find('\t') != std::string::npos)
+      lines += line + "\n";
+  }
+  return lines;
+}
+
+// The JSON summary a distributed load --json prints last.
+nlohmann::json summary(const std::string& out) {
+  const size_t at = out.rfind("\n{");
+  return nlohmann::json::parse(out.substr(at == std::string::npos ? 0 : at + 1));
+}
+
+std::string make_model(const TempDir& dir, const std::string& arch, const std::string& quant, int experts = -1) {
+  TinyOptions options;
+  options.arch = arch;
+  options.quant = quant;
+  options.out = dir.file(arch + "-" + quant);
+  options.seed = 11;
+  options.experts = experts;
+  make_tiny(options);
+  return options.out;
+}
+
+bool is_moe(const std::string& arch) { return arch != "llama" && arch != "qwen2" && arch != "qwen3"; }
+
+// Striped: each needed byte read once, the busiest node within 1.1x of the mean. Local: nothing sent.
+void check_traffic(const nlohmann::json& s, const std::string& policy, int np) {
+  ASSERT_EQ(s["nodes"], np);
+  ASSERT_EQ(s["read"], policy);
+  uint64_t read = 0;
+  uint64_t most = 0;
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  for (const nlohmann::json& node : s["per_node"]) {
+    read += node["bytes_read"].get<uint64_t>();
+    most = std::max(most, node["bytes_read"].get<uint64_t>());
+    sent += node["bytes_sent"].get<uint64_t>();
+    received += node["bytes_received"].get<uint64_t>();
+  }
+  if (policy == "striped") {
+    EXPECT_EQ(read, s["bytes_needed"].get<uint64_t>());
+    EXPECT_LE(static_cast<double>(most), 1.1 * static_cast<double>(read) / np);
+    EXPECT_EQ(sent, received);
+  } else {
+    EXPECT_EQ(sent, 0u);
+    EXPECT_EQ(received, 0u);
+  }
+}
+
+// What plan --nodes says each node receives: the loader receives exactly that (and the plan's
+// chunks hold only bytes a node's ranks read: read_assignment_test).
+void check_received_as_planned(const nlohmann::json& s, const std::string& model, const std::vector<std::string>& layout,
+                               int np) {
+  std::vector<std::string> args = {"plan", model, "--json", "--nodes", std::to_string(np)};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const CommandResult plan = shardload(args);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const nlohmann::json planned = nlohmann::json::parse(plan.out)["distributed"]["per_node"];
+  for (int n = 0; n < np; ++n) {
+    EXPECT_EQ(s["per_node"][n]["bytes_received"], planned[n]["bytes_received"]) << "node " << n;
+    EXPECT_EQ(s["per_node"][n]["bytes_read"], planned[n]["bytes_read"]) << "node " << n;
+  }
+}
+
+struct Family {
+  std::string arch;
+  std::string quant;
+};
+
+class MpirunFamilyTest : public MpirunTest, public ::testing::WithParamInterface<Family> {};
+
+// Every family in bf16, static FP8 and block FP8: 2 and 4 nodes striped, 2 nodes local, each node's
+// ranks equal to a single-process load.
+TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
+  TempDir dir;
+  const std::string model = make_model(dir, GetParam().arch, GetParam().quant);
+  const std::vector<std::string> layout = {"--tp", "4", "--ep", is_moe(GetParam().arch) ? "4" : "1"};
+  std::vector<std::string> args = {"load", model, "--checksum"};
+  args.insert(args.end(), layout.begin(), layout.end());
+  const CommandResult single = shardload(args);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const std::string expected = checksum_lines(single.out);
+  ASSERT_FALSE(expected.empty());
+  args.push_back("--json");
+  for (const auto& [np, policy] : std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "striped"}, {2, "local"}}) {
+    SCOPED_TRACE(::testing::Message() << np << " nodes, " << policy);
+    std::vector<std::string> node_args = args;
+    node_args.insert(node_args.end(), {"--read", policy});
+    const CommandResult run = mpirun(np, node_args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(checksum_lines(run.out), expected);
+    const nlohmann::json s = summary(run.out);
+    check_traffic(s, policy, np);
+    if (policy == "striped") check_received_as_planned(s, model, layout, np);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, MpirunFamilyTest,
+    ::testing::ValuesIn([] {
+      std::vector<Family> out;
+      for (const std::string& arch : tiny_architectures()) {
+        for (const char* quant : {"none", "fp8", "fp8-block"}) out.push_back({arch, quant});
+      }
+      return out;
+    }()),
+    [](const ::testing::TestParamInfo<Family>& info) {
+      std::string name = info.param.arch + "_" + info.param.quant;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// 3 nodes need a rank count 3 divides: 6 ranks with DP attention (attention and lm_head whole on
+// each rank, experts split 6 ways), and a dense model fully replicated over 3 ranks (every byte
+// broadcast to every node).
+TEST_F(MpirunTest, ThreeNodesLoadDataParallelLayouts) {
+  TempDir dir;
+  struct Layout {
+    std::string model;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Layout> layouts = {
+      {make_model(dir, "qwen3_moe", "none", 12), {"--tp", "6", "--ep", "6", "--dp", "6", "--enable-dp-lm-head"}},
+      {make_model(dir, "llama", "none"),
+       {"--tp", "3", "--dp", "3", "--enable-dp-lm-head", "--moe-dense-tp-size", "1"}}};
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE(layout.model);
+    std::vector<std::string> args = {"load", layout.model, "--checksum"};
+    args.insert(args.end(), layout.flags.begin(), layout.flags.end());
+    const CommandResult single = shardload(args);
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    args.push_back("--json");
+    const CommandResult run = mpirun(3, args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(checksum_lines(run.out), checksum_lines(single.out));
+    check_traffic(summary(run.out), "striped", 3);
+  }
+}
+
+// The bytes of every file under a directory, by relative path.
+std::map<std::string, std::string> tree(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_regular_file()) {
+      out[fs::relative(entry.path(), root).string()] = ::shardload::testing::read_file(entry.path().string());
+    }
+  }
+  return out;
+}
+
+TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
+  TempDir dir;
+  const std::string model = make_model(dir, "deepseek_v3", "fp8-block");
+  const std::vector<std::string> layout = {"--tp", "4", "--ep", "4", "--max-file-size", "200K"};
+  std::vector<std::string> args = {"export", model, "--out", dir.file("single")};
+  args.insert(args.end(), layout.begin(), layout.end());
+  ASSERT_EQ(shardload(args).exit_code, 0);
+  const auto expected = tree(dir.file("single"));
+  for (const auto& [np, policy] : std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "local"}}) {
+    const std::string out = dir.file("nodes-" + std::to_string(np));
+    std::vector<std::string> node_args = {"export", model, "--out", out, "--read", policy};
+    node_args.insert(node_args.end(), layout.begin(), layout.end());
+    const CommandResult run = mpirun(np, node_args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(tree(out), expected) << np << " nodes";
+  }
+  // Nothing staged is left beside --out.
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find("shardload-tmp"), std::string::npos) << entry.path();
+  }
+}
+
+// The error lines of a failed run: one per node, all the same, naming the failing node.
+void expect_same_error_on_every_node(const CommandResult& run, int np, const std::string& names) {
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.exit_code, 124) << "timed out: a node waited on a failed peer";
+  std::istringstream in(run.err);
+  std::string line;
+  std::vector<std::string> errors;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("error: ");
+    if (at != std::string::npos) errors.push_back(line.substr(at));
+  }
+  ASSERT_EQ(errors.size(), static_cast<size_t>(np)) << run.err;
+  for (const std::string& e : errors) {
+    EXPECT_EQ(e, errors[0]);
+    EXPECT_NE(e.find(names), std::string::npos) << e;
+  }
+}
+
+TEST_F(MpirunTest, AnInjectedReadErrorOnOneNodeIsTheSameErrorOnEveryNode) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none", 12);
+  const CommandResult run = mpirun_shell(
+      3, "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=read_error_after:400000; fi; exec " +
+             std::string(SHARDLOAD_BIN) + " load " + model + " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head");
+  expect_same_error_on_every_node(run, 3, "node 1 of 3: read failed: Input/output error");
+}
+
+TEST_F(MpirunTest, AShardMissingOnOneNodeIsTheSameErrorOnEveryNode) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none");
+  const std::string partial = dir.file("partial");
+  fs::copy(model, partial);
+  fs::remove(fs::path(partial) / "model-00002-of-00003.safetensors");
+  const CommandResult run = mpirun_shell(
+      2, "m=" + model + "; if [ $NODE = 1 ]; then m=" + partial + "; fi; exec " + SHARDLOAD_BIN +
+             " load $m --tp 2 --ep 2");
+  expect_same_error_on_every_node(run, 2, "node 1 of 2: the index names a file that does not exist");
+}
+
+TEST_F(MpirunTest, ATruncatedShardIsTheSameErrorOnEveryNode) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none");
+  const fs::path shard = fs::path(model) / "model-00002-of-00003.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  const CommandResult run = mpirun(2, {"export", model, "--tp", "2", "--ep", "2", "--out", dir.file("out")});
+  expect_same_error_on_every_node(run, 2, "node 0 of 2: file ends before the last tensor");
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
+// A node that dies mid-load ends the job (the launcher stops the others) instead of hanging it.
+TEST_F(MpirunTest, ANodeThatDiesEndsTheJob) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none");
+  const CommandResult run = mpirun_shell(
+      2, "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=kill_after_read:200000; fi; exec " +
+             std::string(SHARDLOAD_BIN) + " load " + model + " --tp 2 --ep 2");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.exit_code, 124) << "timed out: the job hung on a dead node";
+}
+
+}  // namespace
+}  // namespace shardload
