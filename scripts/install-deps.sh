@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev liburing-dev libcpp-httplib-dev
   clang libclang-rt-14-dev   # libFuzzer for the header fuzz target
+  libopenmpi-dev openmpi-bin  # distributed loads over MPI (mpirun) and their tests
   # The Python package: its extension, its tests and `pip install .` into a venv.
   python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-numpy python3-torch python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel libxxhash0

@@ -12,10 +12,11 @@ int run_app(CLI::App& app, int argc, char** argv) {
     return app.exit(e);  // --help, --help-all, --version: printed, exit status 0
   } catch (const CLI::ParseError& e) {
     // One line, like every other error: usage errors are bad input too.
-    std::cerr << "error: " << e.what() << " (run with --help for usage)\n";
+    // One write per line: under mpirun every node's stderr shares one stream.
+    std::cerr << std::string("error: ") + e.what() + " (run with --help for usage)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << std::string("error: ") + e.what() + "\n";
     return 1;
   }
   return 0;
