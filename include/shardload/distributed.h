@@ -110,8 +110,9 @@ struct NodeLoadStats {
 // ranks) under `reads` (assign_reads of the same plan, on every node): kLocal runs the single-node
 // loader on them; kStriped reads the chunks this node is the reader of into transfer buffers, sends
 // each to the other nodes that need it and fills its ranks from its own reads and what it receives,
-// the three overlapping, with at most `threads` transfer buffers of chunk size for reads and twice
-// as many for receives in flight. Collective; an error on any node is the same Error on every node
+// the three overlapping, with at most 24 transfer buffers of chunk size (ReadAssignment::chunk_bytes,
+// at most 16 MiB unless one row is larger) in flight: clamp(threads, 2, 8) for reads and
+// clamp(2 x threads, 4, 16) for receives. Collective; an error on any node is the same Error on every node
 // (run_on_every_node), and no node waits on a peer that failed.
 std::vector<RankWeights> load_node(const Checkpoint& checkpoint, const Plan& plan,
                                    const ReadAssignment& reads, Transport& transport,

@@ -8,6 +8,7 @@
 // others (an abort message); run_on_every_node then makes it the same error everywhere.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +32,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kIdleWait = std::chrono::microseconds(200);  // the transport thread's poll period
 constexpr auto kAbortSendWait = std::chrono::seconds(2);    // to hand the abort messages over
+constexpr int kMinReadBuffers = 2;      // transfer buffers per node: clamp(threads, 2, 8) for reads
+constexpr int kMaxReadBuffers = 8;
+constexpr int kMinReceiveBuffers = 4;   // and clamp(2 x threads, 4, 16) for receives: at most 24
+constexpr int kMaxReceiveBuffers = 16;  // chunks (16 MiB each at most) in flight, 384 MiB
 constexpr int kTagsPerLoad = 2;
 constexpr int kLoadTags = 16000;  // tags stay below 32767, MPI's smallest allowed upper bound
 
@@ -48,7 +53,9 @@ struct StageSpan {
   double seconds() const { return started ? std::chrono::duration<double>(last - first).count() : 0.0; }
 };
 
-using Buffer = std::shared_ptr<std::vector<std::byte>>;
+// A transfer buffer, left uninitialized (every byte is read or received before it is used).
+using Buffer = std::shared_ptr<std::byte[]>;
+Buffer make_buffer(uint64_t bytes) { return Buffer(new std::byte[bytes]); }
 
 class StripedLoad {
  public:
@@ -76,9 +83,11 @@ class StripedLoad {
         receive_max = std::max(receive_max, chunk.bytes);
       }
     }
-    for (int i = 0; i < std::max(2, threads); ++i) free_reads_.push_back(std::make_shared<std::vector<std::byte>>(read_max));
-    for (int i = 0; i < std::max(4, 2 * threads); ++i) {
-      free_receives_.push_back(std::make_shared<std::vector<std::byte>>(receive_max));
+    for (int i = 0; i < std::clamp(threads, kMinReadBuffers, kMaxReadBuffers); ++i) {
+      free_reads_.push_back(make_buffer(read_max));
+    }
+    for (int i = 0; i < std::clamp(2 * threads, kMinReceiveBuffers, kMaxReceiveBuffers); ++i) {
+      free_receives_.push_back(make_buffer(receive_max));
     }
     all_buffers_.insert(all_buffers_.end(), free_reads_.begin(), free_reads_.end());
     all_buffers_.insert(all_buffers_.end(), free_receives_.begin(), free_receives_.end());
@@ -163,7 +172,7 @@ class StripedLoad {
           arrivals_.pop_front();
           write_span_.begin(Clock::now());
           lock.unlock();
-          fill(arrival.chunk, *arrival.buffer, scratch);
+          fill(arrival.chunk, arrival.buffer.get(), scratch);
           lock.lock();
           write_span_.end(Clock::now());
           free_receives_.push_back(std::move(arrival.buffer));
@@ -184,7 +193,7 @@ class StripedLoad {
           if (chunk.needed_by(me_)) {
             write_span_.begin(Clock::now());
             lock.unlock();
-            fill(own.chunk, *own.buffer, scratch);
+            fill(own.chunk, own.buffer.get(), scratch);
             lock.lock();
             write_span_.end(Clock::now());
             if (--own.users == 0) release(own);
@@ -203,13 +212,13 @@ class StripedLoad {
   void read(OwnChunk& own) {
     const ReadChunk& chunk = reads_.chunks[own.chunk];
     const SafetensorsFile& file = ckpt_.files()[chunk.file];
-    format::pread_exact(file.fd(), {own.buffer->data(), chunk.bytes}, chunk.offset,
+    format::pread_exact(file.fd(), {own.buffer.get(), chunk.bytes}, chunk.offset,
                         {.file = file.path(), .tensor = plan_.sources[chunk.source].name});
   }
 
-  void fill(size_t c, const std::vector<std::byte>& bytes, std::vector<float>& scratch) const {
+  void fill(size_t c, const std::byte* bytes, std::vector<float>& scratch) const {
     const ReadChunk& chunk = reads_.chunks[c];
-    executor_.consume_chunk(chunk.file, chunk.offset, {bytes.data(), chunk.bytes}, scratch);
+    executor_.consume_chunk(chunk.file, chunk.offset, {bytes, chunk.bytes}, scratch);
   }
 
   // Under the mutex: the chunk's buffer is free again.
@@ -242,7 +251,7 @@ class StripedLoad {
           for (int n = 0; n < transport_.nodes(); ++n) {
             if (n == me_ || !chunk.needed_by(n)) continue;
             send_span_.begin(Clock::now());
-            sends.emplace_back(transport_.send(n, data_tag_, {own.buffer->data(), chunk.bytes}), next_send);
+            sends.emplace_back(transport_.send(n, data_tag_, {own.buffer.get(), chunk.bytes}), next_send);
             bytes_sent_ += chunk.bytes;
           }
           ++next_send;
@@ -254,7 +263,7 @@ class StripedLoad {
           Buffer buffer = std::move(free_receives_.back());
           free_receives_.pop_back();
           receive_span_.begin(Clock::now());
-          const Transport::Handle handle = transport_.receive(chunk.reader, data_tag_, {buffer->data(), chunk.bytes});
+          const Transport::Handle handle = transport_.receive(chunk.reader, data_tag_, {buffer.get(), chunk.bytes});
           receiving.push_back({handle, incoming_[next_receive], std::move(buffer)});
           ++next_receive;
           moved = true;
