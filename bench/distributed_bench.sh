@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Distributed loads on this machine (docs/distributed.md): `mpirun -np 2` striped and local loads of
+# the 2 GB checkpoint against, in the same run,
+#   - the single-process load of the same layout (warm: files in the page cache; cold: evicted),
+#   - MPI's own point-to-point bandwidth between the two processes (bench/mpi_bandwidth),
+#   - the disk: fio, O_DIRECT sequential reads of the checkpoint's files at queue depth 32 (cold
+#     loads are judged against it; the single-process cold load must reach 0.9x of it).
+# Each case runs RUNS times (median). Times are each command's own report (open to weights in
+# place), as bench/run times single-process loads. Writes bench/distributed_report.md.
+#
+#   RUNS=3 BIG_MODEL=/tmp/bench-big bash bench/distributed_bench.sh [--bin BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+[[ ${1:-} == --bin ]] && build=$2
+shardload=$build/shardload
+bandwidth=$build/bench/mpi_bandwidth
+model=${BIG_MODEL:-/tmp/bench-big}
+runs=${RUNS:-3}
+layout=(--tp 8 --ep 8)
+report=bench/distributed_report.md
+python=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# mpirun as root on one machine, two processes on however many cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+command -v fio >/dev/null || { echo "installing fio" >&2; apt-get install -y -qq fio >/dev/null; }
+[[ -x $bandwidth ]] || { echo "no $bandwidth: build with MPI (libopenmpi-dev)" >&2; exit 1; }
+if [[ ! -f $model/config.json ]]; then
+  "$shardload" make-tiny --arch qwen3_moe --size 2000000000 --seed 1 --out "$model"
+fi
+mapfile -t files < <(printf '%s\n' "$model"/*.safetensors)
+
+evict() {
+  "$python" -c 'import os, sys
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)' "${files[@]}"
+}
+warm() { evict; cat "${files[@]}" >/dev/null; }
+median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+gbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.3f", b / s / 1e9}'; }
+
+# single STATE: seconds of a single-process load; prints "seconds bytes_read".
+single() {
+  local out
+  out=$("$shardload" load "$model" "${layout[@]}")
+  local seconds bytes
+  seconds=$(sed -n 's/.*total \([0-9.]*\) s$/\1/p' <<<"$out")
+  bytes=$(sed -n 's/.*: read \([0-9]*\) bytes.*/\1/p' <<<"$out")
+  echo "$seconds $bytes"
+}
+# nodes POLICY: seconds of an mpirun -np 2 load; prints "seconds bytes_needed received_max" and keeps the JSON.
+nodes() {
+  local json=$tmp/nodes-$1.json
+  mpirun -np 2 "$shardload" load "$model" "${layout[@]}" --read "$1" --json >"$json"
+  "$python" -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+received = max(n["bytes_received"] for n in s["per_node"])
+print(s["seconds"], s["bytes_needed"], received)' "$json"
+}
+
+echo "distributed_bench: limits" >&2
+fio_json=$("$python" - "${files[@]}" <<'EOF'
+import json, subprocess, sys, os
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+out = subprocess.run(["fio", "--name=limit", "--readonly", "--direct=1", "--ioengine=io_uring", "--iodepth=32",
+                      "--rw=read", "--bs=1M", "--filename=" + ":".join(sys.argv[1:]), "--output-format=json"],
+                     check=True, capture_output=True, text=True).stdout
+read = json.loads(out)["jobs"][0]["read"]
+print(read["bw_bytes"] / 1e9)
+EOF
+)
+fio_gbps=$(printf '%.3f' "$fio_json")
+p2p=$(mpirun -np 2 "$bandwidth" | awk '{print $1}')
+
+declare -A seconds
+bytes_needed=0
+received=0
+for state in warm cold; do
+  for case in single striped local; do
+    : >"$tmp/$case-$state"
+    for ((run = 1; run <= runs; run++)); do
+      if [[ $state == warm ]]; then warm; else evict; fi
+      if [[ $case == single ]]; then
+        read -r s b < <(single)
+        bytes_needed=$b
+      else
+        read -r s b r < <(nodes "$case")
+        [[ $case == striped ]] && received=$r
+      fi
+      echo "$s" >>"$tmp/$case-$state"
+      echo "distributed_bench: $state $case run $run: $s s" >&2
+    done
+    seconds[$case-$state]=$(median <"$tmp/$case-$state")
+  done
+done
+
+{
+  echo "# Distributed loads on one machine (mpirun -np 2)"
+  echo
+  echo "Measured by \`RUNS=$runs BIG_MODEL=$model bash bench/distributed_bench.sh --bin $build\` at $(git rev-parse --short HEAD)"
+  echo "on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); checkpoint: $model"
+  echo "(qwen3_moe, $bytes_needed bytes needed), layout ${layout[*]}. Median of $runs runs; seconds are each"
+  echo "command's own report, open to weights in place. Both processes share this machine's cores, memory"
+  echo "bandwidth and disk: a second node adds no hardware here, so the ratios show the overhead of the"
+  echo "distributed path, not a speed-up."
+  echo
+  echo "Limits measured in the same run:"
+  echo "- disk: fio, O_DIRECT sequential reads of the checkpoint files, 1 MiB blocks, queue depth 32: $fio_gbps GB/s"
+  echo "- MPI point-to-point, node 0 to node 1, 16 MiB messages, 8 in flight: $p2p GB/s"
+  echo
+  echo "| case | seconds | GB/s (needed bytes / s) | vs single process | vs limit |"
+  echo "|---|---|---|---|---|"
+  for state in warm cold; do
+    single_s=${seconds[single-$state]}
+    for case in single striped local; do
+      s=${seconds[$case-$state]}
+      rate=$(gbps "$bytes_needed" "$s")
+      if [[ $state == cold ]]; then limit="$(ratio "$rate" "$fio_gbps") x fio"; else limit="-"; fi
+      echo "| $state $case | $s | $rate | $(ratio "$single_s" "$s") | $limit |"
+    done
+  done
+  echo
+  striped_s=${seconds[striped-warm]}
+  echo "Transfers, warm striped: the node receiving most received $received bytes in $striped_s s:"
+  echo "$(gbps "$received" "$striped_s") GB/s over the whole load, $(ratio "$(gbps "$received" "$striped_s")" "$p2p") x MPI's point-to-point"
+  echo "bandwidth (the transfers overlap reading and filling, so this is a floor on the transfer rate)."
+  echo
+  cold_single=$(gbps "$bytes_needed" "${seconds[single-cold]}")
+  verdict=FAIL
+  awk -v a="$cold_single" -v b="$fio_gbps" 'BEGIN {exit !(a >= 0.9 * b)}' && verdict=PASS
+  echo "| bound | measured | limit | verdict |"
+  echo "|---|---|---|---|"
+  echo "| single-process cold load >= 0.9 x fio qd32 | $cold_single GB/s | $(awk -v b="$fio_gbps" 'BEGIN {printf "%.3f", 0.9 * b}') GB/s | $verdict |"
+} >"$report"
+cat "$report"
