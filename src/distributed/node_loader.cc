@@ -10,17 +10,24 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
 #include "distributed/peer_failed.h"
+#include "core/fault_injection.h"
 #include "format/posix_io.h"
+#include "load/direct_reader.h"
+#include "load/file_access.h"
 #include "load/executor.h"
 #include "load/postprocess_ranks.h"
 #include "shardload/distributed.h"
@@ -53,9 +60,31 @@ struct StageSpan {
   double seconds() const { return started ? std::chrono::duration<double>(last - first).count() : 0.0; }
 };
 
-// A transfer buffer, left uninitialized (every byte is read or received before it is used).
+// A transfer buffer, left uninitialized (every byte is read or received before it is used), aligned
+// for O_DIRECT reads with a block of slack at each end.
 using Buffer = std::shared_ptr<std::byte[]>;
-Buffer make_buffer(uint64_t bytes) { return Buffer(new std::byte[bytes]); }
+Buffer make_buffer(uint64_t bytes) {
+  const uint64_t size = (bytes + 2 * load::kDirectAlignment + load::kDirectAlignment - 1) & ~(load::kDirectAlignment - 1);
+  return Buffer(static_cast<std::byte*>(std::aligned_alloc(load::kDirectAlignment, size)), std::free);
+}
+
+// Reads file bytes [offset, offset + bytes) of an O_DIRECT descriptor into `buffer` through the
+// aligned blocks that hold them; returns where the first byte landed.
+const std::byte* read_direct(int fd, std::byte* buffer, uint64_t offset, uint64_t bytes, const ErrorDetails& where) {
+  const uint64_t begin = offset & ~(load::kDirectAlignment - 1);
+  const uint64_t end = (offset + bytes + load::kDirectAlignment - 1) & ~(load::kDirectAlignment - 1);
+  fault::before_read(bytes, where);
+  uint64_t done = 0;
+  while (begin + done < offset + bytes) {
+    const ssize_t n = pread(fd, buffer + done, end - begin - done, static_cast<off_t>(begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw format::io_error("read failed", errno, where);
+    if (n == 0) throw Error(ErrorKind::kIo, "the file ended before the tensor's bytes (truncated while loading?)", where);
+    done += static_cast<uint64_t>(n);
+  }
+  fault::after_read(bytes);
+  return buffer + (offset - begin);
+}
 
 class StripedLoad {
  public:
@@ -148,6 +177,7 @@ class StripedLoad {
   struct OwnChunk {
     size_t chunk;
     Buffer buffer{};
+    const std::byte* data = nullptr;  // the chunk's first byte, in `buffer`
     bool read = false;
     int users = 0;
   };
@@ -193,7 +223,7 @@ class StripedLoad {
           if (chunk.needed_by(me_)) {
             write_span_.begin(Clock::now());
             lock.unlock();
-            fill(own.chunk, own.buffer.get(), scratch);
+            fill(own.chunk, own.data, scratch);
             lock.lock();
             write_span_.end(Clock::now());
             if (--own.users == 0) release(own);
@@ -212,9 +242,46 @@ class StripedLoad {
   void read(OwnChunk& own) {
     const ReadChunk& chunk = reads_.chunks[own.chunk];
     const SafetensorsFile& file = ckpt_.files()[chunk.file];
-    format::pread_exact(file.fd(), {own.buffer.get(), chunk.bytes}, chunk.offset,
-                        {.file = file.path(), .tensor = plan_.sources[chunk.source].name});
+    const ErrorDetails where{.file = file.path(), .tensor = plan_.sources[chunk.source].name};
+    if (!direct_fds_.empty()) {
+      own.data = read_direct(direct_fds_[chunk.file].get(), own.buffer.get(), chunk.offset, chunk.bytes, where);
+      return;
+    }
+    format::pread_exact(file.fd(), {own.buffer.get(), chunk.bytes}, chunk.offset, where);
+    own.data = own.buffer.get();
   }
+
+ public:
+  // Reads through O_DIRECT (no page cache) for kDirect, and for kAuto when less than half of the
+  // files this node reads is cached, as the single-node loader decides; the page cache otherwise.
+  // Returns the read path used.
+  IoMode choose_io(IoMode io) {
+    std::vector<uint32_t> files;
+    for (const OwnChunk& own : mine_) {
+      const uint32_t f = reads_.chunks[own.chunk].file;
+      if (files.empty() || files.back() != f) files.push_back(f);
+    }
+    const bool required = io == IoMode::kDirect;
+    if (io == IoMode::kAuto) {
+      std::vector<const SafetensorsFile*> used;
+      for (uint32_t f : files) used.push_back(&ckpt_.files()[f]);
+      io = load::page_cache_fraction(used) >= 0.5 ? IoMode::kPread : IoMode::kDirect;
+    }
+    if (io != IoMode::kDirect) return IoMode::kPread;
+    std::vector<load::UniqueFd> fds(ckpt_.files().size());
+    for (uint32_t f : files) {
+      fds[f].reset(load::open_direct(ckpt_.files()[f].path()));
+      if (fds[f].get() >= 0) continue;
+      if (required) {
+        throw format::io_error("cannot open with O_DIRECT (--io direct)", errno, {.file = ckpt_.files()[f].path()});
+      }
+      return IoMode::kPread;  // a file system without O_DIRECT
+    }
+    direct_fds_ = std::move(fds);
+    return IoMode::kDirect;
+  }
+
+ private:
 
   void fill(size_t c, const std::byte* bytes, std::vector<float>& scratch) const {
     const ReadChunk& chunk = reads_.chunks[c];
@@ -251,7 +318,7 @@ class StripedLoad {
           for (int n = 0; n < transport_.nodes(); ++n) {
             if (n == me_ || !chunk.needed_by(n)) continue;
             send_span_.begin(Clock::now());
-            sends.emplace_back(transport_.send(n, data_tag_, {own.buffer.get(), chunk.bytes}), next_send);
+            sends.emplace_back(transport_.send(n, data_tag_, {own.data, chunk.bytes}), next_send);
             bytes_sent_ += chunk.bytes;
           }
           ++next_send;
@@ -314,6 +381,7 @@ class StripedLoad {
   const int abort_tag_;
   Transport::Handle abort_handle_ = 0;
   std::vector<Buffer> all_buffers_;  // kept alive for the transport after an error
+  std::vector<load::UniqueFd> direct_fds_;  // per file, with O_DIRECT reads; empty: the page cache
 
   std::mutex mutex_;
   std::condition_variable work_ready_;  // workers: an arrival, a free read buffer, stop
@@ -358,8 +426,8 @@ void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment
   executor.finish();
   const int threads = options.threads > 0 ? options.threads : default_thread_count();
   StripedLoad load(ckpt, plan, reads, transport, executor, threads, next_epoch());
+  stats.io = load.choose_io(options.io);
   load.run(stats);
-  stats.io = IoMode::kPread;
   const auto start = Clock::now();
   load::postprocess_ranks(ckpt, plan, ranks, {}, threads);
   stats.seconds_postprocess = seconds_since(start);

@@ -157,10 +157,11 @@ TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
   const std::string expected = checksum_lines(single.out);
   ASSERT_FALSE(expected.empty());
   args.push_back("--json");
+  // 4 nodes read through O_DIRECT (aligned reads around each chunk), 2 through the page cache.
   for (const auto& [np, policy] : std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "striped"}, {2, "local"}}) {
     SCOPED_TRACE(::testing::Message() << np << " nodes, " << policy);
     std::vector<std::string> node_args = args;
-    node_args.insert(node_args.end(), {"--read", policy});
+    node_args.insert(node_args.end(), {"--read", policy, "--io", np == 4 ? "direct" : "pread"});
     const CommandResult run = mpirun(np, node_args);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(checksum_lines(run.out), expected);
