@@ -186,9 +186,20 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// The bytes of every file under a directory, by relative path.
+std::map<std::string, std::string> tree(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_regular_file()) {
+      out[fs::relative(entry.path(), root).string()] = ::shardload::testing::read_file(entry.path().string());
+    }
+  }
+  return out;
+}
+
 // 3 nodes need a rank count 3 divides: 6 ranks with DP attention (attention and lm_head whole on
 // each rank, experts split 6 ways), and a dense model fully replicated over 3 ranks (every byte
-// broadcast to every node).
+// broadcast to every node); loaded and exported.
 TEST_F(MpirunTest, ThreeNodesLoadDataParallelLayouts) {
   TempDir dir;
   struct Layout {
@@ -210,18 +221,17 @@ TEST_F(MpirunTest, ThreeNodesLoadDataParallelLayouts) {
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(checksum_lines(run.out), checksum_lines(single.out));
     check_traffic(summary(run.out), "striped", 3);
+    // The same layout exported by 3 nodes equals the single-process export.
+    const std::string single_out = dir.file("single-" + fs::path(layout.model).filename().string());
+    const std::string nodes_out = dir.file("nodes-" + fs::path(layout.model).filename().string());
+    std::vector<std::string> export_args = {"export", layout.model, "--out", single_out};
+    export_args.insert(export_args.end(), layout.flags.begin(), layout.flags.end());
+    ASSERT_EQ(shardload(export_args).exit_code, 0);
+    export_args[3] = nodes_out;
+    const CommandResult exported = mpirun(3, export_args);
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+    EXPECT_EQ(tree(nodes_out), tree(single_out));
   }
-}
-
-// The bytes of every file under a directory, by relative path.
-std::map<std::string, std::string> tree(const fs::path& root) {
-  std::map<std::string, std::string> out;
-  for (const auto& entry : fs::recursive_directory_iterator(root)) {
-    if (entry.is_regular_file()) {
-      out[fs::relative(entry.path(), root).string()] = ::shardload::testing::read_file(entry.path().string());
-    }
-  }
-  return out;
 }
 
 TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
