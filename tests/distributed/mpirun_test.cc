@@ -142,6 +142,8 @@ struct Family {
   std::string quant;
 };
 
+void PrintTo(const Family& f, std::ostream* os) { *os << f.arch << " " << f.quant; }
+
 class MpirunFamilyTest : public MpirunTest, public ::testing::WithParamInterface<Family> {};
 
 // Every family in bf16, static FP8 and block FP8: 2 and 4 nodes striped, 2 nodes local, each node's
