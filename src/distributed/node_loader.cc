@@ -190,6 +190,7 @@ class StripedLoad {
   // chunk of this node's own while a read buffer is free.
   void work() {
     std::vector<float> scratch;
+    load::Executor::PreadState pread_state;
     for (;;) {
       std::unique_lock lock(mutex_);
       work_ready_.wait(lock, [&] {
@@ -213,20 +214,33 @@ class StripedLoad {
           own.buffer = std::move(free_reads_.back());
           free_reads_.pop_back();
           read_span_.begin(Clock::now());
-          lock.unlock();
-          read(own);
-          lock.lock();
-          read_span_.end(Clock::now());
           const ReadChunk& chunk = reads_.chunks[own.chunk];
-          own.read = true;
-          own.users = std::popcount(chunk.nodes);  // a send to each other node, and this node's fill
-          if (chunk.needed_by(me_)) {
+          if (chunk.nodes == (uint64_t{1} << me_) && direct_fds_.empty()) {
+            // Needed here only: read straight into the ranks, as a single-node load does (no
+            // transfer buffer, one copy).
             write_span_.begin(Clock::now());
             lock.unlock();
-            fill(own.chunk, own.data, scratch);
+            executor_.read_chunk(chunk.file, chunk.offset, chunk.offset + chunk.bytes, pread_state);
             lock.lock();
+            read_span_.end(Clock::now());
             write_span_.end(Clock::now());
-            if (--own.users == 0) release(own);
+            own.read = true;
+            release(own);
+          } else {
+            lock.unlock();
+            read(own);
+            lock.lock();
+            read_span_.end(Clock::now());
+            own.read = true;
+            own.users = std::popcount(chunk.nodes);  // a send to each other node, and this node's fill
+            if (chunk.needed_by(me_)) {
+              write_span_.begin(Clock::now());
+              lock.unlock();
+              fill(own.chunk, own.data, scratch);
+              lock.lock();
+              write_span_.end(Clock::now());
+              if (--own.users == 0) release(own);
+            }
           }
         }
       } catch (...) {

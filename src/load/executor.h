@@ -209,6 +209,20 @@ class Executor {
     return {at(begin), at(end)};
   }
 
+  // A thread's buffers on the page-cache read path.
+  struct PreadState {
+    std::vector<std::byte> bounce;
+    std::vector<float> scratch;
+    std::vector<iovec> iov;
+  };
+
+  // Reads the jobs in file range [begin, end) of `file` (a range between two cuts) through the page
+  // cache, straight into their destinations: what consume_chunk does with bytes read elsewhere.
+  void read_chunk(uint32_t file, uint64_t begin, uint64_t end, PreadState& state) const {
+    const auto [first, last] = jobs_in(file, begin, end);
+    for (size_t i = first; i < last; ++i) read_job(jobs_[i], state);
+  }
+
   // Puts the bytes of file range [offset, offset + bytes.size()) of `file` (a range between two
   // cuts, read elsewhere) where this executor's jobs in it take them.
   void consume_chunk(uint32_t file, uint64_t offset, std::span<const std::byte> bytes,
@@ -563,33 +577,30 @@ class Executor {
   // (one copy, where a pread into a bounce buffer and the copy out of it are two), or, where the
   // kernel refuses the mapping, read into a per-thread bounce buffer.
   void run_pread(int threads) {
-    std::vector<std::vector<std::byte>> bounce(static_cast<size_t>(threads));
-    std::vector<std::vector<float>> scratch(static_cast<size_t>(threads));
-    std::vector<std::vector<iovec>> segments(static_cast<size_t>(threads));
+    std::vector<PreadState> states(static_cast<size_t>(threads));
     parallel_for(jobs_.size(), threads, [&](size_t i, int thread) {
       check_cancel();
-      const ReadJob& job = jobs_[i];
-      const int fd = ckpt_.files()[job.file].fd();
-      std::vector<float>& thread_scratch = scratch[static_cast<size_t>(thread)];
-      if (job.bounce_bytes > 0) {
-        MappedRange range;
-        if (range.map(fd, job.file_offset, job.bytes)) {
-          consume_mapped(job, range.data(), thread_scratch);
-          report(job);
-          return;
-        }
-      }
-      std::vector<std::byte>& buffer = bounce[static_cast<size_t>(thread)];
-      if (buffer.size() < job.bounce_bytes) buffer.resize(job.bounce_bytes);
-      std::vector<iovec>& iov = segments[static_cast<size_t>(thread)];
-      iov.clear();
-      for_each_segment(job, buffer.data(), [&](std::byte* dst, uint64_t bytes) {
-        iov.push_back({dst, bytes});
-      });
-      format::preadv_exact(fd, iov, job.file_offset, where(job));
-      finish_job(job, buffer.data(), thread_scratch);
-      report(job);
+      read_job(jobs_[i], states[static_cast<size_t>(thread)]);
+      report(jobs_[i]);
     });
+  }
+
+  void read_job(const ReadJob& job, PreadState& state) const {
+    const int fd = ckpt_.files()[job.file].fd();
+    if (job.bounce_bytes > 0) {
+      MappedRange range;
+      if (range.map(fd, job.file_offset, job.bytes)) {
+        consume_mapped(job, range.data(), state.scratch);
+        return;
+      }
+    }
+    if (state.bounce.size() < job.bounce_bytes) state.bounce.resize(job.bounce_bytes);
+    state.iov.clear();
+    for_each_segment(job, state.bounce.data(), [&](std::byte* dst, uint64_t bytes) {
+      state.iov.push_back({dst, bytes});
+    });
+    format::preadv_exact(fd, state.iov, job.file_offset, where(job));
+    finish_job(job, state.bounce.data(), state.scratch);
   }
 
   // consume() out of a mapping of the job's file bytes at `src`. A file that shrank under the
