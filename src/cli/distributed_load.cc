@@ -31,7 +31,11 @@ void print_summary(const Plan& plan, const ReadAssignment& reads, const std::vec
                         {"per_node", nlohmann::json::array()}};
   uint64_t read = 0;
   for (const std::string& text : nodes) {
-    nlohmann::json node = nlohmann::json::parse(text);
+    // A peer's summary, as NodeLoadStats::to_json wrote it; anything else is the peer's fault.
+    nlohmann::json node = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!node.is_object() || !node.contains("bytes_read") || !node["bytes_read"].is_number_unsigned()) {
+      throw Error(ErrorKind::kNode, "a node sent a summary that is not one");
+    }
     read += node["bytes_read"].get<uint64_t>();
     all["per_node"].push_back(std::move(node));
   }

@@ -23,6 +23,13 @@ Transport& process_transport() {
 void end_process_transport() {
   std::cout.flush();
   std::cerr.flush();
+  if (!holder()) return;
+  // Every node has printed once every node reaches this gather: only then may one exit (a node that
+  // leaves MPI unfinalized after an error exits at once, and the launcher ends the others).
+  try {
+    holder()->all_gather("");
+  } catch (const std::exception&) {  // the transport is gone: nothing left to wait for
+  }
   holder().reset();
 }
 

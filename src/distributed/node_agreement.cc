@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <xxhash.h>
 
 #include "distributed/peer_failed.h"
@@ -33,15 +34,26 @@ ErrorKind kind_from_name(const std::string& name) {
   return ErrorKind::kNode;
 }
 
+constexpr size_t kMaxOutcomeBytes = 64 << 10;  // an error's text; a peer's message is bounded like any input
+
+// A peer's outcome as an Error; one that is not what encode_error writes is an error of its own,
+// never quoted.
 Error decode_error(const std::string& text, int node, int nodes) {
-  const nlohmann::json j = nlohmann::json::parse(text);
-  return Error(kind_from_name(j.at("kind").get<std::string>()),
-               fmt::format("node {} of {}: {}", node, nodes, j.at("message").get<std::string>()),
-               {.file = j.at("file").get<std::string>(),
-                .tensor = j.at("tensor").get<std::string>(),
-                .field = j.at("field").get<std::string>(),
-                .expected = j.at("expected").get<std::string>(),
-                .found = j.at("found").get<std::string>()});
+  const std::string who = fmt::format("node {} of {}", node, nodes);
+  try {
+    if (text.size() > kMaxOutcomeBytes) throw std::length_error("too long");
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const auto field = [&](const char* name) { return j.at(name).get<std::string>(); };
+    return Error(kind_from_name(field("kind")), fmt::format("{}: {}", who, field("message")),
+                 {.file = field("file"),
+                  .tensor = field("tensor"),
+                  .field = field("field"),
+                  .expected = field("expected"),
+                  .found = field("found")});
+  } catch (const std::exception&) {
+    return Error(ErrorKind::kNode, fmt::format("{} failed and sent an outcome that is not one", who),
+                 {.expected = "an error as JSON", .found = fmt::format("{} bytes", text.size())});
+  }
 }
 
 constexpr const char* kStopped = "stopped";

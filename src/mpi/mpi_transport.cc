@@ -62,10 +62,15 @@ class MpiTransport final : public Transport {
     std::vector<int> sizes(static_cast<size_t>(nodes_));
     check(MPI_Allgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
     std::vector<int> offsets(static_cast<size_t>(nodes_));
-    int total = 0;
+    int64_t total = 0;
     for (int n = 0; n < nodes_; ++n) {
-      offsets[static_cast<size_t>(n)] = total;
-      total += sizes[static_cast<size_t>(n)];
+      const int peer = sizes[static_cast<size_t>(n)];
+      if (peer < 0 || total + peer > std::numeric_limits<int>::max()) {
+        throw Error(ErrorKind::kNode, fmt::format("node {} announced a message of an impossible size", n),
+                    {.found = std::to_string(peer)});
+      }
+      offsets[static_cast<size_t>(n)] = static_cast<int>(total);
+      total += peer;
     }
     std::string all(static_cast<size_t>(total), '\0');
     check(MPI_Allgatherv(mine.data(), size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
