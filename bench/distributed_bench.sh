@@ -108,6 +108,17 @@ for state in warm cold; do
   done
 done
 
+# Peak resident memory (warm, one run each): a node holds half the ranks plus its transfer buffers.
+warm; prime
+rss_single=$(/usr/bin/time -f "%M" "$shardload" load "$model" "${layout[@]}" 2>&1 >/dev/null | tail -1)
+rss_nodes=()
+for policy in striped local; do
+  warm; prime
+  rss_nodes+=("$(mpirun -np 2 /usr/bin/time -f "%M" "$shardload" load "$model" "${layout[@]}" --read "$policy" 2>&1 >/dev/null |
+    grep -E '^[0-9]+$' | sort -n | tail -1)")
+done
+rank_bytes=$("$shardload" plan "$model" "${layout[@]}" | awk '/^rank / {for (i = 1; i <= NF; i++) if ($i == "bytes,") s += $(i - 1)} END {print s}')
+
 {
   echo "# Distributed loads on one machine (mpirun -np 2)"
   echo
@@ -143,6 +154,10 @@ done
   cold_single=$(gbps "$bytes_needed" "${seconds[single-cold]}")
   verdict=FAIL
   awk -v a="$cold_single" -v b="$fio_gbps" 'BEGIN {exit !(a >= 0.9 * b)}' && verdict=PASS
+  echo "Peak resident memory (KiB, /usr/bin/time, warm): single process ${rss_single}; the larger node: striped"
+  echo "${rss_nodes[0]}, local ${rss_nodes[1]}. A node holds half of the ranks' $rank_bytes bytes; the single-node bound for"
+  echo "them plus the transfer buffers (docs/distributed.md: at most 24 chunks of chunk size) is what a node may use."
+  echo
   echo "| bound | measured | limit | verdict |"
   echo "|---|---|---|---|"
   echo "| single-process cold load >= 0.9 x fio qd32 | $cold_single GB/s | $(awk -v b="$fio_gbps" 'BEGIN {printf "%.3f", 0.9 * b}') GB/s | $verdict |"

@@ -1,7 +1,7 @@
-// MPI's own point-to-point bandwidth between two processes, the limit a distributed load's transfers
-// are reported against: node 0 sends --bytes in --message-byte messages to node 1, --depth of them
-// in flight (as the loader keeps several chunks in flight), after one untimed round. Run with
-// `mpirun -np 2`. Prints one line on node 0: "<GB/s> <seconds>".
+// MPI's own point-to-point bandwidth between two processes, the limit a distributed load's
+// transfers are reported against: node 0 sends --bytes in --message-byte messages to node 1,
+// --depth of them in flight (as the loader keeps several chunks in flight), after one untimed
+// round. Run with `mpirun -np 2`. Prints one line on node 0: "<GB/s> <seconds>".
 #include <mpi.h>
 
 #include <algorithm>
@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<char> buffer(message * static_cast<size_t>(depth), 1);
-  transfer(node, std::min(total, message * 16), message, depth, buffer);  // warm-up: connections, pages
+  transfer(node, std::min(total, message * 16), message, depth,
+           buffer);  // warm-up: connections, pages
   const double seconds = transfer(node, total, message, depth, buffer);
   if (node == 0) std::printf("%.3f %.6f\n", static_cast<double>(total) / seconds / 1e9, seconds);
   MPI_Finalize();

@@ -2,12 +2,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "shardload/loader.h"
 #include "shardload/plan.h"
@@ -17,7 +16,8 @@ namespace shardload {
 
 // Who reads the checkpoint when several nodes load one layout (docs/distributed.md).
 enum class ReadPolicy {
-  kStriped,  // every needed byte read by exactly one node, balanced, and sent to the nodes that hold it
+  kStriped,  // every needed byte read by exactly one node, balanced, and sent to the nodes that
+             // hold it
   kLocal,    // each node reads what its own ranks need (node-local copies of the checkpoint)
 };
 inline constexpr std::pair<ReadPolicy, const char*> kReadPolicyNames[] = {
@@ -60,8 +60,8 @@ struct NodeTraffic {
 struct ReadAssignment {
   int nodes = 1;
   ReadPolicy policy = ReadPolicy::kStriped;
-  uint64_t chunk_bytes = 0;        // the largest chunk the split aims for (a single row may exceed it)
-  std::vector<ReadChunk> chunks;   // every needed byte once, in (file, offset) order
+  uint64_t chunk_bytes = 0;  // the largest chunk the split aims for (a single row may exceed it)
+  std::vector<ReadChunk> chunks;  // every needed byte once, in (file, offset) order
   std::vector<NodeTraffic> per_node;
 
   uint64_t needed_bytes() const;  // distinct bytes any node needs: what striped reads, summed
@@ -110,10 +110,10 @@ struct NodeLoadStats {
 // ranks) under `reads` (assign_reads of the same plan, on every node): kLocal runs the single-node
 // loader on them; kStriped reads the chunks this node is the reader of into transfer buffers, sends
 // each to the other nodes that need it and fills its ranks from its own reads and what it receives,
-// the three overlapping, with at most 24 transfer buffers of chunk size (ReadAssignment::chunk_bytes,
-// at most 16 MiB unless one row is larger) in flight: clamp(threads, 2, 8) for reads and
-// clamp(2 x threads, 4, 16) for receives. Collective; an error on any node is the same Error on every node
-// (run_on_every_node), and no node waits on a peer that failed.
+// the three overlapping, with at most 24 transfer buffers of chunk size
+// (ReadAssignment::chunk_bytes, at most 16 MiB unless one row is larger) in flight: clamp(threads,
+// 2, 8) for reads and clamp(2 x threads, 4, 16) for receives. Collective; an error on any node is
+// the same Error on every node (run_on_every_node), and no node waits on a peer that failed.
 std::vector<RankWeights> load_node(const Checkpoint& checkpoint, const Plan& plan,
                                    const ReadAssignment& reads, Transport& transport,
                                    const LoadOptions& options = {}, NodeLoadStats* stats = nullptr);

@@ -1,14 +1,14 @@
 #pragma once
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <iostream>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "shardload/dtype.h"
 #include "shardload/loader.h"

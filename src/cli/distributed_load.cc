@@ -21,19 +21,17 @@ namespace {
 
 std::string gbps(double rate) { return fmt::format("{:.2f} GB/s", rate); }
 
-void print_summary(const Plan& plan, const ReadAssignment& reads, const std::vector<std::string>& nodes,
-                   double seconds, bool json) {
-  nlohmann::json all = {{"nodes", reads.nodes},
-                        {"read", read_policy_name(reads.policy)},
-                        {"ranks", plan.ranks.size()},
-                        {"bytes_needed", reads.needed_bytes()},
-                        {"seconds", seconds},
-                        {"per_node", nlohmann::json::array()}};
+void print_summary(const Plan& plan, const ReadAssignment& reads,
+                   const std::vector<std::string>& nodes, double seconds, bool json) {
+  nlohmann::json all = {{"nodes", reads.nodes},       {"read", read_policy_name(reads.policy)},
+                        {"ranks", plan.ranks.size()}, {"bytes_needed", reads.needed_bytes()},
+                        {"seconds", seconds},         {"per_node", nlohmann::json::array()}};
   uint64_t read = 0;
   for (const std::string& text : nodes) {
     // A peer's summary, as NodeLoadStats::to_json wrote it; anything else is the peer's fault.
     nlohmann::json node = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!node.is_object() || !node.contains("bytes_read") || !node["bytes_read"].is_number_unsigned()) {
+    if (!node.is_object() || !node.contains("bytes_read") ||
+        !node["bytes_read"].is_number_unsigned()) {
       throw Error(ErrorKind::kNode, "a node sent a summary that is not one");
     }
     read += node["bytes_read"].get<uint64_t>();
@@ -46,7 +44,8 @@ void print_summary(const Plan& plan, const ReadAssignment& reads, const std::vec
   }
   for (const nlohmann::json& node : all["per_node"]) {
     std::cout << fmt::format(
-        "node {} (ranks {}-{}): read {} bytes, sent {}, received {}, wrote {}; read {}, send {}, receive "
+        "node {} (ranks {}-{}): read {} bytes, sent {}, received {}, wrote {}; read {}, send {}, "
+        "receive "
         "{}, write {} (io {}); postprocess {:.3f} s; total {:.3f} s\n",
         node["node"].get<int>(), node["ranks"][0].get<int>(), node["ranks"][1].get<int>(),
         node["bytes_read"].get<uint64_t>(), node["bytes_sent"].get<uint64_t>(),
@@ -57,15 +56,17 @@ void print_summary(const Plan& plan, const ReadAssignment& reads, const std::vec
         node["seconds"].get<double>());
   }
   std::cout << fmt::format(
-      "loaded {} of {} (tp={} ep={}) on {} (read {}): read {} bytes from storage ({} needed); total {:.4f} s\n",
-      count_of(plan.ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
-      count_of(static_cast<size_t>(reads.nodes), "node"), read_policy_name(reads.policy), read,
-      reads.needed_bytes(), seconds);
+      "loaded {} of {} (tp={} ep={}) on {} (read {}): read {} bytes from storage ({} needed); "
+      "total {:.4f} s\n",
+      count_of(plan.ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp,
+      plan.parallel.ep, count_of(static_cast<size_t>(reads.nodes), "node"),
+      read_policy_name(reads.policy), read, reads.needed_bytes(), seconds);
 }
 
 }  // namespace
 
-NodeModel open_on_every_node(Transport& transport, const std::string& model, const ParallelConfig& parallel) {
+NodeModel open_on_every_node(Transport& transport, const std::string& model,
+                             const ParallelConfig& parallel) {
   NodeModel out;
   try {
     run_on_every_node(transport, [&] {
@@ -89,7 +90,8 @@ void run_distributed_load(const DistributedLoadRequest& request) {
   const Plan* const plan = &*model.plan;
   const ReadAssignment reads = assign_reads(*plan, transport->nodes(), request.read);
   NodeLoadStats stats;
-  const std::vector<RankWeights> ranks = load_node(*ckpt, *plan, reads, *transport, request.load, &stats);
+  const std::vector<RankWeights> ranks =
+      load_node(*ckpt, *plan, reads, *transport, request.load, &stats);
   const double seconds = seconds_since(start);
   if (request.checksum) {
     std::string mine;

@@ -26,7 +26,8 @@ struct NodeModel {
   std::optional<Checkpoint> checkpoint;
   std::optional<Plan> plan;
 };
-NodeModel open_on_every_node(Transport& transport, const std::string& model, const ParallelConfig& parallel);
+NodeModel open_on_every_node(Transport& transport, const std::string& model,
+                             const ParallelConfig& parallel);
 
 // Loads this process's node of the layout; node 0 prints every node's checksums (in rank order, the
 // text a single-process load prints) and summary. Errors are the same on every node.

@@ -1,10 +1,10 @@
 // Every node learns how a step went on every other: one gather of each node's outcome, so that an
 // error on one node is the same error, naming it, on all of them.
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
-#include <xxhash.h>
 
 #include "distributed/peer_failed.h"
 #include "shardload/distributed.h"
@@ -34,7 +34,8 @@ ErrorKind kind_from_name(const std::string& name) {
   return ErrorKind::kNode;
 }
 
-constexpr size_t kMaxOutcomeBytes = 64 << 10;  // an error's text; a peer's message is bounded like any input
+constexpr size_t kMaxOutcomeBytes =
+    64 << 10;  // an error's text; a peer's message is bounded like any input
 
 // A peer's outcome as an Error; one that is not what encode_error writes is an error of its own,
 // never quoted.
@@ -51,7 +52,8 @@ Error decode_error(const std::string& text, int node, int nodes) {
                   .expected = field("expected"),
                   .found = field("found")});
   } catch (const std::exception&) {
-    return Error(ErrorKind::kNode, fmt::format("{} failed and sent an outcome that is not one", who),
+    return Error(ErrorKind::kNode,
+                 fmt::format("{} failed and sent an outcome that is not one", who),
                  {.expected = "an error as JSON", .found = fmt::format("{} bytes", text.size())});
   }
 }
@@ -79,7 +81,8 @@ void run_on_every_node(Transport& transport, const std::function<void()>& step) 
     }
   }
   for (const std::string& o : outcomes) {
-    if (!o.empty()) throw Error(ErrorKind::kNode, "a node stopped for a peer's error that no node reported");
+    if (!o.empty())
+      throw Error(ErrorKind::kNode, "a node stopped for a peer's error that no node reported");
   }
 }
 
@@ -89,7 +92,8 @@ void check_same_plan(Transport& transport, const Plan& plan) {
   const auto add = [&](const void* data, size_t size) { XXH3_64bits_update(state, data, size); };
   for (const PlanSource& src : plan.sources) {
     add(src.name.data(), src.name.size() + 1);
-    const uint64_t words[] = {src.file, src.file_offset, static_cast<uint64_t>(src.dtype), src.rows, src.cols};
+    const uint64_t words[] = {src.file, src.file_offset, static_cast<uint64_t>(src.dtype), src.rows,
+                              src.cols};
     add(words, sizeof(words));
   }
   for (const RankPlan& rank : plan.ranks) add(&rank.bytes, sizeof(rank.bytes));
@@ -98,11 +102,13 @@ void check_same_plan(Transport& transport, const Plan& plan) {
   const std::vector<std::string> all = transport.all_gather(mine);
   for (size_t n = 0; n < all.size(); ++n) {
     if (all[n] != all[0]) {
-      throw Error(ErrorKind::kConflict,
-                  fmt::format("node {} of {} planned other checkpoint tensors or another layout than node 0 "
-                              "(is the checkpoint path another checkpoint there?)",
-                              n, all.size()),
-                  {.expected = all[0], .found = all[n]});
+      throw Error(
+          ErrorKind::kConflict,
+          fmt::format(
+              "node {} of {} planned other checkpoint tensors or another layout than node 0 "
+              "(is the checkpoint path another checkpoint there?)",
+              n, all.size()),
+          {.expected = all[0], .found = all[n]});
     }
   }
 }

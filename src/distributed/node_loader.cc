@@ -1,425 +1,18 @@
-// One node's part of a distributed load. Striped: worker threads read this node's chunks into
-// transfer buffers and fill its own ranks from them; the calling thread, the only one that talks to
-// the transport, sends each read chunk to the other nodes that need it (in chunk order, so that a
-// pair of nodes matches messages in order), posts receives for the chunks others read, in chunk
-// order, and hands what arrives to the workers. Every node handles chunks in the same global order
-// and frees buffers without waiting on anything but local work and the transfers they hold, so the
-// lowest chunk not yet delivered always moves: no deadlock. An error stops this node and tells the
-// others (an abort message); run_on_every_node then makes it the same error everywhere.
+// One node's part of a distributed load: its block of ranks, filled by the striped pipeline
+// (distributed/striped_load.h) or by the single-node loader (--read local), agreed on by every
+// node.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <bit>
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include <unistd.h>
-
-#include "core/parallel_for.h"
 #include "core/seconds_since.h"
-#include "distributed/peer_failed.h"
-#include "core/fault_injection.h"
-#include "format/posix_io.h"
-#include "load/direct_reader.h"
-#include "load/file_access.h"
-#include "load/executor.h"
-#include "load/postprocess_ranks.h"
+#include "distributed/striped_load.h"
 #include "shardload/distributed.h"
 #include "shardload/error.h"
 
 namespace shardload {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr auto kIdleWait = std::chrono::microseconds(200);  // the transport thread's poll period
-constexpr auto kAbortSendWait = std::chrono::seconds(2);    // to hand the abort messages over
-constexpr int kMinReadBuffers = 2;      // transfer buffers per node: clamp(threads, 2, 8) for reads
-constexpr int kMaxReadBuffers = 8;
-constexpr int kMinReceiveBuffers = 4;   // and clamp(2 x threads, 4, 16) for receives: at most 24
-constexpr int kMaxReceiveBuffers = 16;  // chunks (16 MiB each at most) in flight, 384 MiB
-constexpr int kTagsPerLoad = 2;
-constexpr int kLoadTags = 16000;  // tags stay below 32767, MPI's smallest allowed upper bound
-
-// The wall span during which a stage had work: from its first start to its last end.
-struct StageSpan {
-  Clock::time_point first{};
-  Clock::time_point last{};
-  bool started = false;
-
-  void begin(Clock::time_point now) {
-    if (!started) first = now;
-    started = true;
-  }
-  void end(Clock::time_point now) { last = now; }
-  double seconds() const { return started ? std::chrono::duration<double>(last - first).count() : 0.0; }
-};
-
-// A transfer buffer, left uninitialized (every byte is read or received before it is used), aligned
-// for O_DIRECT reads with a block of slack at each end.
-using Buffer = std::shared_ptr<std::byte[]>;
-Buffer make_buffer(uint64_t bytes) {
-  const uint64_t size = (bytes + 2 * load::kDirectAlignment + load::kDirectAlignment - 1) & ~(load::kDirectAlignment - 1);
-  return Buffer(static_cast<std::byte*>(std::aligned_alloc(load::kDirectAlignment, size)), std::free);
-}
-
-// Reads file bytes [offset, offset + bytes) of an O_DIRECT descriptor into `buffer` through the
-// aligned blocks that hold them; returns where the first byte landed.
-const std::byte* read_direct(int fd, std::byte* buffer, uint64_t offset, uint64_t bytes, const ErrorDetails& where) {
-  const uint64_t begin = offset & ~(load::kDirectAlignment - 1);
-  const uint64_t end = (offset + bytes + load::kDirectAlignment - 1) & ~(load::kDirectAlignment - 1);
-  fault::before_read(bytes, where);
-  uint64_t done = 0;
-  while (begin + done < offset + bytes) {
-    const ssize_t n = pread(fd, buffer + done, end - begin - done, static_cast<off_t>(begin + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw format::io_error("read failed", errno, where);
-    if (n == 0) throw Error(ErrorKind::kIo, "the file ended before the tensor's bytes (truncated while loading?)", where);
-    done += static_cast<uint64_t>(n);
-  }
-  fault::after_read(bytes);
-  return buffer + (offset - begin);
-}
-
-class StripedLoad {
- public:
-  StripedLoad(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads, Transport& transport,
-              const load::Executor& executor, int threads, int epoch)
-      : ckpt_(ckpt),
-        plan_(plan),
-        reads_(reads),
-        transport_(transport),
-        executor_(executor),
-        me_(transport.node()),
-        threads_(threads),
-        data_tag_(epoch % kLoadTags * kTagsPerLoad),
-        abort_tag_(data_tag_ + 1) {
-    uint64_t read_max = 0;
-    uint64_t receive_max = 0;
-    for (size_t c = 0; c < reads.chunks.size(); ++c) {
-      const ReadChunk& chunk = reads.chunks[c];
-      if (chunk.reader == me_) {
-        mine_.push_back({c});
-        read_max = std::max(read_max, chunk.bytes);
-        bytes_read_ += chunk.bytes;
-      } else if (chunk.needed_by(me_)) {
-        incoming_.push_back(c);
-        receive_max = std::max(receive_max, chunk.bytes);
-      }
-    }
-    for (int i = 0; i < std::clamp(threads, kMinReadBuffers, kMaxReadBuffers); ++i) {
-      free_reads_.push_back(make_buffer(read_max));
-    }
-    for (int i = 0; i < std::clamp(2 * threads, kMinReceiveBuffers, kMaxReceiveBuffers); ++i) {
-      free_receives_.push_back(make_buffer(receive_max));
-    }
-    all_buffers_.insert(all_buffers_.end(), free_reads_.begin(), free_reads_.end());
-    all_buffers_.insert(all_buffers_.end(), free_receives_.begin(), free_receives_.end());
-  }
-
-  void run(NodeLoadStats& stats) {
-    static const std::byte abort_byte{1};
-    std::byte abort_in{};
-    abort_handle_ = transport_.receive(Transport::kAnyNode, abort_tag_, {&abort_in, 1});
-    std::vector<std::thread> workers;
-    for (int i = 0; i < threads_; ++i) workers.emplace_back([this] { work(); });
-    bool peer_failed = false;
-    try {
-      peer_failed = drive();
-    } catch (...) {  // the transport failed
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    work_ready_.notify_all();
-    for (std::thread& t : workers) t.join();
-    if (error_ && !peer_failed) tell_peers(abort_byte);
-    std::vector<std::shared_ptr<const void>> keep(all_buffers_.begin(), all_buffers_.end());
-    transport_.abandon(std::move(keep));
-    if (error_) std::rethrow_exception(error_);
-    if (peer_failed) throw PeerFailed();
-    stats.bytes_read = bytes_read_;
-    stats.bytes_sent = bytes_sent_;
-    stats.bytes_received = bytes_received_;
-    stats.seconds_read = read_span_.seconds();
-    stats.seconds_send = send_span_.seconds();
-    stats.seconds_receive = receive_span_.seconds();
-    stats.seconds_write = write_span_.seconds();
-  }
-
- private:
-  // The abort message to every other node, waited for a bounded time (small: it leaves at once).
-  void tell_peers(const std::byte& abort_byte) noexcept {
-    try {
-      std::vector<Transport::Handle> aborts;
-      for (int n = 0; n < transport_.nodes(); ++n) {
-        if (n != me_) aborts.push_back(transport_.send(n, abort_tag_, {&abort_byte, 1}));
-      }
-      const auto deadline = Clock::now() + kAbortSendWait;
-      while (!aborts.empty() && Clock::now() < deadline) {
-        std::erase_if(aborts, [&](Transport::Handle h) { return transport_.done(h); });
-        std::this_thread::sleep_for(kIdleWait);
-      }
-    } catch (...) {  // the transport is gone too: the launcher ends the job
-    }
-  }
-
-  // A chunk this node reads: its buffer once taken, whether the read finished, and how many
-  // users (sends in flight, this node's own filling) still need the buffer.
-  struct OwnChunk {
-    size_t chunk;
-    Buffer buffer{};
-    const std::byte* data = nullptr;  // the chunk's first byte, in `buffer`
-    bool read = false;
-    int users = 0;
-  };
-  struct Arrival {
-    size_t chunk;
-    Buffer buffer;
-  };
-
-  // Worker: fills ranks from arrived chunks first (they free receive buffers), else reads the next
-  // chunk of this node's own while a read buffer is free.
-  void work() {
-    std::vector<float> scratch;
-    load::Executor::PreadState pread_state;
-    for (;;) {
-      std::unique_lock lock(mutex_);
-      work_ready_.wait(lock, [&] {
-        return stop_ || error_ || !arrivals_.empty() || (next_read_ < mine_.size() && !free_reads_.empty());
-      });
-      if (stop_ || error_) return;
-      try {
-        if (!arrivals_.empty()) {
-          Arrival arrival = std::move(arrivals_.front());
-          arrivals_.pop_front();
-          write_span_.begin(Clock::now());
-          lock.unlock();
-          fill(arrival.chunk, arrival.buffer.get(), scratch);
-          lock.lock();
-          write_span_.end(Clock::now());
-          free_receives_.push_back(std::move(arrival.buffer));
-          ++incoming_done_;
-        } else {
-          const size_t index = next_read_++;
-          OwnChunk& own = mine_[index];
-          own.buffer = std::move(free_reads_.back());
-          free_reads_.pop_back();
-          read_span_.begin(Clock::now());
-          const ReadChunk& chunk = reads_.chunks[own.chunk];
-          if (chunk.nodes == (uint64_t{1} << me_) && direct_fds_.empty()) {
-            // Needed here only: read straight into the ranks, as a single-node load does (no
-            // transfer buffer, one copy).
-            write_span_.begin(Clock::now());
-            lock.unlock();
-            executor_.read_chunk(chunk.file, chunk.offset, chunk.offset + chunk.bytes, pread_state);
-            lock.lock();
-            read_span_.end(Clock::now());
-            write_span_.end(Clock::now());
-            own.read = true;
-            release(own);
-          } else {
-            lock.unlock();
-            read(own);
-            lock.lock();
-            read_span_.end(Clock::now());
-            own.read = true;
-            own.users = std::popcount(chunk.nodes);  // a send to each other node, and this node's fill
-            if (chunk.needed_by(me_)) {
-              write_span_.begin(Clock::now());
-              lock.unlock();
-              fill(own.chunk, own.data, scratch);
-              lock.lock();
-              write_span_.end(Clock::now());
-              if (--own.users == 0) release(own);
-            }
-          }
-        }
-      } catch (...) {
-        if (!lock.owns_lock()) lock.lock();
-        if (!error_) error_ = std::current_exception();
-      }
-      lock.unlock();
-      progress_.notify_all();
-      work_ready_.notify_all();
-    }
-  }
-
-  void read(OwnChunk& own) {
-    const ReadChunk& chunk = reads_.chunks[own.chunk];
-    const SafetensorsFile& file = ckpt_.files()[chunk.file];
-    const ErrorDetails where{.file = file.path(), .tensor = plan_.sources[chunk.source].name};
-    if (!direct_fds_.empty()) {
-      own.data = read_direct(direct_fds_[chunk.file].get(), own.buffer.get(), chunk.offset, chunk.bytes, where);
-      return;
-    }
-    format::pread_exact(file.fd(), {own.buffer.get(), chunk.bytes}, chunk.offset, where);
-    own.data = own.buffer.get();
-  }
-
- public:
-  // Reads through O_DIRECT (no page cache) for kDirect, and for kAuto when less than half of the
-  // files this node reads is cached, as the single-node loader decides; the page cache otherwise.
-  // Returns the read path used.
-  IoMode choose_io(IoMode io) {
-    std::vector<uint32_t> files;
-    for (const OwnChunk& own : mine_) {
-      const uint32_t f = reads_.chunks[own.chunk].file;
-      if (files.empty() || files.back() != f) files.push_back(f);
-    }
-    const bool required = io == IoMode::kDirect;
-    if (io == IoMode::kAuto) {
-      std::vector<const SafetensorsFile*> used;
-      for (uint32_t f : files) used.push_back(&ckpt_.files()[f]);
-      io = load::page_cache_fraction(used) >= 0.5 ? IoMode::kPread : IoMode::kDirect;
-    }
-    if (io != IoMode::kDirect) return IoMode::kPread;
-    std::vector<load::UniqueFd> fds(ckpt_.files().size());
-    for (uint32_t f : files) {
-      fds[f].reset(load::open_direct(ckpt_.files()[f].path()));
-      if (fds[f].get() >= 0) continue;
-      if (required) {
-        throw format::io_error("cannot open with O_DIRECT (--io direct)", errno, {.file = ckpt_.files()[f].path()});
-      }
-      return IoMode::kPread;  // a file system without O_DIRECT
-    }
-    direct_fds_ = std::move(fds);
-    return IoMode::kDirect;
-  }
-
- private:
-
-  void fill(size_t c, const std::byte* bytes, std::vector<float>& scratch) const {
-    const ReadChunk& chunk = reads_.chunks[c];
-    executor_.consume_chunk(chunk.file, chunk.offset, {bytes, chunk.bytes}, scratch);
-  }
-
-  // Under the mutex: the chunk's buffer is free again.
-  void release(OwnChunk& own) {
-    free_reads_.push_back(std::move(own.buffer));
-    ++mine_done_;
-  }
-
-  // The transport loop; returns true when a peer reported a failure.
-  bool drive() {
-    size_t next_send = 0;
-    size_t next_receive = 0;
-    std::vector<std::pair<Transport::Handle, size_t>> sends;  // (handle, index in mine_)
-    struct Receiving {
-      Transport::Handle handle;
-      size_t chunk;
-      Buffer buffer;
-    };
-    std::vector<Receiving> receiving;
-    for (;;) {
-      bool moved = false;
-      {
-        std::unique_lock lock(mutex_);
-        if (error_) return false;
-        if (mine_done_ == mine_.size() && incoming_done_ == incoming_.size()) return false;
-        // Sends, in chunk order, once read.
-        while (next_send < mine_.size() && mine_[next_send].read) {
-          OwnChunk& own = mine_[next_send];
-          const ReadChunk& chunk = reads_.chunks[own.chunk];
-          for (int n = 0; n < transport_.nodes(); ++n) {
-            if (n == me_ || !chunk.needed_by(n)) continue;
-            send_span_.begin(Clock::now());
-            sends.emplace_back(transport_.send(n, data_tag_, {own.data, chunk.bytes}), next_send);
-            bytes_sent_ += chunk.bytes;
-          }
-          ++next_send;
-          moved = true;
-        }
-        // Receives, in chunk order, while a buffer is free.
-        while (next_receive < incoming_.size() && !free_receives_.empty()) {
-          const ReadChunk& chunk = reads_.chunks[incoming_[next_receive]];
-          Buffer buffer = std::move(free_receives_.back());
-          free_receives_.pop_back();
-          receive_span_.begin(Clock::now());
-          const Transport::Handle handle = transport_.receive(chunk.reader, data_tag_, {buffer.get(), chunk.bytes});
-          receiving.push_back({handle, incoming_[next_receive], std::move(buffer)});
-          ++next_receive;
-          moved = true;
-        }
-      }
-      bool arrived = false;
-      for (auto it = sends.begin(); it != sends.end();) {
-        if (!transport_.done(it->first)) {
-          ++it;
-          continue;
-        }
-        std::lock_guard lock(mutex_);
-        send_span_.end(Clock::now());
-        OwnChunk& own = mine_[it->second];
-        if (--own.users == 0) release(own);
-        it = sends.erase(it);
-        moved = arrived = true;
-      }
-      for (auto it = receiving.begin(); it != receiving.end();) {
-        if (!transport_.done(it->handle)) {
-          ++it;
-          continue;
-        }
-        std::lock_guard lock(mutex_);
-        receive_span_.end(Clock::now());
-        bytes_received_ += reads_.chunks[it->chunk].bytes;
-        arrivals_.push_back({it->chunk, std::move(it->buffer)});
-        it = receiving.erase(it);
-        moved = arrived = true;
-      }
-      if (arrived) work_ready_.notify_all();
-      if (transport_.done(abort_handle_)) return true;
-      if (!moved) {
-        std::unique_lock lock(mutex_);
-        progress_.wait_for(lock, kIdleWait);
-      }
-    }
-  }
-
-  const Checkpoint& ckpt_;
-  const Plan& plan_;
-  const ReadAssignment& reads_;
-  Transport& transport_;
-  const load::Executor& executor_;
-  const int me_;
-  const int threads_;
-  const int data_tag_;
-  const int abort_tag_;
-  Transport::Handle abort_handle_ = 0;
-  std::vector<Buffer> all_buffers_;  // kept alive for the transport after an error
-  std::vector<load::UniqueFd> direct_fds_;  // per file, with O_DIRECT reads; empty: the page cache
-
-  std::mutex mutex_;
-  std::condition_variable work_ready_;  // workers: an arrival, a free read buffer, stop
-  std::condition_variable progress_;    // the transport thread: a read or a fill finished
-  std::vector<OwnChunk> mine_;
-  std::vector<size_t> incoming_;
-  std::vector<Buffer> free_reads_;
-  std::vector<Buffer> free_receives_;
-  std::deque<Arrival> arrivals_;
-  size_t next_read_ = 0;
-  size_t mine_done_ = 0;
-  size_t incoming_done_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
-  uint64_t bytes_read_ = 0;
-  uint64_t bytes_sent_ = 0;
-  uint64_t bytes_received_ = 0;
-  StageSpan read_span_, send_span_, receive_span_, write_span_;
-};
-
-int next_epoch() {
-  static int epoch = 0;  // the same on every node: each node runs the same loads in the same order
-  return epoch++;
-}
 
 std::vector<RankWeights> allocate(const Plan& plan, NodeRanks ranks) {
   std::vector<RankWeights> out;
@@ -427,24 +20,6 @@ std::vector<RankWeights> allocate(const Plan& plan, NodeRanks ranks) {
     out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
   }
   return out;
-}
-
-void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads, Transport& transport,
-                  const LoadOptions& options, std::vector<RankWeights>& ranks, NodeLoadStats& stats) {
-  load::Executor executor(ckpt, plan);
-  executor.set_cuts(reads.cuts(ckpt.files().size()));
-  for (RankWeights& weights : ranks) {
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
-                          [](int, const PlanParam&, const PlanPiece&) { return true; });
-  }
-  executor.finish();
-  const int threads = options.threads > 0 ? options.threads : default_thread_count();
-  StripedLoad load(ckpt, plan, reads, transport, executor, threads, next_epoch());
-  stats.io = load.choose_io(options.io);
-  load.run(stats);
-  const auto start = Clock::now();
-  load::postprocess_ranks(ckpt, plan, ranks, {}, threads);
-  stats.seconds_postprocess = seconds_since(start);
 }
 
 void load_local(const Checkpoint& ckpt, const Plan& plan, const LoadOptions& options,
@@ -460,24 +35,27 @@ void load_local(const Checkpoint& ckpt, const Plan& plan, const LoadOptions& opt
 
 }  // namespace
 
-std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads,
-                                   Transport& transport, const LoadOptions& options, NodeLoadStats* stats) {
-  const auto start = Clock::now();
+std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan,
+                                   const ReadAssignment& reads, Transport& transport,
+                                   const LoadOptions& options, NodeLoadStats* stats) {
+  const auto start = std::chrono::steady_clock::now();
   NodeLoadStats node_stats;
   node_stats.node = transport.node();
   node_stats.policy = reads.policy;
   std::vector<RankWeights> ranks;
   run_on_every_node(transport, [&] {
     if (reads.nodes != transport.nodes()) {
-      throw Error(ErrorKind::kInvalidArgument, "the read assignment is for another node count",
-                  {.expected = std::to_string(transport.nodes()), .found = std::to_string(reads.nodes)});
+      throw Error(
+          ErrorKind::kInvalidArgument, "the read assignment is for another node count",
+          {.expected = std::to_string(transport.nodes()), .found = std::to_string(reads.nodes)});
     }
-    node_stats.ranks = node_ranks(static_cast<int>(plan.ranks.size()), transport.nodes(), transport.node());
+    node_stats.ranks =
+        node_ranks(static_cast<int>(plan.ranks.size()), transport.nodes(), transport.node());
     ranks = allocate(plan, node_stats.ranks);
     if (reads.policy == ReadPolicy::kLocal) {
       load_local(ckpt, plan, options, ranks, node_stats);
     } else {
-      load_striped(ckpt, plan, reads, transport, options, ranks, node_stats);
+      distributed::load_striped(ckpt, plan, reads, transport, options, ranks, node_stats);
     }
   });
   for (const RankWeights& weights : ranks) node_stats.bytes_written += weights.buffer.size();
@@ -487,7 +65,9 @@ std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan, con
 }
 
 nlohmann::json NodeLoadStats::to_json() const {
-  const auto rate = [](uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0.0; };
+  const auto rate = [](uint64_t bytes, double seconds) {
+    return seconds > 0 ? bytes / seconds / 1e9 : 0.0;
+  };
   return {{"node", node},
           {"ranks", {ranks.first, ranks.last - 1}},
           {"read", read_policy_name(policy)},

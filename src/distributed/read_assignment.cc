@@ -89,8 +89,12 @@ void add_chunks(const Plan& plan, size_t source, const RowSpan& span, uint64_t c
   const uint64_t rows_per_chunk = std::max<uint64_t>(1, chunk_bytes / row_bytes);
   for (uint64_t row = span.begin; row < span.end; row += rows_per_chunk) {
     const uint64_t rows = std::min(rows_per_chunk, span.end - row);
-    const ReadChunk chunk{static_cast<uint32_t>(src.file), src.file_offset + row * row_bytes,
-                          rows * row_bytes, span.nodes, 0, static_cast<uint32_t>(source)};
+    const ReadChunk chunk{static_cast<uint32_t>(src.file),
+                          src.file_offset + row * row_bytes,
+                          rows * row_bytes,
+                          span.nodes,
+                          0,
+                          static_cast<uint32_t>(source)};
     ReadChunk* last = chunks.empty() ? nullptr : &chunks.back();
     if (last != nullptr && last->file == chunk.file && last->offset + last->bytes == chunk.offset &&
         last->nodes == chunk.nodes && last->bytes + chunk.bytes <= chunk_bytes) {
@@ -104,7 +108,9 @@ void add_chunks(const Plan& plan, size_t source, const RowSpan& span, uint64_t c
 int least_loaded(const std::vector<uint64_t>& load, uint64_t nodes) {
   int best = -1;
   for (int n = 0; n < static_cast<int>(load.size()); ++n) {
-    if (((nodes >> n) & 1) && (best < 0 || load[static_cast<size_t>(n)] < load[static_cast<size_t>(best)])) best = n;
+    if (((nodes >> n) & 1) &&
+        (best < 0 || load[static_cast<size_t>(n)] < load[static_cast<size_t>(best)]))
+      best = n;
   }
   return best;
 }
@@ -163,12 +169,15 @@ NodeRanks node_ranks(int ranks, int nodes, int node) {
   if (nodes < 1 || nodes > kMaxNodes || ranks % nodes != 0) {
     throw Error(ErrorKind::kInvalidArgument, "the node count must divide the rank count",
                 {.field = "nodes",
-                 .expected = fmt::format("a divisor of {} from 1 to {}", count_of(ranks, "rank"), kMaxNodes),
+                 .expected = fmt::format("a divisor of {} from 1 to {}", count_of(ranks, "rank"),
+                                         kMaxNodes),
                  .found = std::to_string(nodes)});
   }
   if (node < 0 || node >= nodes) {
     throw Error(ErrorKind::kInvalidArgument, "no such node",
-                {.field = "node", .expected = fmt::format("0 to {}", nodes - 1), .found = std::to_string(node)});
+                {.field = "node",
+                 .expected = fmt::format("0 to {}", nodes - 1),
+                 .found = std::to_string(node)});
   }
   const int per_node = ranks / nodes;
   return {node * per_node, (node + 1) * per_node};
@@ -198,9 +207,11 @@ ReadAssignment assign_reads(const Plan& plan, int nodes, ReadPolicy policy) {
   for (size_t s = 0; s < plan.sources.size(); ++s) {
     spans[s] = row_spans(events[s]);
     const PlanSource& src = plan.sources[s];
-    for (const RowSpan& span : spans[s]) total += (span.end - span.begin) * src.cols * dtype_bits(src.dtype) / 8;
+    for (const RowSpan& span : spans[s])
+      total += (span.end - span.begin) * src.cols * dtype_bits(src.dtype) / 8;
   }
-  out.chunk_bytes = std::clamp(total / static_cast<uint64_t>(nodes) / kChunksPerNode, kMinChunk, kMaxChunk);
+  out.chunk_bytes =
+      std::clamp(total / static_cast<uint64_t>(nodes) / kChunksPerNode, kMinChunk, kMaxChunk);
   std::vector<size_t> order(plan.sources.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "export/staging_dir.h"
@@ -21,12 +20,12 @@ std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options);
 
 // Writes one rank's model-rank-R-part-K.safetensors files into `dir`; returns its manifest entry
 // {"rank": R, "files": [...]}.
-nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, const std::filesystem::path& dir,
-                                uint64_t max_file_size);
+nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights,
+                                const std::filesystem::path& dir, uint64_t max_file_size);
 
 // Copies the model's other files, writes the manifest with `manifest_ranks` (every rank, in order)
 // and moves the staged export into place.
-void finish_export(const Checkpoint& checkpoint, const Plan& plan, const nlohmann::json& manifest_ranks,
-                   StagingDir& staging, bool overwrite);
+void finish_export(const Checkpoint& checkpoint, const Plan& plan,
+                   const nlohmann::json& manifest_ranks, StagingDir& staging, bool overwrite);
 
 }  // namespace shardload

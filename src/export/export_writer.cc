@@ -125,7 +125,8 @@ void finish_export(const Checkpoint& ckpt, const Plan& plan, const nlohmann::jso
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
       if (!is_copied(entry) || entry.path().filename() == kManifest) continue;
       std::error_code ec;
-      fs::copy_file(entry.path(), out / entry.path().filename(), fs::copy_options::overwrite_existing, ec);
+      fs::copy_file(entry.path(), out / entry.path().filename(),
+                    fs::copy_options::overwrite_existing, ec);
       if (ec) {
         throw Error(ErrorKind::kIo, fmt::format("cannot copy: {}", ec.message()),
                     {.file = entry.path().string()});
@@ -157,7 +158,8 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   const std::unique_ptr<StagingDir> staging = make_export_staging(options);
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
-    manifest_ranks.push_back(write_rank_files(plan, weights, staging->path(), options.max_file_size));
+    manifest_ranks.push_back(
+        write_rank_files(plan, weights, staging->path(), options.max_file_size));
   }
   finish_export(ckpt, plan, manifest_ranks, *staging, options.overwrite);
 }

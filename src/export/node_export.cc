@@ -10,8 +10,9 @@
 
 namespace shardload {
 
-void export_node_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,
-                       const ExportOptions& options, Transport& transport) {
+void export_node_ranks(const Checkpoint& ckpt, const Plan& plan,
+                       const std::vector<RankWeights>& ranks, const ExportOptions& options,
+                       Transport& transport) {
   const bool first = transport.node() == 0;
   std::unique_ptr<StagingDir> staging;
   run_on_every_node(transport, [&] {
@@ -30,7 +31,8 @@ void export_node_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vect
     if (!first) return;
     nlohmann::json manifest_ranks = nlohmann::json::array();
     for (const std::string& list : lists) {
-      for (nlohmann::json& entry : nlohmann::json::parse(list)) manifest_ranks.push_back(std::move(entry));
+      for (nlohmann::json& entry : nlohmann::json::parse(list))
+        manifest_ranks.push_back(std::move(entry));
     }
     finish_export(ckpt, plan, manifest_ranks, *staging, options.overwrite);
   });

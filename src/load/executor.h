@@ -202,7 +202,8 @@ class Executor {
       return static_cast<size_t>(
           std::lower_bound(jobs_.begin(), jobs_.end(), std::make_pair(file, offset),
                            [](const ReadJob& job, const std::pair<uint32_t, uint64_t>& key) {
-                             return std::tie(job.file, job.file_offset) < std::tie(key.first, key.second);
+                             return std::tie(job.file, job.file_offset) <
+                                    std::tie(key.first, key.second);
                            }) -
           jobs_.begin());
     };
@@ -287,7 +288,8 @@ class Executor {
     const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
     const uint64_t dst_row_bytes = piece.cols() * dtype_bits(param.dtype) / 8;
     PlanPiece part = piece;
-    auto cut = std::upper_bound(cuts.begin(), cuts.end(), src.file_offset + piece.row_begin * row_bytes);
+    auto cut = std::upper_bound(cuts.begin(), cuts.end(),
+                                src.file_offset + piece.row_begin * row_bytes);
     for (; cut != cuts.end() && *cut < src.file_offset + piece.row_end * row_bytes; ++cut) {
       if (row_bytes == 0 || (*cut - src.file_offset) % row_bytes != 0) {
         throw Error(ErrorKind::kInternal, "a transfer range does not end on a row boundary",
@@ -303,7 +305,8 @@ class Executor {
   }
 
   bool is_cut(uint32_t file, uint64_t offset) const {
-    return file < cuts_.size() && std::binary_search(cuts_[file].begin(), cuts_[file].end(), offset);
+    return file < cuts_.size() &&
+           std::binary_search(cuts_[file].begin(), cuts_[file].end(), offset);
   }
 
   void add_whole_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base) {

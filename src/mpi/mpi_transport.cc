@@ -1,15 +1,15 @@
 // Transport over MPI_COMM_WORLD. Errors come back as return codes (MPI_ERRORS_RETURN), turned into
 // Error(kNode) naming the call; a peer that dies ends the job through the launcher.
-#include <mpi.h>
+#include "shardload/mpi_transport.h"
 
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 
 #include "shardload/error.h"
-#include "shardload/mpi_transport.h"
 
 namespace shardload {
 namespace {
@@ -24,7 +24,8 @@ std::string mpi_error_text(int code) {
 }
 
 void check(int code, const char* call) {
-  if (code != MPI_SUCCESS) throw Error(ErrorKind::kNode, fmt::format("{} failed: {}", call, mpi_error_text(code)));
+  if (code != MPI_SUCCESS)
+    throw Error(ErrorKind::kNode, fmt::format("{} failed: {}", call, mpi_error_text(code)));
 }
 
 class MpiTransport final : public Transport {
@@ -56,25 +57,28 @@ class MpiTransport final : public Transport {
 
   std::vector<std::string> all_gather(std::string_view mine) override {
     if (mine.size() > static_cast<size_t>(std::numeric_limits<int>::max() / nodes_)) {
-      throw Error(ErrorKind::kInternal, "a gathered message is too large", {.found = std::to_string(mine.size())});
+      throw Error(ErrorKind::kInternal, "a gathered message is too large",
+                  {.found = std::to_string(mine.size())});
     }
     const int size = static_cast<int>(mine.size());
     std::vector<int> sizes(static_cast<size_t>(nodes_));
-    check(MPI_Allgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+    check(MPI_Allgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD),
+          "MPI_Allgather");
     std::vector<int> offsets(static_cast<size_t>(nodes_));
     int64_t total = 0;
     for (int n = 0; n < nodes_; ++n) {
       const int peer = sizes[static_cast<size_t>(n)];
       if (peer < 0 || total + peer > std::numeric_limits<int>::max()) {
-        throw Error(ErrorKind::kNode, fmt::format("node {} announced a message of an impossible size", n),
+        throw Error(ErrorKind::kNode,
+                    fmt::format("node {} announced a message of an impossible size", n),
                     {.found = std::to_string(peer)});
       }
       offsets[static_cast<size_t>(n)] = static_cast<int>(total);
       total += peer;
     }
     std::string all(static_cast<size_t>(total), '\0');
-    check(MPI_Allgatherv(mine.data(), size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE,
-                         MPI_COMM_WORLD),
+    check(MPI_Allgatherv(mine.data(), size, MPI_BYTE, all.data(), sizes.data(), offsets.data(),
+                         MPI_BYTE, MPI_COMM_WORLD),
           "MPI_Allgatherv");
     std::vector<std::string> out;
     for (int n = 0; n < nodes_; ++n) {
@@ -85,24 +89,31 @@ class MpiTransport final : public Transport {
   }
 
   Handle send(int to, int tag, std::span<const std::byte> bytes) override {
-    return post(bytes.size(), [&](uint64_t at, int count, MPI_Request* request) {
-      return MPI_Isend(bytes.data() + at, count, MPI_BYTE, to, tag, MPI_COMM_WORLD, request);
-    }, "MPI_Isend", /*is_send=*/true);
+    return post(
+        bytes.size(),
+        [&](uint64_t at, int count, MPI_Request* request) {
+          return MPI_Isend(bytes.data() + at, count, MPI_BYTE, to, tag, MPI_COMM_WORLD, request);
+        },
+        "MPI_Isend", /*is_send=*/true);
   }
 
   Handle receive(int from, int tag, std::span<std::byte> bytes) override {
     const int source = from == kAnyNode ? MPI_ANY_SOURCE : from;
-    return post(bytes.size(), [&](uint64_t at, int count, MPI_Request* request) {
-      return MPI_Irecv(bytes.data() + at, count, MPI_BYTE, source, tag, MPI_COMM_WORLD, request);
-    }, "MPI_Irecv", /*is_send=*/false);
+    return post(
+        bytes.size(),
+        [&](uint64_t at, int count, MPI_Request* request) {
+          return MPI_Irecv(bytes.data() + at, count, MPI_BYTE, source, tag, MPI_COMM_WORLD,
+                           request);
+        },
+        "MPI_Irecv", /*is_send=*/false);
   }
 
   bool done(Handle handle) override {
     auto it = pending_.find(handle);
     if (it == pending_.end()) throw Error(ErrorKind::kInternal, "a transfer handle was used twice");
     int flag = 0;
-    check(MPI_Testall(static_cast<int>(it->second.requests.size()), it->second.requests.data(), &flag,
-                      MPI_STATUSES_IGNORE),
+    check(MPI_Testall(static_cast<int>(it->second.requests.size()), it->second.requests.data(),
+                      &flag, MPI_STATUSES_IGNORE),
           "MPI_Testall");
     if (!flag) return false;
     pending_.erase(it);
@@ -153,7 +164,8 @@ class MpiTransport final : public Transport {
   int nodes_ = 1;
   Handle next_ = 1;
   std::unordered_map<Handle, Pending> pending_;
-  std::vector<std::shared_ptr<const void>> kept_;  // owners of bytes an abandoned send may still read
+  std::vector<std::shared_ptr<const void>>
+      kept_;  // owners of bytes an abandoned send may still read
 };
 
 }  // namespace

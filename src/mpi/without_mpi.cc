@@ -7,8 +7,9 @@ namespace shardload {
 bool mpi_available() { return false; }
 
 std::unique_ptr<Transport> make_mpi_transport() {
-  throw Error(ErrorKind::kInvalidArgument,
-              "this shardload was built without MPI: install OpenMPI (libopenmpi-dev) and build again");
+  throw Error(
+      ErrorKind::kInvalidArgument,
+      "this shardload was built without MPI: install OpenMPI (libopenmpi-dev) and build again");
 }
 
 }  // namespace shardload

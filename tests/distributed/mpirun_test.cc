@@ -1,7 +1,8 @@
 // `shardload load` and `export` under `mpirun --oversubscribe -np N` on this machine, one node per
 // process: every node's ranks equal a single-process load byte for byte (the --checksum lines),
 // striped reads take each needed byte once, balanced, local reads send nothing, the export equals a
-// single-process export, and a failure on one node is the same error on every node, in bounded time.
+// single-process export, and a failure on one node is the same error on every node, in bounded
+// time.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,7 +43,8 @@ class MpirunTest : public ::testing::Test {
     // Under LeakSanitizer: OpenMPI's own allocations are suppressed by library name, so its plugins
     // stay loaded (named frames) and stacks are unwound fully.
     setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("LSAN_OPTIONS", "suppressions=" SHARDLOAD_LSAN_MPI ":fast_unwind_on_malloc=0:print_suppressions=0", 1);
+    setenv("LSAN_OPTIONS",
+           "suppressions=" SHARDLOAD_LSAN_MPI ":fast_unwind_on_malloc=0:print_suppressions=0", 1);
   }
 };
 
@@ -55,8 +57,9 @@ CommandResult mpirun_shell(int np, const std::string& shell) {
 }
 
 CommandResult mpirun(int np, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/timeout", kTimeoutSeconds, kMpiexec, "--oversubscribe", "-np",
-                                   std::to_string(np), SHARDLOAD_BIN};
+  std::vector<std::string> argv = {"/usr/bin/timeout", kTimeoutSeconds, kMpiexec,
+                                   "--oversubscribe",  "-np",           std::to_string(np),
+                                   SHARDLOAD_BIN};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
 }
@@ -73,7 +76,8 @@ std::string checksum_lines(const std::string& out) {
   std::string line;
   std::string lines;
   while (std::getline(in, line)) {
-    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) && line.find('\t') != std::string::npos)
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('\t') != std::string::npos)
       lines += line + "\n";
   }
   return lines;
@@ -85,7 +89,8 @@ nlohmann::json summary(const std::string& out) {
   return nlohmann::json::parse(out.substr(at == std::string::npos ? 0 : at + 1));
 }
 
-std::string make_model(const TempDir& dir, const std::string& arch, const std::string& quant, int experts = -1) {
+std::string make_model(const TempDir& dir, const std::string& arch, const std::string& quant,
+                       int experts = -1) {
   TinyOptions options;
   options.arch = arch;
   options.quant = quant;
@@ -96,9 +101,12 @@ std::string make_model(const TempDir& dir, const std::string& arch, const std::s
   return options.out;
 }
 
-bool is_moe(const std::string& arch) { return arch != "llama" && arch != "qwen2" && arch != "qwen3"; }
+bool is_moe(const std::string& arch) {
+  return arch != "llama" && arch != "qwen2" && arch != "qwen3";
+}
 
-// Striped: each needed byte read once, the busiest node within 1.1x of the mean. Local: nothing sent.
+// Striped: each needed byte read once, the busiest node within 1.1x of the mean. Local: nothing
+// sent.
 void check_traffic(const nlohmann::json& s, const std::string& policy, int np) {
   ASSERT_EQ(s["nodes"], np);
   ASSERT_EQ(s["read"], policy);
@@ -124,8 +132,8 @@ void check_traffic(const nlohmann::json& s, const std::string& policy, int np) {
 
 // What plan --nodes says each node receives: the loader receives exactly that (and the plan's
 // chunks hold only bytes a node's ranks read: read_assignment_test).
-void check_received_as_planned(const nlohmann::json& s, const std::string& model, const std::vector<std::string>& layout,
-                               int np) {
+void check_received_as_planned(const nlohmann::json& s, const std::string& model,
+                               const std::vector<std::string>& layout, int np) {
   std::vector<std::string> args = {"plan", model, "--json", "--nodes", std::to_string(np)};
   args.insert(args.end(), layout.begin(), layout.end());
   const CommandResult plan = shardload(args);
@@ -151,7 +159,8 @@ class MpirunFamilyTest : public MpirunTest, public ::testing::WithParamInterface
 TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
   TempDir dir;
   const std::string model = make_model(dir, GetParam().arch, GetParam().quant);
-  const std::vector<std::string> layout = {"--tp", "4", "--ep", is_moe(GetParam().arch) ? "4" : "1"};
+  const std::vector<std::string> layout = {"--tp", "4", "--ep",
+                                           is_moe(GetParam().arch) ? "4" : "1"};
   std::vector<std::string> args = {"load", model, "--checksum"};
   args.insert(args.end(), layout.begin(), layout.end());
   const CommandResult single = shardload(args);
@@ -160,7 +169,8 @@ TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
   ASSERT_FALSE(expected.empty());
   args.push_back("--json");
   // 4 nodes read through O_DIRECT (aligned reads around each chunk), 2 through the page cache.
-  for (const auto& [np, policy] : std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "striped"}, {2, "local"}}) {
+  for (const auto& [np, policy] :
+       std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "striped"}, {2, "local"}}) {
     SCOPED_TRACE(::testing::Message() << np << " nodes, " << policy);
     std::vector<std::string> node_args = args;
     node_args.insert(node_args.end(), {"--read", policy, "--io", np == 4 ? "direct" : "pread"});
@@ -173,27 +183,27 @@ TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, MpirunFamilyTest,
-    ::testing::ValuesIn([] {
-      std::vector<Family> out;
-      for (const std::string& arch : tiny_architectures()) {
-        for (const char* quant : {"none", "fp8", "fp8-block"}) out.push_back({arch, quant});
-      }
-      return out;
-    }()),
-    [](const ::testing::TestParamInfo<Family>& info) {
-      std::string name = info.param.arch + "_" + info.param.quant;
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Families, MpirunFamilyTest, ::testing::ValuesIn([] {
+                           std::vector<Family> out;
+                           for (const std::string& arch : tiny_architectures()) {
+                             for (const char* quant : {"none", "fp8", "fp8-block"})
+                               out.push_back({arch, quant});
+                           }
+                           return out;
+                         }()),
+                         [](const ::testing::TestParamInfo<Family>& info) {
+                           std::string name = info.param.arch + "_" + info.param.quant;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // The bytes of every file under a directory, by relative path.
 std::map<std::string, std::string> tree(const fs::path& root) {
   std::map<std::string, std::string> out;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
     if (entry.is_regular_file()) {
-      out[fs::relative(entry.path(), root).string()] = ::shardload::testing::read_file(entry.path().string());
+      out[fs::relative(entry.path(), root).string()] =
+          ::shardload::testing::read_file(entry.path().string());
     }
   }
   return out;
@@ -209,7 +219,8 @@ TEST_F(MpirunTest, ThreeNodesLoadDataParallelLayouts) {
     std::vector<std::string> flags;
   };
   const std::vector<Layout> layouts = {
-      {make_model(dir, "qwen3_moe", "none", 12), {"--tp", "6", "--ep", "6", "--dp", "6", "--enable-dp-lm-head"}},
+      {make_model(dir, "qwen3_moe", "none", 12),
+       {"--tp", "6", "--ep", "6", "--dp", "6", "--enable-dp-lm-head"}},
       {make_model(dir, "llama", "none"),
        {"--tp", "3", "--dp", "3", "--enable-dp-lm-head", "--moe-dense-tp-size", "1"}}};
   for (const Layout& layout : layouts) {
@@ -244,7 +255,8 @@ TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
   args.insert(args.end(), layout.begin(), layout.end());
   ASSERT_EQ(shardload(args).exit_code, 0);
   const auto expected = tree(dir.file("single"));
-  for (const auto& [np, policy] : std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "local"}}) {
+  for (const auto& [np, policy] :
+       std::vector<std::pair<int, std::string>>{{2, "striped"}, {4, "local"}}) {
     const std::string out = dir.file("nodes-" + std::to_string(np));
     std::vector<std::string> node_args = {"export", model, "--out", out, "--read", policy};
     node_args.insert(node_args.end(), layout.begin(), layout.end());
@@ -254,7 +266,8 @@ TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
   }
   // Nothing staged is left beside --out.
   for (const auto& entry : fs::directory_iterator(dir.path())) {
-    EXPECT_EQ(entry.path().filename().string().find("shardload-tmp"), std::string::npos) << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find("shardload-tmp"), std::string::npos)
+        << entry.path();
   }
 }
 
@@ -264,7 +277,8 @@ void expect_same_error_on_every_node(const CommandResult& run, int np, const std
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.exit_code, 124) << "timed out: a node waited on a failed peer";
   size_t count = 0;
-  for (size_t at = run.err.find(error); at != std::string::npos; at = run.err.find(error, at + 1)) ++count;
+  for (size_t at = run.err.find(error); at != std::string::npos; at = run.err.find(error, at + 1))
+    ++count;
   EXPECT_EQ(count, static_cast<size_t>(np)) << run.err;
   EXPECT_EQ(run.out.find(error), std::string::npos);
 }
@@ -274,7 +288,8 @@ TEST_F(MpirunTest, AnInjectedReadErrorOnOneNodeIsTheSameErrorOnEveryNode) {
   const std::string model = make_model(dir, "qwen3_moe", "none", 12);
   const CommandResult run = mpirun_shell(
       3, "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=read_error_after:400000; fi; exec " +
-             std::string(SHARDLOAD_BIN) + " load " + model + " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head");
+             std::string(SHARDLOAD_BIN) + " load " + model +
+             " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head");
   expect_same_error_on_every_node(run, 3, "node 1 of 3: read failed: Input/output error");
 }
 
@@ -284,10 +299,11 @@ TEST_F(MpirunTest, AShardMissingOnOneNodeIsTheSameErrorOnEveryNode) {
   const std::string partial = dir.file("partial");
   fs::copy(model, partial);
   fs::remove(fs::path(partial) / "model-00002-of-00003.safetensors");
-  const CommandResult run = mpirun_shell(
-      2, "m=" + model + "; if [ $NODE = 1 ]; then m=" + partial + "; fi; exec " + SHARDLOAD_BIN +
-             " load $m --tp 2 --ep 2");
-  expect_same_error_on_every_node(run, 2, "node 1 of 2: the index names a file that does not exist");
+  const CommandResult run =
+      mpirun_shell(2, "m=" + model + "; if [ $NODE = 1 ]; then m=" + partial + "; fi; exec " +
+                          SHARDLOAD_BIN + " load $m --tp 2 --ep 2");
+  expect_same_error_on_every_node(run, 2,
+                                  "node 1 of 2: the index names a file that does not exist");
 }
 
 TEST_F(MpirunTest, ATruncatedShardIsTheSameErrorOnEveryNode) {
@@ -295,7 +311,8 @@ TEST_F(MpirunTest, ATruncatedShardIsTheSameErrorOnEveryNode) {
   const std::string model = make_model(dir, "qwen3_moe", "none");
   const fs::path shard = fs::path(model) / "model-00002-of-00003.safetensors";
   fs::resize_file(shard, fs::file_size(shard) - 100);
-  const CommandResult run = mpirun(2, {"export", model, "--tp", "2", "--ep", "2", "--out", dir.file("out")});
+  const CommandResult run =
+      mpirun(2, {"export", model, "--tp", "2", "--ep", "2", "--out", dir.file("out")});
   expect_same_error_on_every_node(run, 2, "node 0 of 2: file ends before the last tensor");
   EXPECT_FALSE(fs::exists(dir.file("out")));
 }

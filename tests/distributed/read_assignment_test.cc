@@ -24,7 +24,9 @@ struct Case {
   int ep;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << " " << c.quant << " tp=" << c.tp << " ep=" << c.ep; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.arch << " " << c.quant << " tp=" << c.tp << " ep=" << c.ep;
+}
 
 std::string make_model(const TempDir& dir, const Case& c) {
   TinyOptions options;
@@ -54,7 +56,8 @@ Intervals needed_by_node(const Plan& plan, NodeRanks ranks) {
         const PlanSource& src = plan.sources[piece.source];
         const uint64_t row = src.cols * dtype_bits(src.dtype) / 8;
         if (piece.rows() == 0) continue;
-        ranges.emplace_back(static_cast<uint32_t>(src.file), src.file_offset + piece.row_begin * row,
+        ranges.emplace_back(static_cast<uint32_t>(src.file),
+                            src.file_offset + piece.row_begin * row,
                             src.file_offset + piece.row_end * row);
       }
     }
@@ -105,7 +108,8 @@ TEST_P(ReadAssignmentTest, ChunksCoverEachNodesBytesOnceAndBalanceTheReads) {
       for (size_t i = 1; i < reads.chunks.size(); ++i) {
         const ReadChunk& a = reads.chunks[i - 1];
         const ReadChunk& b = reads.chunks[i];
-        ASSERT_TRUE(a.file < b.file || (a.file == b.file && a.offset + a.bytes <= b.offset)) << "chunk " << i;
+        ASSERT_TRUE(a.file < b.file || (a.file == b.file && a.offset + a.bytes <= b.offset))
+            << "chunk " << i;
       }
       uint64_t read = 0;
       uint64_t sent = 0;
@@ -194,8 +198,10 @@ TEST_P(ReadAssignmentTest, RanksFilledChunkByChunkEqualALoad) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ReadAssignmentTest,
                          ::testing::Values(Case{"llama", "none", 4, 1}, Case{"qwen2", "none", 4, 1},
-                                           Case{"qwen3_moe", "none", 4, 4}, Case{"qwen2_moe", "none", 4, 2},
-                                           Case{"mixtral", "fp8", 4, 2}, Case{"deepseek_v3", "fp8-block", 4, 4},
+                                           Case{"qwen3_moe", "none", 4, 4},
+                                           Case{"qwen2_moe", "none", 4, 2},
+                                           Case{"mixtral", "fp8", 4, 2},
+                                           Case{"deepseek_v3", "fp8-block", 4, 4},
                                            Case{"glm4_moe", "none", 4, 4}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string name = info.param.arch + "_" + info.param.quant;
@@ -227,7 +233,8 @@ TEST(ReadAssignmentJsonTest, GivesEachNodesBytes) {
   EXPECT_EQ(j["read"], "striped");
   ASSERT_EQ(j["per_node"].size(), 2u);
   EXPECT_EQ(j["per_node"][1]["ranks"], nlohmann::json({2, 3}));
-  EXPECT_EQ(j["per_node"][0]["bytes_read"].get<uint64_t>() + j["per_node"][1]["bytes_read"].get<uint64_t>(),
+  EXPECT_EQ(j["per_node"][0]["bytes_read"].get<uint64_t>() +
+                j["per_node"][1]["bytes_read"].get<uint64_t>(),
             j["bytes_needed"].get<uint64_t>());
 }
 
