@@ -70,15 +70,18 @@ print(s["seconds"], s["bytes_needed"], busiest["bytes_received"], busiest["recei
 }
 
 echo "distributed_bench: limits" >&2
-fio_json=$("$python" - "${files[@]}" <<'EOF'
-import json, subprocess, sys, os
-for path in sys.argv[1:]:
-    fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
-out = subprocess.run(["fio", "--name=limit", "--readonly", "--direct=1", "--ioengine=io_uring", "--iodepth=32",
-                      "--rw=read", "--bs=16M", "--filename=" + ":".join(sys.argv[1:]), "--output-format=json"],
-                     check=True, capture_output=True, text=True).stdout
-read = json.loads(out)["jobs"][0]["read"]
-print(read["bw_bytes"] / 1e9)
+# The disk varies from run to run on this VM: the median of RUNS fio runs.
+fio_json=$("$python" - "$runs" "${files[@]}" <<'EOF'
+import json, os, statistics, subprocess, sys
+rates = []
+for _ in range(int(sys.argv[1])):
+    for path in sys.argv[2:]:
+        fd = os.open(path, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+    out = subprocess.run(["fio", "--name=limit", "--readonly", "--direct=1", "--ioengine=io_uring",
+                          "--iodepth=32", "--rw=read", "--bs=16M", "--filename=" + ":".join(sys.argv[2:]),
+                          "--output-format=json"], check=True, capture_output=True, text=True).stdout
+    rates.append(json.loads(out)["jobs"][0]["read"]["bw_bytes"] / 1e9)
+print(statistics.median(rates))
 EOF
 )
 fio_gbps=$(printf '%.3f' "$fio_json")
@@ -114,8 +117,10 @@ rss_single=$(/usr/bin/time -f "%M" "$shardload" load "$model" "${layout[@]}" 2>&
 rss_nodes=()
 for policy in striped local; do
   warm; prime
-  rss_nodes+=("$(mpirun -np 2 /usr/bin/time -f "%M" "$shardload" load "$model" "${layout[@]}" --read "$policy" 2>&1 >/dev/null |
-    grep -E '^[0-9]+$' | sort -n | tail -1)")
+  # Each process writes its own figure to a file: the launcher may interleave the processes' stderr.
+  mpirun -np 2 /bin/sh -c '/usr/bin/time -o "$0-$OMPI_COMM_WORLD_RANK" -f %M "$@" >/dev/null' "$tmp/rss-$policy" \
+    "$shardload" load "$model" "${layout[@]}" --read "$policy"
+  rss_nodes+=("$(cat "$tmp/rss-$policy"-* | sort -n | tail -1)")
 done
 rank_bytes=$("$shardload" plan "$model" "${layout[@]}" | awk '/^rank / {for (i = 1; i <= NF; i++) if ($i == "bytes,") s += $(i - 1)} END {print s}')
 
@@ -130,7 +135,7 @@ rank_bytes=$("$shardload" plan "$model" "${layout[@]}" | awk '/^rank / {for (i =
   echo "distributed path, not a speed-up."
   echo
   echo "Limits measured in the same run:"
-  echo "- disk: fio, O_DIRECT sequential reads of the checkpoint files, 16 MiB blocks (the loaders' read size), queue depth 32: $fio_gbps GB/s"
+  echo "- disk: fio, O_DIRECT sequential reads of the checkpoint files, 16 MiB blocks (the loaders' read size), queue depth 32, median of $runs: $fio_gbps GB/s"
   echo "- MPI point-to-point, node 0 to node 1, 16 MiB messages, 8 in flight: $p2p GB/s"
   echo
   echo "| case | seconds | GB/s (needed bytes / s) | vs single process | vs limit |"
