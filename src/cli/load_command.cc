@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/checkpoint_warnings.h"
 #include "cli/checksum_lines.h"
@@ -146,19 +147,41 @@ void run_load(const LoadCommandOptions& options) {
   // The checkpoint bytes the plan uses: a full load reads exactly these, each once, however many
   // ranks hold a replicated or attention-scoped tensor.
   uint64_t source_bytes = 0;
-  for (const PlanSource& source : plan.sources) source_bytes += shape_nbytes(source.shape, source.dtype);
+  for (const PlanSource& source : plan.sources)
+    source_bytes += shape_nbytes(source.shape, source.dtype);
   const std::string dp =
       plan.parallel.has_dp_fields() ? fmt::format(" dp={}", plan.parallel.dp) : std::string();
-  std::cout << fmt::format(
-      "loaded {} of {} (tp={} ep={}{}): read {} bytes (of {} in the checkpoint's planned tensors), "
-      "wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
-      "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), "
-      "postprocess {:.3f} s; total {:.4f} s\n",
-      count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep, dp,
-      stats.bytes_read, source_bytes, stats.bytes_written, open_seconds, plan_seconds, stats.seconds_allocate,
-      stats.seconds_copy, rate(stats.bytes_read, stats.seconds_copy),
-      rate(stats.bytes_written, stats.seconds_copy), stats.read_requests, io_mode_name(stats.io),
-      stats.seconds_postprocess, load_seconds);
+  if (options.json) {
+    // The fields of a node's summary under mpirun (docs/distributed.md), for one process.
+    const auto gbps = [&](uint64_t bytes) {
+      return stats.seconds_copy > 0 ? bytes / stats.seconds_copy / 1e9 : 0.0;
+    };
+    std::cout << nlohmann::json{{"ranks", ranks.size()},
+                                {"bytes_needed", source_bytes},
+                                {"bytes_read", stats.bytes_read},
+                                {"bytes_written", stats.bytes_written},
+                                {"io", io_mode_name(stats.io)},
+                                {"read_requests", stats.read_requests},
+                                {"seconds", load_seconds},
+                                {"seconds_copy", stats.seconds_copy},
+                                {"seconds_postprocess", stats.seconds_postprocess},
+                                {"read_gbps", gbps(stats.bytes_read)},
+                                {"write_gbps", gbps(stats.bytes_written)}}
+                     .dump(1)
+              << "\n";
+  } else {
+    std::cout << fmt::format(
+        "loaded {} of {} (tp={} ep={}{}): read {} bytes (of {} in the checkpoint's planned "
+        "tensors), "
+        "wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
+        "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), "
+        "postprocess {:.3f} s; total {:.4f} s\n",
+        count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
+        dp, stats.bytes_read, source_bytes, stats.bytes_written, open_seconds, plan_seconds,
+        stats.seconds_allocate, stats.seconds_copy, rate(stats.bytes_read, stats.seconds_copy),
+        rate(stats.bytes_written, stats.seconds_copy), stats.read_requests, io_mode_name(stats.io),
+        stats.seconds_postprocess, load_seconds);
+  }
   // The process ends here: freeing the checkpoint's and the plan's tens of thousands of names and
   // pieces one by one took ~7 ms of a 20k-tensor load (0.25 s), and the kernel takes the pages
   // back at exit anyway. Only the output needs finishing.
@@ -195,7 +218,8 @@ void add_load_command(CLI::App& app) {
           CLI::CheckedTransformer(io_modes, CLI::ignore_case).description("{" + names + "}"));
   add_read_option(*cmd, options->read);
   cmd->add_flag("--json", options->json,
-                "Under mpirun: print the nodes' summary as JSON (bytes read, sent, received, written, GB/s)");
+                "Print the summary as JSON (under mpirun: every node's bytes read, sent, received, "
+                "written and GB/s per stage)");
   cmd->callback([options] { run_load(*options); });
 }
 

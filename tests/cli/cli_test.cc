@@ -187,6 +187,24 @@ TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
   EXPECT_GT(std::stod(seconds), 0.0) << summary;
 }
 
+// --json: the summary's bytes and seconds as one JSON object (what a node prints under mpirun),
+// after the checksum lines.
+TEST(CliTest, LoadJsonGivesTheSummaryAsJson) {
+  TempDir dir;
+  TinyOptions options;
+  options.arch = "qwen3_moe";
+  options.out = dir.file("model");
+  options.seed = 3;
+  make_tiny(options);
+  const CommandResult result = shardload({"load", options.out, "--tp", "4", "--ep", "2", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(result.out);
+  EXPECT_EQ(summary["ranks"], 4);
+  EXPECT_EQ(summary["bytes_read"], summary["bytes_needed"]);  // each planned byte read once
+  EXPECT_GT(summary["bytes_written"].get<uint64_t>(), 0u);
+  EXPECT_GT(summary["seconds"].get<double>(), 0.0);
+}
+
 // `shardload serve` runs shardload-serve from its own directory: usage and help come from the
 // server's program, and a shardload without it beside says so in one line.
 TEST(CliTest, ServeRunsTheServerProgramBesideIt) {
