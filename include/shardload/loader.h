@@ -60,6 +60,10 @@ struct LoadStats {
 std::vector<RankWeights> load_ranks(const Checkpoint& checkpoint, const Plan& plan,
                                     const LoadOptions& options = {}, LoadStats* stats = nullptr);
 
+// One aligned, zero-filled allocation per rank of `ranks`, of the size the plan gives it (the
+// buffers load_ranks fills). Throws Error(kInvalidArgument) for a rank outside the plan.
+std::vector<RankWeights> allocate_ranks(const Plan& plan, const std::vector<int>& ranks);
+
 // Loads the modules for which `modules[m]` is true (all when empty) into ranks already loaded with this plan,
 // in place: no buffer moves or changes size. Each module loaded is post-processed once, after all its tensors
 // arrived; every other module keeps its bytes. Throws Error(kInvalidArgument) when a buffer does not fit the

@@ -15,11 +15,9 @@ namespace shardload {
 namespace {
 
 std::vector<RankWeights> allocate(const Plan& plan, NodeRanks ranks) {
-  std::vector<RankWeights> out;
-  for (int r = ranks.first; r < ranks.last; ++r) {
-    out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
-  }
-  return out;
+  std::vector<int> held;
+  for (int r = ranks.first; r < ranks.last; ++r) held.push_back(r);
+  return allocate_ranks(plan, held);
 }
 
 void load_local(const Checkpoint& ckpt, const Plan& plan, const LoadOptions& options,

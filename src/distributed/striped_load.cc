@@ -19,8 +19,8 @@
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
 #include "distributed/peer_failed.h"
-#include "distributed/transfer_buffer.h"
 #include "format/posix_io.h"
+#include "load/direct_reader.h"
 #include "load/executor.h"
 #include "load/file_access.h"
 #include "load/postprocess_ranks.h"
@@ -38,6 +38,14 @@ constexpr int kMinReceiveBuffers = 4;   // and clamp(2 x threads, 4, 16) for rec
 constexpr int kMaxReceiveBuffers = 16;  // chunks (16 MiB each at most) in flight, 384 MiB
 constexpr int kTagsPerLoad = 2;
 constexpr int kLoadTags = 16000;  // tags stay below 32767, MPI's smallest allowed upper bound
+
+// A transfer buffer, aligned for O_DIRECT reads with a block of slack at each end; shared so that
+// the transport can keep it alive after an error (Transport::abandon).
+using Buffer = std::shared_ptr<AlignedBuffer>;
+Buffer make_buffer(uint64_t bytes) {
+  return std::make_shared<AlignedBuffer>(bytes + 2 * load::kDirectAlignment,
+                                         load::kDirectAlignment);
+}
 
 // The wall span during which a stage had work: from its first start to its last end.
 struct StageSpan {
@@ -173,7 +181,7 @@ class StripedLoad {
           arrivals_.pop_front();
           write_span_.begin(Clock::now());
           lock.unlock();
-          fill(arrival.chunk, arrival.buffer.get(), scratch);
+          fill(arrival.chunk, arrival.buffer->data(), scratch);
           lock.lock();
           write_span_.end(Clock::now());
           free_receives_.push_back(std::move(arrival.buffer));
@@ -229,12 +237,12 @@ class StripedLoad {
     const SafetensorsFile& file = ckpt_.files()[chunk.file];
     const ErrorDetails where{.file = file.path(), .tensor = plan_.sources[chunk.source].name};
     if (!direct_fds_.empty()) {
-      own.data = read_direct(direct_fds_[chunk.file].get(), own.buffer.get(), chunk.offset,
-                             chunk.bytes, where);
+      own.data = load::read_direct(direct_fds_[chunk.file].get(), own.buffer->data(), chunk.offset,
+                                   chunk.bytes, where);
       return;
     }
-    format::pread_exact(file.fd(), {own.buffer.get(), chunk.bytes}, chunk.offset, where);
-    own.data = own.buffer.get();
+    format::pread_exact(file.fd(), {own.buffer->data(), chunk.bytes}, chunk.offset, where);
+    own.data = own.buffer->data();
   }
 
  public:
@@ -251,21 +259,12 @@ class StripedLoad {
     if (io == IoMode::kAuto) {
       std::vector<const SafetensorsFile*> used;
       for (uint32_t f : files) used.push_back(&ckpt_.files()[f]);
-      io = load::page_cache_fraction(used) >= 0.5 ? IoMode::kPread : IoMode::kDirect;
+      io = load::mostly_cached(used) ? IoMode::kPread : IoMode::kDirect;
     }
     if (io != IoMode::kDirect) return IoMode::kPread;
-    std::vector<load::UniqueFd> fds(ckpt_.files().size());
-    for (uint32_t f : files) {
-      fds[f].reset(load::open_direct(ckpt_.files()[f].path()));
-      if (fds[f].get() >= 0) continue;
-      if (required) {
-        throw format::io_error("cannot open with O_DIRECT (--io direct)", errno,
-                               {.file = ckpt_.files()[f].path()});
-      }
-      return IoMode::kPread;  // a file system without O_DIRECT
-    }
-    direct_fds_ = std::move(fds);
-    return IoMode::kDirect;
+    // Empty when a file system refuses O_DIRECT: the page cache then.
+    direct_fds_ = load::open_direct_files(ckpt_.files(), files, required);
+    return direct_fds_.empty() ? IoMode::kPread : IoMode::kDirect;
   }
 
  private:
@@ -317,7 +316,7 @@ class StripedLoad {
           free_receives_.pop_back();
           receive_span_.begin(Clock::now());
           const Transport::Handle handle =
-              transport_.receive(chunk.reader, data_tag_, {buffer.get(), chunk.bytes});
+              transport_.receive(chunk.reader, data_tag_, {buffer->data(), chunk.bytes});
           receiving.push_back({handle, incoming_[next_receive], std::move(buffer)});
           ++next_receive;
           moved = true;
@@ -401,10 +400,7 @@ void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment
                   NodeLoadStats& stats) {
   load::Executor executor(ckpt, plan);
   executor.set_cuts(reads.cuts(ckpt.files().size()));
-  for (RankWeights& weights : ranks) {
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
-                          [](int, const PlanParam&, const PlanPiece&) { return true; });
-  }
+  executor.add_ranks(ranks);
   executor.finish();
   const int threads = options.threads > 0 ? options.threads : default_thread_count();
   StripedLoad load(ckpt, plan, reads, transport, executor, threads, next_epoch());

@@ -21,6 +21,45 @@ int open_direct(const std::string& path) {
   return ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
 }
 
+std::vector<UniqueFd> open_direct_files(const std::vector<SafetensorsFile>& files,
+                                        const std::vector<uint32_t>& used, bool required) {
+  std::vector<UniqueFd> fds(files.size());
+  for (uint32_t f : used) {
+    fds[f].reset(open_direct(files[f].path()));
+    if (fds[f].get() >= 0) continue;
+    if (!required) return {};
+    throw format::io_error("cannot open with O_DIRECT (--io direct)", errno,
+                           {.file = files[f].path()});
+  }
+  return fds;
+}
+
+const std::byte* read_direct(int fd, std::byte* buffer, uint64_t offset, uint64_t bytes,
+                             const ErrorDetails& where) {
+  const uint64_t begin = align_down(offset);
+  const uint64_t length = align_up(offset + bytes) - begin;
+  const uint64_t needed = offset + bytes - begin;
+  fault::before_read(bytes, where);
+  uint64_t got = 0;
+  while (got < needed) {
+    const ssize_t n = ::pread(fd, buffer + got, length - got, static_cast<off_t>(begin + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw format::io_error(fmt::format("direct read of {} bytes at offset {} failed", bytes, offset),
+                             errno, where);
+    }
+    if (n == 0) {  // the file ended first
+      ErrorDetails details = where;
+      details.expected = fmt::format("{} bytes at offset {}", bytes, offset);
+      details.found = fmt::format("{} bytes", got > offset - begin ? got - (offset - begin) : 0);
+      throw Error(ErrorKind::kIo, "unexpected end of file (was it truncated?)", std::move(details));
+    }
+    got += static_cast<uint64_t>(n);
+  }
+  fault::after_read(bytes);
+  return buffer + (offset - begin);
+}
+
 DirectReader::DirectReader(unsigned depth, uint64_t max_bytes, bool use_io_uring) {
   slots_.resize(depth == 0 ? 1 : depth);
   for (Slot& slot : slots_)

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "load/file_access.h"
 #include "shardload/error.h"
+#include "shardload/safetensors.h"
 #include "shardload/tensor.h"
 
 namespace shardload::load {
@@ -18,6 +20,18 @@ constexpr uint64_t kDirectAlignment = 4096;
 // Opens `path` read-only with O_DIRECT. Returns -1 when the file system refuses O_DIRECT (tmpfs,
 // some FUSE and network file systems): the caller reads through the page cache instead.
 int open_direct(const std::string& path);
+
+// O_DIRECT descriptors of the files `used` names (indices into `files`; the others stay -1), one
+// per file of `files`. When one refuses: empty, or with `required` (--io direct) Error(kIo).
+std::vector<UniqueFd> open_direct_files(const std::vector<SafetensorsFile>& files,
+                                        const std::vector<uint32_t>& used, bool required);
+
+// Reads [offset, offset + bytes) of the O_DIRECT descriptor `fd` synchronously into `buffer`
+// (aligned to kDirectAlignment, bytes + 2 x kDirectAlignment long) through the aligned blocks that
+// hold it; returns where the first requested byte landed. For a caller that keeps the bytes past
+// its next read (DirectReader's slots are reused). Throws Error(kIo) as DirectReader does.
+const std::byte* read_direct(int fd, std::byte* buffer, uint64_t offset, uint64_t bytes,
+                             const ErrorDetails& where);
 
 // One loader thread's cold reads: up to `depth` file ranges in flight through one io_uring, each
 // into its own aligned slot, so the device always has work queued while the thread copies the

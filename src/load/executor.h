@@ -145,11 +145,16 @@ class Executor {
   // cut inside a source must fall on one of its row boundaries. Set before adding pieces.
   void set_cuts(std::vector<std::vector<uint64_t>> cuts) { cuts_ = std::move(cuts); }
 
-  // The pieces of the rank that `select` takes.
-  void add_selected(const RankPlan& rank, std::byte* base, const PieceSelector& select) {
-    for (const PlanParam& param : rank.params) {
-      for (const PlanPiece& piece : param.pieces) {
-        if (select(rank.rank, param, piece)) add_piece(param, piece, base + param.offset);
+  // The pieces of each rank that `select` takes (every piece without one), into its buffer.
+  void add_ranks(std::vector<RankWeights>& ranks, const PieceSelector& select = {}) {
+    for (RankWeights& weights : ranks) {
+      const RankPlan& rank = plan_.ranks[static_cast<size_t>(weights.rank)];
+      for (const PlanParam& param : rank.params) {
+        for (const PlanPiece& piece : param.pieces) {
+          if (!select || select(rank.rank, param, piece)) {
+            add_piece(param, piece, weights.buffer.data() + param.offset);
+          }
+        }
       }
     }
   }
@@ -251,7 +256,7 @@ class Executor {
     if (io == IoMode::kAuto) {
       std::vector<const SafetensorsFile*> used;
       for (uint32_t f : files) used.push_back(&ckpt_.files()[f]);
-      io = page_cache_fraction(used) >= 0.5 ? IoMode::kPread : IoMode::kDirect;
+      io = mostly_cached(used) ? IoMode::kPread : IoMode::kDirect;
       if (io == IoMode::kDirect && !open_direct_files(files, /*required=*/false))
         io = IoMode::kPread;
       // Cached in 2 MiB folios: a copy out of a mapping is a memcpy, cheaper than a read's walk.
@@ -663,17 +668,8 @@ class Executor {
 
   // Opens every file of `files` with O_DIRECT; false (or, when required, Error) when one refuses.
   bool open_direct_files(const std::vector<uint32_t>& files, bool required) {
-    direct_fds_.resize(ckpt_.files().size());
-    for (uint32_t f : files) {
-      const SafetensorsFile& file = ckpt_.files()[f];
-      direct_fds_[f].reset(load::open_direct(file.path()));
-      if (direct_fds_[f].get() < 0) {
-        if (!required) return false;
-        throw format::io_error("cannot open with O_DIRECT (--io direct)", errno,
-                               {.file = file.path()});
-      }
-    }
-    return true;
+    direct_fds_ = load::open_direct_files(ckpt_.files(), files, required);
+    return !direct_fds_.empty();
   }
 
   const Checkpoint& ckpt_;

@@ -62,6 +62,12 @@ bool maps_as_huge_pages(const std::vector<const SafetensorsFile*>& files);
 // mapping, which walks every page: ~10 ms per GB here. Files neither can query count as not cached.
 double page_cache_fraction(const std::vector<const SafetensorsFile*>& files);
 
+// Whether at least half of the files' bytes are in the page cache: the loaders' --io auto reads
+// through the cache then, and with O_DIRECT otherwise.
+inline bool mostly_cached(const std::vector<const SafetensorsFile*>& files) {
+  return page_cache_fraction(files) >= 0.5;
+}
+
 // Bytes of the file in the page cache; nullopt where the call is refused.
 std::optional<uint64_t> cached_bytes_cachestat(int fd);
 std::optional<uint64_t> cached_bytes_mincore(int fd, uint64_t size);

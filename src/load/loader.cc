@@ -27,10 +27,7 @@ void fill_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeight
   const PieceSelector select = [&](int, const PlanParam& param, const PlanPiece&) {
     return modules.empty() || modules[param.module];
   };
-  for (RankWeights& weights : ranks) {
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
-                          select);
-  }
+  executor.add_ranks(ranks, select);
   executor.finish();
   const IoMode io = executor.run(options.threads, options.io, options.progress);
   const double copy = seconds_since(start);
@@ -63,18 +60,23 @@ const char* io_mode_name(IoMode mode) {
   return "?";
 }
 
+std::vector<RankWeights> allocate_ranks(const Plan& plan, const std::vector<int>& ranks) {
+  for (int r : ranks) check_rank(plan, r);
+  std::vector<RankWeights> out;
+  for (int r : ranks) {
+    out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
+  }
+  return out;
+}
+
 std::vector<RankWeights> load_ranks(const Checkpoint& ckpt, const Plan& plan,
                                     const LoadOptions& options, LoadStats* stats) {
   std::vector<int> ranks = options.ranks;
   if (ranks.empty()) {
     for (const RankPlan& rank : plan.ranks) ranks.push_back(rank.rank);
   }
-  for (int r : ranks) check_rank(plan, r);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<RankWeights> out;
-  for (int r : ranks) {
-    out.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
-  }
+  std::vector<RankWeights> out = allocate_ranks(plan, ranks);
   const double allocate = seconds_since(start);
   fill_ranks(ckpt, plan, out, {}, options, stats);
   if (stats != nullptr) stats->seconds_allocate = allocate;
@@ -104,12 +106,9 @@ void load_into(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights
 uint64_t read_pieces(const Checkpoint& ckpt, const Plan& plan, std::vector<RankWeights>& ranks,
                      const PieceSelector& select, int threads, const std::atomic<bool>* cancel,
                      IoMode io) {
+  for (const RankWeights& weights : ranks) check_rank(plan, weights.rank);
   Executor executor(ckpt, plan);
-  for (RankWeights& weights : ranks) {
-    check_rank(plan, weights.rank);
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
-                          select);
-  }
+  executor.add_ranks(ranks, select);
   executor.finish();
   executor.run(threads, io, {}, cancel);
   return executor.total_bytes();

@@ -144,13 +144,19 @@ TEST(CliTest, BadArgumentsGiveOneLineErrors) {
 // `load --checksum` prints one line per exported rank tensor, rank by rank and by name within a
 // rank, with the hashes an in-process load gives, then its summary. The command ends without
 // freeing its weights (std::_Exit): this also checks that none of its output is lost.
-TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
-  TempDir dir;
+// The tiny qwen3_moe model the load tests read, in `dir`.
+TinyOptions make_moe_model(const TempDir& dir) {
   TinyOptions options;
   options.arch = "qwen3_moe";
   options.out = dir.file("model");
   options.seed = 3;
   make_tiny(options);
+  return options;
+}
+
+TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
+  TempDir dir;
+  const TinyOptions options = make_moe_model(dir);
   const CommandResult result = shardload(
       {"load", options.out, "--tp", "4", "--ep", "2", "--checksum", "--threads", "2"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
@@ -191,11 +197,7 @@ TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
 // after the checksum lines.
 TEST(CliTest, LoadJsonGivesTheSummaryAsJson) {
   TempDir dir;
-  TinyOptions options;
-  options.arch = "qwen3_moe";
-  options.out = dir.file("model");
-  options.seed = 3;
-  make_tiny(options);
+  const TinyOptions options = make_moe_model(dir);
   const CommandResult result = shardload({"load", options.out, "--tp", "4", "--ep", "2", "--json"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const nlohmann::json summary = nlohmann::json::parse(result.out);

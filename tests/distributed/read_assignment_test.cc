@@ -169,16 +169,12 @@ TEST_P(ReadAssignmentTest, RanksFilledChunkByChunkEqualALoad) {
   const std::vector<RankWeights> expected = load_ranks(ckpt, plan);
   const ReadAssignment reads = assign_reads(plan, 2, ReadPolicy::kStriped);
   const NodeRanks held = reads.per_node[1].ranks;
-  std::vector<RankWeights> ranks;
-  for (int r = held.first; r < held.last; ++r) {
-    ranks.push_back({r, AlignedBuffer(plan.ranks[static_cast<size_t>(r)].bytes), {}});
-  }
+  std::vector<int> held_ranks;
+  for (int r = held.first; r < held.last; ++r) held_ranks.push_back(r);
+  std::vector<RankWeights> ranks = allocate_ranks(plan, held_ranks);
   load::Executor executor(ckpt, plan);
   executor.set_cuts(reads.cuts(ckpt.files().size()));
-  for (RankWeights& weights : ranks) {
-    executor.add_selected(plan.ranks[static_cast<size_t>(weights.rank)], weights.buffer.data(),
-                          [](int, const PlanParam&, const PlanPiece&) { return true; });
-  }
+  executor.add_ranks(ranks);
   executor.finish();
   std::vector<float> scratch;
   for (const ReadChunk& chunk : reads.chunks) {
