@@ -118,4 +118,11 @@ std::vector<RankWeights> load_node(const Checkpoint& checkpoint, const Plan& pla
                                    const ReadAssignment& reads, Transport& transport,
                                    const LoadOptions& options = {}, NodeLoadStats* stats = nullptr);
 
+// load_node into buffers the caller allocated: this node's ranks, in rank order, e.g. mappings of
+// shared memory (the weight server). The loader writes every tensor byte and leaves padding as it
+// finds it. Collective, with the same agreement as load_node.
+void load_node_into(const Checkpoint& checkpoint, const Plan& plan, const ReadAssignment& reads,
+                    Transport& transport, std::vector<RankWeights>& ranks,
+                    const LoadOptions& options = {}, NodeLoadStats* stats = nullptr);
+
 }  // namespace shardload

@@ -6,7 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "shardload/distributed.h"
 #include "shardload/plan.h"
+#include "shardload/transport.h"
 
 namespace shardload {
 
@@ -27,6 +29,10 @@ inline constexpr std::string_view kShmManifestFormat = "shardload-shm/1";
 // /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]
 // and not "." or "..", so that it can never name a path outside /dev/shm.
 std::string shm_dir(std::string_view name);
+// The directory of node `node` of a server on `nodes` nodes: shm_dir(name) on one node,
+// shm_dir(name) + ".node-" + node on several (nodes sharing a host never collide; a client finds
+// its rank in the manifest that lists it, docs/distributed.md).
+std::string node_shm_dir(std::string_view name, int node, int nodes);
 
 struct ServeOptions {
   std::string model_path;
@@ -47,6 +53,13 @@ struct ServeOptions {
   // "Authorization: Bearer API_KEY" and is answered 401 otherwise.
   std::string host = "127.0.0.1";
   std::string api_key;
+
+  // Several nodes (one process each, e.g. under mpirun): the transport between them (not owned;
+  // nullptr or one node: a single-node server). Every node holds its block of ranks (node_ranks)
+  // in node_shm_dir(name, node, nodes); node 0 serves the HTTP API for all of them and the others
+  // follow its commands. `read`: who reads the checkpoint in loads and updates.
+  Transport* transport = nullptr;
+  ReadPolicy read = ReadPolicy::kStriped;
 };
 
 // The HTTP request limits of the weight server (README "Weight server" documents them).

@@ -27,6 +27,8 @@ struct State {
   std::function<void()> after_read;  // guarded by mutex
   std::atomic<bool> has_after_read{false};
   std::atomic<uint64_t> after_read_bytes{0};  // bytes still to read before the hook runs
+  std::string kill_at;  // guarded by mutex
+  std::string fail_at;  // guarded by mutex; fires once
 };
 
 State& state() {
@@ -38,6 +40,8 @@ void apply(State& s, std::string_view spec) {
   int64_t read_error_after = -1;
   int64_t kill_after = -1;
   int commit_pause_ms = 0;
+  std::string kill_at;
+  std::string fail_at;
   while (!spec.empty()) {
     const size_t comma = spec.find(',');
     const std::string_view item = spec.substr(0, comma);
@@ -45,6 +49,10 @@ void apply(State& s, std::string_view spec) {
     const size_t colon = item.find(':');
     const std::string key(item.substr(0, colon));
     const std::string value(colon == std::string_view::npos ? "" : item.substr(colon + 1));
+    if (key == "kill_at" || key == "fail_at") {
+      (key == "kill_at" ? kill_at : fail_at) = value;
+      continue;
+    }
     char* end = nullptr;
     const long long number = std::strtoll(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || number < 0) {
@@ -62,7 +70,8 @@ void apply(State& s, std::string_view spec) {
     } else {
       throw Error(ErrorKind::kInvalidArgument, "unknown fault injection key",
                   {.field = "SHARDLOAD_FAULT",
-                   .expected = "read_error_after, kill_after_read or commit_pause_ms",
+                   .expected = "read_error_after, kill_after_read, commit_pause_ms, kill_at or "
+                               "fail_at",
                    .found = key});
     }
   }
@@ -70,7 +79,10 @@ void apply(State& s, std::string_view spec) {
   s.kill_after = kill_after;
   s.commit_pause_ms = commit_pause_ms;
   s.bytes_read = 0;
-  s.enabled = read_error_after >= 0 || kill_after >= 0 || commit_pause_ms > 0 || s.has_after_read;
+  s.kill_at = kill_at;
+  s.fail_at = fail_at;
+  s.enabled = read_error_after >= 0 || kill_after >= 0 || commit_pause_ms > 0 || s.has_after_read ||
+              !kill_at.empty() || !fail_at.empty();
 }
 
 State& configured() {
@@ -89,6 +101,17 @@ void configure(std::string_view spec) {
   State& s = configured();
   std::lock_guard lock(s.mutex);
   apply(s, spec);
+}
+
+void at(std::string_view point) {
+  State& s = configured();
+  if (!s.enabled.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(s.mutex);
+  if (s.kill_at == point) std::raise(SIGKILL);
+  if (s.fail_at == point) {
+    s.fail_at.clear();
+    throw Error(ErrorKind::kIo, fmt::format("injected failure at {} (SHARDLOAD_FAULT)", point));
+  }
 }
 
 void before_read(uint64_t bytes, const ErrorDetails& where) {

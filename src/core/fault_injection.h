@@ -19,6 +19,10 @@
 //                        node that dies in a distributed load)
 //   commit_pause_ms:N    each commit group sleeps N ms after it began (the sequence word is odd
 //                        meanwhile)
+//   kill_at:POINT        the process kills itself (SIGKILL) when it reaches the named point (a
+//                        weight-server node that dies while staging, agreeing or committing)
+//   fail_at:POINT        the first time the process reaches the named point it throws an
+//                        injected Error(kIo) (one node of several failing an update)
 namespace shardload::fault {
 
 #ifdef SHARDLOAD_FAULT_INJECTION
@@ -38,11 +42,15 @@ void after_read(uint64_t bytes);
 // Called by a commit group once it began.
 void in_commit();
 
+// A named point of a multi-step operation (kill_at, fail_at).
+void at(std::string_view point);
+
 #else  // production build: the hooks compile to nothing
 
 inline void before_read(uint64_t /*bytes*/, const ErrorDetails& /*where*/) {}
 inline void after_read(uint64_t /*bytes*/) {}
 inline void in_commit() {}
+inline void at(std::string_view /*point*/) {}
 
 #endif
 

@@ -33,14 +33,13 @@ void load_local(const Checkpoint& ckpt, const Plan& plan, const LoadOptions& opt
 
 }  // namespace
 
-std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan,
-                                   const ReadAssignment& reads, Transport& transport,
-                                   const LoadOptions& options, NodeLoadStats* stats) {
+void load_node_into(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads,
+                    Transport& transport, std::vector<RankWeights>& ranks,
+                    const LoadOptions& options, NodeLoadStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   NodeLoadStats node_stats;
   node_stats.node = transport.node();
   node_stats.policy = reads.policy;
-  std::vector<RankWeights> ranks;
   run_on_every_node(transport, [&] {
     if (reads.nodes != transport.nodes()) {
       throw Error(
@@ -49,7 +48,11 @@ std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan,
     }
     node_stats.ranks =
         node_ranks(static_cast<int>(plan.ranks.size()), transport.nodes(), transport.node());
-    ranks = allocate(plan, node_stats.ranks);
+    if (ranks.size() != static_cast<size_t>(node_stats.ranks.last - node_stats.ranks.first)) {
+      throw Error(ErrorKind::kInternal, "the buffers are not this node's ranks",
+                  {.expected = std::to_string(node_stats.ranks.last - node_stats.ranks.first),
+                   .found = std::to_string(ranks.size())});
+    }
     if (reads.policy == ReadPolicy::kLocal) {
       load_local(ckpt, plan, options, ranks, node_stats);
     } else {
@@ -59,6 +62,17 @@ std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan,
   for (const RankWeights& weights : ranks) node_stats.bytes_written += weights.buffer.size();
   node_stats.seconds = seconds_since(start);
   if (stats != nullptr) *stats = node_stats;
+}
+
+std::vector<RankWeights> load_node(const Checkpoint& ckpt, const Plan& plan,
+                                   const ReadAssignment& reads, Transport& transport,
+                                   const LoadOptions& options, NodeLoadStats* stats) {
+  std::vector<RankWeights> ranks;
+  run_on_every_node(transport, [&] {
+    ranks = allocate(plan, node_ranks(static_cast<int>(plan.ranks.size()), transport.nodes(),
+                                      transport.node()));
+  });
+  load_node_into(ckpt, plan, reads, transport, ranks, options, stats);
   return ranks;
 }
 

@@ -395,7 +395,7 @@ int next_epoch() {
 
 }  // namespace
 
-void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads,
+void fill_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads,
                   Transport& transport, const LoadOptions& options, std::vector<RankWeights>& ranks,
                   NodeLoadStats& stats) {
   load::Executor executor(ckpt, plan);
@@ -406,6 +406,13 @@ void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment
   StripedLoad load(ckpt, plan, reads, transport, executor, threads, next_epoch());
   stats.io = load.choose_io(options.io);
   load.run(stats);
+}
+
+void load_striped(const Checkpoint& ckpt, const Plan& plan, const ReadAssignment& reads,
+                  Transport& transport, const LoadOptions& options, std::vector<RankWeights>& ranks,
+                  NodeLoadStats& stats) {
+  fill_striped(ckpt, plan, reads, transport, options, ranks, stats);
+  const int threads = options.threads > 0 ? options.threads : default_thread_count();
   const auto start = Clock::now();
   load::postprocess_ranks(ckpt, plan, ranks, {}, threads);
   stats.seconds_postprocess = seconds_since(start);

@@ -14,6 +14,12 @@ namespace shardload::reload {
 Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
                  const ParallelConfig& parallel);
 
+// Each (rank, module) of the live ranks that a selected tensor (selected[source]) feeds, with the
+// module's whole byte range: a fused or requantized module is rewritten whole (its merged scales
+// need every part).
+std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
+                            const std::vector<bool>& selected);
+
 // Fills the staging of one commit group; returns the checkpoint bytes read.
 using StageGroup = std::function<uint64_t(Staging& staging, const std::vector<size_t>& group)>;
 

@@ -16,10 +16,6 @@
 namespace shardload {
 namespace reload {
 
-namespace {
-
-// Each (rank, module) that a selected tensor feeds, with the module's whole byte range: a fused or
-// requantized module is rewritten whole (its merged scales need every part).
 std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
                             const std::vector<bool>& selected) {
   std::vector<Unit> units;
@@ -48,8 +44,6 @@ std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
   }
   return units;
 }
-
-}  // namespace
 
 Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
                  const ParallelConfig& parallel) {

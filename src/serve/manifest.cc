@@ -18,9 +18,10 @@
 
 namespace shardload::serve {
 
-nlohmann::json manifest_ranks(const Plan& plan) {
+nlohmann::json manifest_ranks(const Plan& plan, NodeRanks held) {
   nlohmann::json ranks = nlohmann::json::array();
-  for (const RankPlan& rank : plan.ranks) {
+  for (int r = held.first; r < held.last; ++r) {
+    const RankPlan& rank = plan.ranks.at(static_cast<size_t>(r));
     nlohmann::json tensors = nlohmann::json::object();
     for (const PlanParam& param : rank.params) {
       if (!param.exported()) continue;
@@ -37,8 +38,8 @@ nlohmann::json manifest_ranks(const Plan& plan) {
   return ranks;
 }
 
-nlohmann::json make_manifest(std::string_view name, const LiveModel& live,
-                             bool update_in_progress) {
+nlohmann::json make_manifest(std::string_view name, const LiveModel& live, bool update_in_progress,
+                             const NodeScope& scope) {
   nlohmann::json manifest = {{"format", kShmManifestFormat},
                              {"name", name},
                              {"model_path", live.model_path},
@@ -47,8 +48,13 @@ nlohmann::json make_manifest(std::string_view name, const LiveModel& live,
                              {"ep_size", live.plan.parallel.ep},
                              {"physical_to_logical_map", live.plan.physical_to_logical},
                              {"update_in_progress", update_in_progress},
-                             {"ranks", manifest_ranks(live.plan)}};
+                             {"ranks", manifest_ranks(live.plan, scope.held)}};
   add_dp_fields(live.plan.parallel, manifest);
+  if (scope.nodes > 1) {
+    manifest["node"] = scope.node;
+    manifest["nodes"] = scope.nodes;
+    manifest["node_ranks"] = {scope.held.first, scope.held.last - 1};
+  }
   return manifest;
 }
 

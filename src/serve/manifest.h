@@ -6,20 +6,31 @@
 #include <string_view>
 
 #include "serve/shm_dir.h"
+#include "shardload/distributed.h"
 #include "shardload/plan.h"
 #include "shardload/reload.h"
 
 namespace shardload::serve {
 
-// The "ranks" member of manifest.json: per rank its file name, file size and exported tensors
-// (dtype, shape, offset from the start of the file, nbytes). Internal FP8 helper parameters are in
-// the file but not listed: they are not part of the rank's export.
-nlohmann::json manifest_ranks(const Plan& plan);
+// Which node of a server this directory belongs to: a server on N > 1 nodes (mpirun) keeps node n's
+// ranks in shm_dir(NAME).node-n (docs/distributed.md "Weight server on several nodes").
+struct NodeScope {
+  int node = 0;
+  int nodes = 1;
+  NodeRanks held;  // the ranks of this directory
+};
+
+// The "ranks" member of manifest.json: per rank held its file name, file size and exported
+// tensors (dtype, shape, offset from the start of the file, nbytes). Internal FP8 helper parameters
+// are in the file but not listed: they are not part of the rank's export.
+nlohmann::json manifest_ranks(const Plan& plan, NodeRanks held);
 
 // The whole manifest (layout.md "Weight server shared memory"). `update_in_progress` is an
 // extension: set while an update may be rewriting bytes, so that a server killed after a commit
-// ended but before the manifest caught up is not mistaken for a clean one on restart.
-nlohmann::json make_manifest(std::string_view name, const LiveModel& live, bool update_in_progress);
+// ended but before the manifest caught up is not mistaken for a clean one on restart. On N > 1
+// nodes it adds node, nodes and node_ranks [first, last], and lists the node's ranks only.
+nlohmann::json make_manifest(std::string_view name, const LiveModel& live, bool update_in_progress,
+                             const NodeScope& scope);
 
 // dp_size, attn_tp_size, dp_style and scopes (layout.md "Data-parallel attention"), added to `out`
 // when the layout has them.

@@ -27,6 +27,11 @@ std::string shm_dir(std::string_view name) {
   return fmt::format("/dev/shm/shardload-{}", name);
 }
 
+std::string node_shm_dir(std::string_view name, int node, int nodes) {
+  const std::string dir = shm_dir(name);
+  return nodes <= 1 ? dir : fmt::format("{}.node-{}", dir, node);
+}
+
 namespace serve {
 
 // The manifest promises a little-endian word; storing the native integer is only that on such

@@ -45,13 +45,14 @@ std::optional<std::vector<std::vector<int>>> manifest_expert_map(const nlohmann:
 }
 
 std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<ShmRankFile>& files,
-                           const Plan& plan, const std::string& model_path) {
-  for (size_t r = 0; r < files.size(); ++r) {
-    if (!has_magic(files[r].header())) return fmt::format("rank {} has no {} header", r, kShmMagic);
-    if (load_sequence(files[r].header()) % 2 != 0) {
+                           const Plan& plan, const std::string& model_path, const NodeScope& scope) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const size_t r = static_cast<size_t>(scope.held.first) + i;
+    if (!has_magic(files[i].header())) return fmt::format("rank {} has no {} header", r, kShmMagic);
+    if (load_sequence(files[i].header()) % 2 != 0) {
       return fmt::format("sequence word of rank {} is odd (killed during a commit)", r);
     }
-    if (load_update_in_progress(files[r].header())) {
+    if (load_update_in_progress(files[i].header())) {
       return fmt::format("header of rank {} says an update was in progress (killed during it)", r);
     }
   }
@@ -92,14 +93,19 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
   if (manifest_expert_map(manifest) != plan.physical_to_logical) {
     return "manifest physical_to_logical_map differs from the requested one";
   }
-  for (size_t r = 0; r < files.size(); ++r) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const size_t r = static_cast<size_t>(scope.held.first) + i;
     const uint64_t want = kShmHeaderBytes + plan.ranks[r].bytes;
-    if (files[r].file_bytes() != want) {
-      return fmt::format("rank {} file has {} bytes, the layout needs {}", r, files[r].file_bytes(),
+    if (files[i].file_bytes() != want) {
+      return fmt::format("rank {} file has {} bytes, the layout needs {}", r, files[i].file_bytes(),
                          want);
     }
   }
-  if (!member_equals(manifest, "ranks", manifest_ranks(plan))) {
+  if (scope.nodes > 1 &&
+      (!member_equals(manifest, "node", scope.node) || !member_equals(manifest, "nodes", scope.nodes))) {
+    return fmt::format("manifest is not that of node {} of {}", scope.node, scope.nodes);
+  }
+  if (!member_equals(manifest, "ranks", manifest_ranks(plan, scope.held))) {
     return "manifest tensor table differs from this model's layout";
   }
   return {};

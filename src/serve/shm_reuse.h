@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/manifest.h"
 #include "serve/shm_rank_file.h"
 #include "shardload/plan.h"
 
@@ -15,8 +16,9 @@ namespace shardload::serve {
 // a torn commit first (its bytes are garbage whatever the manifest says), then an update the
 // manifest never saw finish, then the model and the layout (paths, sizes, map, every tensor's
 // dtype, shape and offset).
+// `files[i]` is the file of rank scope.held.first + i.
 std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<ShmRankFile>& files,
-                           const Plan& plan, const std::string& model_path);
+                           const Plan& plan, const std::string& model_path, const NodeScope& scope);
 
 // The manifest's physical_to_logical_map when it is a list of integer lists, else nullopt.
 std::optional<std::vector<std::vector<int>>> manifest_expert_map(const nlohmann::json& manifest);

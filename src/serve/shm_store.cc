@@ -49,19 +49,41 @@ std::optional<uint64_t> highest_version(const std::optional<nlohmann::json>& man
   return highest;
 }
 
+NodeScope node_scope(const ServeOptions& options) {
+  NodeScope scope;
+  if (options.transport != nullptr) {
+    scope.node = options.transport->node();
+    scope.nodes = options.transport->nodes();
+  }
+  return scope;
+}
+
 }  // namespace
 
 ShmStore::ShmStore(const ServeOptions& options)
     : name_(options.name),
-      dir_(ShmDir::open(shm_dir(options.name), options.shm_group)),
+      transport_(options.transport != nullptr && options.transport->nodes() > 1 ? options.transport
+                                                                                : nullptr),
+      scope_(node_scope(options)),
+      read_(options.read),
+      dir_(ShmDir::open(node_shm_dir(options.name, scope_.node, scope_.nodes), options.shm_group)),
       threads_(options.threads),
       staging_bytes_(options.staging_bytes) {
   // The kernel drops the lock when its holder dies, even by SIGKILL, so a crash never blocks a
   // restart.
-  if (::flock(dir_.fd(), LOCK_EX | LOCK_NB) != 0) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("another shardload serve is using {} (pick another --name)", dir()),
-                {.field = "--name"});
+  bool locked = ::flock(dir_.fd(), LOCK_EX | LOCK_NB) == 0;
+  try {
+    // Every node learns that one was refused, so that none loads alone.
+    on_every_node([&] {
+      if (!locked) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("another shardload serve is using {} (pick another --name)", dir()),
+                    {.field = "--name"});
+      }
+    });
+  } catch (const Error&) {
+    if (locked) ::flock(dir_.fd(), LOCK_UN);
+    throw;
   }
   try {
     dir_.apply_access();
@@ -79,93 +101,175 @@ ShmStore::~ShmStore() {
   files_.clear();
 }
 
+void ShmStore::on_every_node(const std::function<void()>& step) {
+  if (transport_ == nullptr) return step();
+  run_on_every_node(*transport_, step);
+}
+
+ShmStore::Found ShmStore::examine(const Checkpoint& checkpoint, Plan plan,
+                                  const ServeOptions& options, const std::string& model_path) {
+  Found found;
+  if (dir_.names().empty()) {
+    found.empty = true;
+    found.why = "nothing to reuse";
+    found.plan = std::move(plan);
+    return found;
+  }
+  files_.resize(static_cast<size_t>(scope_.held.last - scope_.held.first));
+  for (size_t i = 0; i < files_.size(); ++i) {
+    std::string file_why;
+    const int rank = scope_.held.first + static_cast<int>(i);
+    files_[i] = ShmRankFile::open_existing(dir_, rank_file_name(rank), &file_why);
+    if (!files_[i].valid() && found.why.empty()) found.why = file_why;
+  }
+  const std::optional<nlohmann::json> manifest = read_manifest(dir_, &found.why);
+  found.seen = highest_version(manifest, files_);
+  if (!manifest || !found.why.empty()) {
+    found.plan = std::move(plan);
+    return found;
+  }
+  Plan candidate;
+  // A server that rebalanced left its own map; without an explicit --expert-map, that map is the
+  // layout to reuse (the bytes are placed by it).
+  const auto found_map = manifest_expert_map(*manifest);
+  if (options.parallel.expert_map.empty() && plan.model.is_moe() && found_map &&
+      *found_map != plan.physical_to_logical) {
+    ParallelConfig parallel = options.parallel;
+    parallel.expert_map = *found_map;
+    try {
+      candidate = make_plan(checkpoint, parallel);
+    } catch (const Error&) {
+      // Not a map this model can take: the plain comparison below reports the difference.
+    }
+  }
+  found.plan = candidate.ranks.empty() ? std::move(plan) : std::move(candidate);
+  found.why = reuse_obstacle(*manifest, files_, found.plan, model_path, scope_);
+  return found;
+}
+
+bool ShmStore::agree_on_reuse(Found& found) {
+  if (transport_ == nullptr) return found.why.empty();
+  // Each node's verdict, version and map: a node reuses only when all of them can, at one version
+  // and one placement, so that no node serves bytes another node replaced.
+  const nlohmann::json mine = {{"why", found.why},
+                               {"seen", found.seen ? nlohmann::json(*found.seen) : nlohmann::json()},
+                               {"map", found.plan.physical_to_logical}};
+  const std::vector<std::string> all = transport_->all_gather(mine.dump());
+  bool reuse = true;
+  std::string why;
+  std::optional<uint64_t> highest;
+  std::optional<nlohmann::json> first_state;
+  for (size_t n = 0; n < all.size(); ++n) {
+    nlohmann::json node;
+    try {
+      node = nlohmann::json::parse(all[n]);
+      const nlohmann::json state = {node.at("seen"), node.at("map")};
+      if (!first_state) first_state = state;
+      if (!node.at("why").get<std::string>().empty()) {
+        reuse = false;
+        if (why.empty()) why = fmt::format("node {}: {}", n, node.at("why").get<std::string>());
+      } else if (state != *first_state) {
+        reuse = false;
+        if (why.empty()) why = fmt::format("node {} holds another version or map than node 0", n);
+      }
+      if (node.at("seen").is_number_unsigned()) {
+        highest = std::max(highest.value_or(0), node.at("seen").get<uint64_t>());
+      }
+    } catch (const std::exception&) {
+      throw Error(ErrorKind::kNode,
+                  fmt::format("node {} sent a start-up state that is not one", n),
+                  {.expected = "a JSON object", .found = fmt::format("{} bytes", all[n].size())});
+    }
+  }
+  found.seen = highest;
+  if (!reuse) found.why = why;
+  return reuse;
+}
+
+void ShmStore::adopt(Found found, const std::string& model_path) {
+  live_.model_path = model_path;
+  live_.version = found.seen.value_or(0);
+  live_.plan = std::move(found.plan);
+  for (size_t i = 0; i < files_.size(); ++i) {
+    // The bytes were post-processed by the server that wrote them.
+    live_.ranks.push_back({scope_.held.first + static_cast<int>(i), files_[i].map_data(),
+                           std::vector<uint8_t>(live_.plan.modules.size(), 1)});
+  }
+  // Written again so that it gets this directory's file mode, and the headers the version
+  // (files of a server that predates the header's version word have none).
+  write_manifest(false);
+  reused_ = true;
+  note_ = fmt::format("reusing {} (version {})", dir(), live_.version);
+}
+
 void ShmStore::open_or_load(const ServeOptions& options) {
   const std::string model_path = absolute_model_path(options.model_path);
-  const Checkpoint checkpoint = Checkpoint::open(model_path);
-  Plan plan = make_plan(checkpoint, options.parallel);
-  if (dir_.names().empty()) return load(checkpoint, std::move(plan), model_path, 0);
-
-  std::string why;
-  files_.resize(plan.ranks.size());
-  for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    std::string file_why;
-    files_[r] = ShmRankFile::open_existing(dir_, rank_file_name(static_cast<int>(r)), &file_why);
-    if (!files_[r].valid() && why.empty()) why = file_why;
+  std::optional<Checkpoint> checkpoint;
+  Found found;
+  on_every_node([&] {
+    checkpoint.emplace(Checkpoint::open(model_path));
+    Plan plan = make_plan(*checkpoint, options.parallel);
+    scope_.held = node_ranks(static_cast<int>(plan.ranks.size()), scope_.nodes, scope_.node);
+    found = examine(*checkpoint, std::move(plan), options, model_path);
+  });
+  if (transport_ != nullptr) check_same_plan(*transport_, found.plan);
+  if (agree_on_reuse(found)) {
+    on_every_node([&] { adopt(std::move(found), model_path); });
+    return;
   }
-  const std::optional<nlohmann::json> manifest = read_manifest(dir_, &why);
-  const std::optional<uint64_t> seen = highest_version(manifest, files_);
-  if (manifest && why.empty()) {
-    Plan candidate;
-    // A server that rebalanced left its own map; without an explicit --expert-map, that map is the
-    // layout to reuse (the bytes are placed by it).
-    const auto found_map = manifest_expert_map(*manifest);
-    if (options.parallel.expert_map.empty() && plan.model.is_moe() && found_map &&
-        *found_map != plan.physical_to_logical) {
-      ParallelConfig parallel = options.parallel;
-      parallel.expert_map = *found_map;
-      try {
-        candidate = make_plan(checkpoint, parallel);
-      } catch (const Error&) {
-        // Not a map this model can take: the plain comparison below reports the difference.
-      }
-    }
-    const Plan& reuse_plan = candidate.ranks.empty() ? plan : candidate;
-    why = reuse_obstacle(*manifest, files_, reuse_plan, model_path);
-    if (why.empty()) {
-      live_.model_path = model_path;
-      live_.version = seen.value_or(0);
-      live_.plan = candidate.ranks.empty() ? std::move(plan) : std::move(candidate);
-      for (size_t r = 0; r < files_.size(); ++r) {
-        // The bytes were post-processed by the server that wrote them.
-        live_.ranks.push_back({static_cast<int>(r), files_[r].map_data(),
-                               std::vector<uint8_t>(live_.plan.modules.size(), 1)});
-      }
-      // Written again so that it gets this directory's file mode, and the headers the version
-      // (files of a server that predates the header's version word have none).
-      write_manifest(false);
-      reused_ = true;
-      note_ = fmt::format("reusing {} (version {})", dir(), live_.version);
-      return;
-    }
-  }
-  note_ = "reloading: " + why;
-  load(checkpoint, std::move(plan), model_path, seen ? *seen + 1 : 0);
+  // Reloaded under the checkpoint's own placement (or --expert-map), as a new server would: a map
+  // left in a manifest that cannot be reused is not trusted.
+  if (!found.empty || found.seen) note_ = "reloading: " + found.why;
+  Plan plan = make_plan(*checkpoint, options.parallel);
+  load(*checkpoint, std::move(plan), model_path, found.seen ? *found.seen + 1 : 0);
 }
 
 // Readers must not follow an old manifest into files that are about to change shape; temporary
 // manifests of a killed server and rank-N.bin files with N outside the layout (an earlier server
 // with more ranks) go too.
-void ShmStore::remove_leftovers(size_t ranks) const {
+void ShmStore::remove_leftovers() const {
   dir_.unlink("manifest.json");
   for (const std::string& name : dir_.names()) {
     const std::optional<size_t> rank = rank_of_file(name);
-    if (name.starts_with(kManifestTempPrefix) || (rank && *rank >= ranks)) dir_.unlink(name);
+    const bool held = rank && *rank >= static_cast<size_t>(scope_.held.first) &&
+                      *rank < static_cast<size_t>(scope_.held.last);
+    if (name.starts_with(kManifestTempPrefix) || (rank && !held)) dir_.unlink(name);
   }
 }
 
 void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
                     uint64_t version) {
-  remove_leftovers(plan.ranks.size());
-  files_.resize(plan.ranks.size());
-
   std::vector<RankWeights> ranks;
-  for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    const uint64_t bytes = plan.ranks[r].bytes;
-    ShmRankFile& file = files_[r];
-    // A file of the right size is loaded in place, so that a process which mapped it sees the
-    // reload through its header; any other is replaced by a new file.
-    const bool in_place =
-        file.valid() && file.file_bytes() == kShmHeaderBytes + bytes && has_magic(file.header());
-    if (!in_place) file = ShmRankFile::create(dir_, rank_file_name(static_cast<int>(r)), bytes);
-    set_update_in_progress(file.header());
-    begin_sequence(file.header());
-    ranks.push_back({static_cast<int>(r), file.map_data(), {}});
-    // The loader writes every tensor byte but leaves padding as it finds it: zero in a new buffer.
-    if (in_place) std::memset(ranks.back().buffer.data(), 0, ranks.back().buffer.size());
-  }
+  // Files are made on every node before any reads: a node that cannot make them (a full /dev/shm)
+  // stops every node before the striped reads wait on it.
+  on_every_node([&] {
+    remove_leftovers();
+    files_.resize(static_cast<size_t>(scope_.held.last - scope_.held.first));
+    for (size_t i = 0; i < files_.size(); ++i) {
+      const int rank = scope_.held.first + static_cast<int>(i);
+      const uint64_t bytes = plan.ranks[static_cast<size_t>(rank)].bytes;
+      ShmRankFile& file = files_[i];
+      // A file of the right size is loaded in place, so that a process which mapped it sees the
+      // reload through its header; any other is replaced by a new file.
+      const bool in_place =
+          file.valid() && file.file_bytes() == kShmHeaderBytes + bytes && has_magic(file.header());
+      if (!in_place) file = ShmRankFile::create(dir_, rank_file_name(rank), bytes);
+      set_update_in_progress(file.header());
+      begin_sequence(file.header());
+      ranks.push_back({rank, file.map_data(), {}});
+      // The loader writes every tensor byte but leaves padding as it finds it: zero in a new
+      // buffer.
+      if (in_place) std::memset(ranks.back().buffer.data(), 0, ranks.back().buffer.size());
+    }
+  });
   LoadOptions load_options;
   load_options.threads = threads_;
-  load_into(checkpoint, plan, ranks, {}, load_options);
+  if (transport_ != nullptr) {
+    load_node_into(checkpoint, plan, assign_reads(plan, scope_.nodes, read_), *transport_, ranks,
+                   load_options);
+  } else {
+    load_into(checkpoint, plan, ranks, {}, load_options);
+  }
 
   live_.model_path = model_path;
   live_.plan = std::move(plan);
@@ -173,9 +277,11 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   live_.version = version;
   // Manifest first, headers last: a server killed in between leaves odd words and set flags, and a
   // restart reloads.
-  serve::write_manifest(dir_, make_manifest(name_, live_, false));
-  for (ShmRankFile& file : files_) end_sequence(file.header());
-  for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
+  on_every_node([&] {
+    serve::write_manifest(dir_, make_manifest(name_, live_, false, scope_));
+    for (ShmRankFile& file : files_) end_sequence(file.header());
+    for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
+  });
   if (note_.empty()) {
     uint64_t total = 0;
     for (const RankWeights& rank : live_.ranks) total += rank.buffer.size();
@@ -202,7 +308,7 @@ UpdateOptions ShmStore::update_options() {
 }
 
 void ShmStore::write_manifest(bool update_in_progress) {
-  serve::write_manifest(dir_, make_manifest(name_, live_, update_in_progress));
+  serve::write_manifest(dir_, make_manifest(name_, live_, update_in_progress, scope_));
   for (ShmRankFile& file : files_) {
     if (update_in_progress) {
       set_update_in_progress(file.header());

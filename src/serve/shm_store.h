@@ -1,8 +1,11 @@
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "serve/manifest.h"
 #include "serve/shm_dir.h"
 #include "serve/shm_rank_file.h"
 #include "shardload/checkpoint.h"
@@ -19,7 +22,11 @@ namespace shardload::serve {
 std::string absolute_model_path(const std::string& path);
 
 // The served model in shared memory: the locked directory shm_dir(NAME), one mapped file per rank
-// whose tensor area is the live rank buffer, and the manifest kept in step with the live model.
+// whose tensor area is the live rank buffer, and the manifest kept in step with the live model. On
+// several nodes (ServeOptions::transport), each node's store holds its block of ranks in
+// node_shm_dir, and starting is collective: the nodes reuse what they hold only when every node
+// can, at one version, else every node loads again (striped reads) above the highest version any
+// node shows.
 class ShmStore {
  public:
   // Opens the directory safely (ShmDir: refused when it is a link, another user's or writable by
@@ -34,6 +41,10 @@ class ShmStore {
   ShmStore& operator=(const ShmStore&) = delete;
 
   LiveModel& live() { return live_; }
+  // The transport between the nodes; nullptr on one node.
+  Transport* transport() const { return transport_; }
+  const NodeScope& scope() const { return scope_; }
+  ReadPolicy read_policy() const { return read_; }
   const LiveModel& live() const { return live_; }
   const std::string& dir() const { return dir_.path(); }
   const std::string& note() const { return note_; }
@@ -51,12 +62,31 @@ class ShmStore {
   void remove() const;
 
  private:
+  // What an existing directory holds: why it cannot be reused as it is (empty: it can), the
+  // highest version it shows, and the plan to reuse it under (its own expert map).
+  struct Found {
+    bool empty = false;
+    std::string why;
+    std::optional<uint64_t> seen;
+    Plan plan;
+  };
+  Found examine(const Checkpoint& checkpoint, Plan plan, const ServeOptions& options,
+                const std::string& model_path);
+  // Whether every node can reuse what it holds at one version (one node: `found` alone); else
+  // `seen` becomes the highest version any node shows and `why` the first node's reason.
+  bool agree_on_reuse(Found& found);
+  void adopt(Found found, const std::string& model_path);
   void open_or_load(const ServeOptions& options);
   void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
             uint64_t version);
-  void remove_leftovers(size_t ranks) const;
+  void remove_leftovers() const;
+  // Runs `step` on this node and, on several, agrees on it (an error anywhere throws everywhere).
+  void on_every_node(const std::function<void()>& step);
 
   std::string name_;
+  Transport* transport_ = nullptr;
+  NodeScope scope_;
+  ReadPolicy read_ = ReadPolicy::kStriped;
   ShmDir dir_;
   std::string note_;
   bool reused_ = false;

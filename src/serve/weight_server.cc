@@ -15,7 +15,9 @@
 #include "core/json_input.h"
 #include "serve/http_access.h"
 #include "serve/http_server.h"
+#include "serve/node_commands.h"
 #include "serve/shm_store.h"
+#include "shardload/distributed.h"
 #include "serve/weight_service.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
@@ -89,12 +91,29 @@ std::string status_reason(int status) {
 struct WeightServer::Impl {
   // The port is bound before the checkpoint is read: a port in use fails at once and leaves
   // /dev/shm alone.
+  // On several nodes, node 0 alone serves HTTP; every node learns whether it could bind before any
+  // loads, so that none waits on a node that gave up.
   explicit Impl(const ServeOptions& options) : host(options.host), api_key(options.api_key) {
-    route();
-    bind(options.port);
+    Transport* transport =
+        options.transport != nullptr && options.transport->nodes() > 1 ? options.transport : nullptr;
+    if (transport == nullptr) {
+      route();
+      bind(options.port);
+    } else {
+      run_on_every_node(*transport, [&] {
+        if (transport->node() != 0) return;
+        route();
+        bind(options.port);
+      });
+    }
     store.emplace(options);
-    service.emplace(*store, options.nodes);
+    if (transport != nullptr) commands.emplace(*store);
+    if (transport == nullptr || transport->node() == 0) {
+      service.emplace(*store, options.nodes, commands ? &*commands : nullptr);
+    }
   }
+
+  bool follower() const { return commands && store->scope().node != 0; }
 
   // Runs on the headers alone, before any body is read: a request without the key, to no
   // endpoint, or too large is answered without taking its body.
@@ -246,7 +265,8 @@ struct WeightServer::Impl {
   serve::HttpServer http{
       serve::HttpLimits{.max_connections = static_cast<size_t>(kServeMaxConnections)}};
   std::optional<serve::ShmStore> store;
-  std::optional<serve::WeightService> service;
+  std::optional<serve::NodeCommands> commands;  // on several nodes
+  std::optional<serve::WeightService> service;  // on one node, or node 0
   int port = -1;
   bool keep = false;
   std::atomic<bool> stop_requested{false};
@@ -283,14 +303,22 @@ const std::string& WeightServer::start_note() const { return impl_->store->note(
 bool WeightServer::reused() const { return impl_->store->reused(); }
 
 bool WeightServer::run() {
+  if (impl_->follower()) {
+    impl_->commands->follow();  // until node 0 stops
+    return true;
+  }
   impl_->in_run = true;
   bool ok = true;
   if (!impl_->stop_requested) ok = impl_->http.listen_after_bind();
   impl_->in_run = false;
+  // The other nodes stop with node 0, after the requests in flight finished.
+  if (impl_->commands) impl_->commands->run({{"op", "stop"}});
   return ok;
 }
 
 void WeightServer::stop() {
+  // A node other than 0 stops when node 0 tells it (a launcher's signal reaches node 0 too).
+  if (impl_->follower()) return;
   impl_->stop_requested = true;
   // httplib's stop() does nothing until listening has begun: a stop that lands between run()'s
   // check of the flag and that moment waits for it, or for run() to end.

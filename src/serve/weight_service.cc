@@ -42,12 +42,24 @@ nlohmann::json static_info(const ShmStore& store) {
 
 }  // namespace
 
-WeightService::WeightService(ShmStore& store, int nodes)
+WeightService::WeightService(ShmStore& store, int nodes, NodeCommands* commands)
     : store_(store),
       nodes_(nodes),
+      commands_(commands),
       static_info_(static_info(store)),
       model_path_(store.live().model_path),
-      version_(store.live().version) {}
+      version_(store.live().version) {
+  if (commands_ != nullptr) refresh_nodes();
+}
+
+void WeightService::refresh_nodes() {
+  nlohmann::json states = nlohmann::json::array();
+  for (nlohmann::json& state : commands_->run({{"op", "state"}})) states.push_back(std::move(state));
+  std::lock_guard lock(info_mutex_);
+  node_states_ = std::move(states);
+  model_path_ = store_.live().model_path;
+  version_ = store_.live().version;
+}
 
 Reply WeightService::health() const { return {200, {{"status", "ok"}}}; }
 
@@ -61,6 +73,7 @@ Reply WeightService::model_info() const {
   std::lock_guard lock(info_mutex_);
   body["model_path"] = model_path_;
   body["version"] = version_;
+  if (commands_ != nullptr) body["nodes"] = node_states_;
   return {200, std::move(body)};
 }
 
@@ -81,6 +94,7 @@ Reply WeightService::update_weights_from_disk(std::string_view body) {
     return failure(e.what(), published_version());
   }
   std::lock_guard change(change_mutex_);
+  if (commands_ != nullptr) return update_everywhere(std::string(body), request.model_path);
   LiveModel& live = store_.live();
   store_.write_manifest(true);
   try {
@@ -123,6 +137,7 @@ Reply WeightService::rebalance(std::string_view body) {
   } catch (const Error& e) {
     return failure(e.what(), live.version);
   }
+  if (commands_ != nullptr) return rebalance_everywhere(map);
   store_.write_manifest(true);
   try {
     const UpdateResult result = shardload::rebalance_experts(live, map, store_.update_options());
@@ -143,6 +158,7 @@ Reply WeightService::rebalance(std::string_view body) {
 
 Reply WeightService::weights_checksum() {
   std::lock_guard change(change_mutex_);
+  if (commands_ != nullptr) return checksums_everywhere();
   const LiveModel& live = store_.live();
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankWeights& weights : live.ranks) {
@@ -153,6 +169,87 @@ Reply WeightService::weights_checksum() {
     ranks.push_back({{"rank", weights.rank}, {"tensors", std::move(tensors)}});
   }
   return {200, {{"version", live.version}, {"ranks", std::move(ranks)}}};
+}
+
+namespace {
+
+uint64_t sum_of(const std::vector<nlohmann::json>& nodes, const char* key) {
+  uint64_t total = 0;
+  for (const nlohmann::json& node : nodes) total += node.value(key, uint64_t{0});
+  return total;
+}
+
+// Every node must show the version node 0 shows: a node that did not is named.
+void check_versions(const std::vector<nlohmann::json>& nodes, uint64_t version) {
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (nodes[n].value("version", uint64_t{0}) != version) {
+      throw Error(ErrorKind::kNode, fmt::format("node {} reports another version than node 0", n),
+                  {.expected = std::to_string(version),
+                   .found = nodes[n].value("version", nlohmann::json()).dump()});
+    }
+  }
+}
+
+}  // namespace
+
+Reply WeightService::update_everywhere(const std::string& body, const std::string& model_path) {
+  try {
+    const std::vector<nlohmann::json> nodes =
+        commands_->run({{"op", "update"}, {"body", body}, {"model_path", model_path}});
+    const uint64_t version = store_.live().version;
+    check_versions(nodes, version);
+    refresh_nodes();
+    return {200,
+            {{"success", true},
+             {"message",
+              fmt::format("updated from {} on {} nodes: {} tensors ({} bytes) rewritten; {} bytes "
+                          "read from storage, {} sent between nodes",
+                          model_path, nodes.size(), sum_of(nodes, "updated_tensors"),
+                          sum_of(nodes, "changed_bytes"), sum_of(nodes, "bytes_read"),
+                          sum_of(nodes, "bytes_sent"))},
+             {"version", version},
+             {"num_updated_tensors", sum_of(nodes, "updated_tensors")},
+             {"nodes", nodes}}};
+  } catch (const std::exception& e) {
+    refresh_nodes();
+    return failure(e.what(), published_version());
+  }
+}
+
+Reply WeightService::rebalance_everywhere(const std::vector<std::vector<int>>& map) {
+  try {
+    const std::vector<nlohmann::json> nodes = commands_->run({{"op", "rebalance"}, {"map", map}});
+    const uint64_t version = store_.live().version;
+    check_versions(nodes, version);
+    refresh_nodes();
+    return {200,
+            {{"success", true},
+             {"message", fmt::format("rebalanced on {} nodes: {} tensors ({} bytes) rewritten; {} "
+                                     "bytes copied within nodes, {} sent between nodes, nothing "
+                                     "read from storage",
+                                     nodes.size(), sum_of(nodes, "updated_tensors"),
+                                     sum_of(nodes, "changed_bytes"),
+                                     sum_of(nodes, "bytes_copied_locally"),
+                                     sum_of(nodes, "bytes_sent"))},
+             {"version", version},
+             {"num_updated_tensors", sum_of(nodes, "updated_tensors")},
+             {"physical_to_logical_map", store_.live().plan.physical_to_logical},
+             {"nodes", nodes}}};
+  } catch (const std::exception& e) {
+    refresh_nodes();
+    return failure(e.what(), published_version());
+  }
+}
+
+Reply WeightService::checksums_everywhere() {
+  std::vector<nlohmann::json> nodes = commands_->run({{"op", "checksum"}});
+  nlohmann::json ranks = nlohmann::json::array();
+  nlohmann::json versions = nlohmann::json::array();
+  for (nlohmann::json& node : nodes) {
+    versions.push_back({{"node", node.value("node", -1)}, {"version", node.value("version", 0)}});
+    for (nlohmann::json& rank : node.at("ranks")) ranks.push_back(std::move(rank));
+  }
+  return {200, {{"version", store_.live().version}, {"ranks", std::move(ranks)}, {"nodes", versions}}};
 }
 
 }  // namespace shardload::serve

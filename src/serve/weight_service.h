@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "serve/node_commands.h"
 #include "serve/shm_store.h"
 
 namespace shardload::serve {
@@ -18,10 +19,11 @@ struct Reply {
 
 // The endpoints of the weight server, apart from HTTP so that each is a plain call. Updates,
 // rebalances and checksum passes run one at a time (a checksum must not read a commit half done);
-// health and model info never wait for them.
+// health and model info never wait for them. On several nodes (`commands` not null, on node 0)
+// every change and checksum pass runs on every node, and answers say what each node did.
 class WeightService {
  public:
-  WeightService(ShmStore& store, int nodes);
+  WeightService(ShmStore& store, int nodes, NodeCommands* commands = nullptr);
 
   Reply health() const;
   Reply model_info() const;
@@ -34,14 +36,22 @@ class WeightService {
   // changed bytes and the version, and the manifest must say so.
   void finish_change();
   uint64_t published_version() const;
+  Reply update_everywhere(const std::string& body, const std::string& model_path);
+  Reply rebalance_everywhere(const std::vector<std::vector<int>>& map);
+  Reply checksums_everywhere();
+  // After a change on several nodes: the version and model path node 0 publishes, and each
+  // node's state for /get_model_info.
+  void refresh_nodes();
 
   ShmStore& store_;
   const int nodes_;
+  NodeCommands* const commands_;
   const nlohmann::json static_info_;  // what never changes while serving, copied once
   std::mutex change_mutex_;
   mutable std::mutex info_mutex_;  // guards the two copies below, read by model_info
   std::string model_path_;
   uint64_t version_ = 0;
+  nlohmann::json node_states_;  // every node's node_state, on several nodes
 };
 
 }  // namespace shardload::serve

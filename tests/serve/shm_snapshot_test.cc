@@ -14,73 +14,6 @@
 namespace shardload::testing {
 namespace {
 
-struct Stamp {
-  uint64_t sequence = 0;
-  uint64_t version = 0;
-  uint64_t in_progress = 0;
-  bool operator==(const Stamp&) const = default;
-};
-
-std::vector<Stamp> stamps(const std::vector<std::unique_ptr<MappedRankFile>>& files) {
-  std::vector<Stamp> out;
-  for (const auto& file : files) {
-    out.push_back({file->sequence(), file->version(), file->update_in_progress()});
-  }
-  return out;
-}
-
-bool settled(const std::vector<Stamp>& all) {
-  for (const Stamp& stamp : all) {
-    if (stamp.sequence % 2 != 0 || stamp.in_progress != 0) return false;
-  }
-  return true;
-}
-
-// The reader process: the README's whole-update recipe over every rank file, repeated until
-// `stop_path` exists and one more snapshot was accepted. Each accepted snapshot must be all of
-// `old_sums` or all of `new_sums`. Writes "ACCEPTED MIXED" to `result_path`; exits 0 when no
-// snapshot was mixed. Runs in a forked child: no gtest macros, _exit only.
-[[noreturn]] void run_reader(const std::string& dir, const std::string& stop_path,
-                             const std::string& result_path, const Checksums& old_sums,
-                             const Checksums& new_sums) {
-  int accepted = 0;
-  int mixed = 0;
-  try {
-    const nlohmann::json manifest = read_manifest(dir);
-    std::vector<std::unique_ptr<MappedRankFile>> files;
-    for (const nlohmann::json& rank : manifest["ranks"]) {
-      files.push_back(
-          std::make_unique<MappedRankFile>(dir + "/" + rank["file"].get<std::string>()));
-    }
-    int accepted_after_stop = 0;
-    while (accepted_after_stop == 0) {
-      const bool stopping = ::access(stop_path.c_str(), F_OK) == 0;
-      const std::vector<Stamp> before = stamps(files);
-      if (!settled(before)) {
-        std::this_thread::yield();
-        continue;
-      }
-      Checksums snapshot;
-      for (size_t r = 0; r < files.size(); ++r) {
-        const nlohmann::json& rank = manifest["ranks"][r];
-        for (const auto& [name, tensor] : rank["tensors"].items()) {
-          snapshot[checksum_key(rank["rank"].get<int>(), name)] = xxh3_hex(
-              files[r]->bytes(tensor["offset"].get<uint64_t>(), tensor["nbytes"].get<uint64_t>()));
-        }
-      }
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (stamps(files) != before) continue;
-      ++accepted;
-      if (stopping) ++accepted_after_stop;
-      if (snapshot != old_sums && snapshot != new_sums) ++mixed;
-    }
-  } catch (...) {
-    _exit(3);
-  }
-  write_file(result_path, fmt::format("{} {}", accepted, mixed));
-  _exit(mixed == 0 ? 0 : 1);
-}
-
 class ShmSnapshotTest : public TwoModelsTest<21, 22> {};
 
 TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
@@ -95,7 +28,7 @@ TEST_F(ShmSnapshotTest, AWholeUpdateReaderNeverAcceptsAMixAcrossCommitGroups) {
   const std::string result_path = work.file("result");
   const pid_t reader = fork();
   ASSERT_GE(reader, 0);
-  if (reader == 0) run_reader(server.dir(), stop_path, result_path, first_sums, second_sums);
+  if (reader == 0) run_snapshot_reader(server.dir(), stop_path, result_path, first_sums, second_sums);
 
   // Many groups per update, many updates: a reader trusting the sequence words alone copies
   // between two groups again and again.

@@ -4,11 +4,14 @@
 // runs `shardload-serve ARGS` from the same directory.
 #include <CLI/CLI.hpp>
 
+#include "cli/process_transport.h"
 #include "cli/run_app.h"
 #include "cli/serve/serve_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{shardload::cli::kServeDescription, "shardload serve"};
   shardload::cli::add_serve_options(app);
-  return shardload::cli::run_app(app, argc, argv);
+  const int status = shardload::cli::run_app(app, argc, argv);
+  shardload::cli::end_process_transport();  // under mpirun: every node printed its outcome
+  return status;
 }

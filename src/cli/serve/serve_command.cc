@@ -12,9 +12,12 @@
 #include <thread>
 
 #include "cli/parallel_options.h"
+#include "cli/process_transport.h"
+#include "cli/read_options.h"
 #include "core/byte_size.h"
 #include "shardload/checkpoint.h"
 #include "shardload/error.h"
+#include "shardload/mpi_transport.h"
 #include "shardload/serve.h"
 
 namespace shardload::cli {
@@ -25,7 +28,8 @@ struct ServeCommandOptions {
   ParallelOptions parallel;
   std::string name;
   int port = 30000;
-  int nodes = 1;
+  int nodes = 0;  // 0: the MPI node count under a launcher, else 1
+  ReadOptions read;
   bool keep = false;
   int threads = 0;
   std::string staging_bytes = "0";
@@ -133,18 +137,23 @@ void run_serve(const ServeCommandOptions& options) {
   serve.parallel = options.parallel.to_config();
   serve.name = options.name;
   serve.port = options.port;
-  serve.nodes = options.nodes;
+  Transport* transport = launched_by_mpi() ? &process_transport() : nullptr;
+  const int node = transport != nullptr ? transport->node() : 0;
+  serve.transport = transport;
+  serve.read = options.read.policy();
+  serve.nodes = options.nodes > 0 ? options.nodes : transport != nullptr ? transport->nodes() : 1;
   serve.keep = options.keep;
   serve.threads = options.threads;
   serve.staging_bytes = staging_bytes(options.staging_bytes);
   serve.shm_group = options.shm_group;
   serve.host = options.host;
   serve.api_key = options.api_key;
-  const std::string dir = shm_dir(serve.name);
+  const std::string dir =
+      node_shm_dir(serve.name, node, transport != nullptr ? transport->nodes() : 1);
   // A layout the model cannot take is a usage error (exit 2) before anything starts, as in the
   // other commands; the server plans again from the same checkpoint.
   plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
-  if (serve.api_key.empty() && !is_loopback_host(serve.host)) {
+  if (node == 0 && serve.api_key.empty() && !is_loopback_host(serve.host)) {
     std::cerr << fmt::format(
         "warning: listening on {} without --api-key: anyone who can reach this address can "
         "rewrite the served weights\n",
@@ -153,9 +162,16 @@ void run_serve(const ServeCommandOptions& options) {
   {
     WeightServer server(serve);
     watcher.start([&server] { server.stop(); });
-    std::cout << server.start_note() << "\n";
-    // Tests and scripts read the port from this line (--port 0 picks a free one).
-    std::cout << "listening on " << listen_address(serve.host, server.port()) << std::endl;
+    if (node != 0) {
+      // One write per line: under mpirun every node's output shares one stream.
+      std::cout << fmt::format("node {} of {}: {}; following node 0\n", node, transport->nodes(),
+                               server.start_note())
+                << std::flush;
+    } else {
+      std::cout << server.start_note() + "\n";
+      // Tests and scripts read the port from this line (--port 0 picks a free one).
+      std::cout << "listening on " + listen_address(serve.host, server.port()) + "\n" << std::flush;
+    }
     bool listened = false;
     try {
       listened = server.run();
@@ -170,7 +186,7 @@ void run_serve(const ServeCommandOptions& options) {
                   fmt::format("the server on port {} stopped listening", server.port()));
     }
   }  // the server's destructor removes the shared memory unless --keep
-  std::cout << fmt::format("stopped; {} {}", serve.keep ? "kept" : "removed", dir) << std::endl;
+  std::cout << fmt::format("stopped; {} {}\n", serve.keep ? "kept" : "removed", dir) << std::flush;
 }
 
 }  // namespace
@@ -196,9 +212,10 @@ void add_serve_options(CLI::App& cmd) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd.add_option("--nodes", options->nodes,
-                 "Server nodes N for EPLB (POST /rebalance with expert_load)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+                 "Server nodes N for EPLB (POST /rebalance with expert_load); default: the node "
+                 "count under mpirun, else 1")
+      ->check(CLI::PositiveNumber);
+  add_read_option(cmd, options->read);
   cmd.add_flag(
       "--keep", options->keep,
       "Keep the shared memory at exit; a later start with the same model and layout reuses it");

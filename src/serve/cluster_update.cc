@@ -1,0 +1,121 @@
+// Updates on a server of several nodes: stage everywhere, agree, then commit everywhere.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <numeric>
+#include <optional>
+
+#include "core/fault_injection.h"
+#include "core/parallel_for.h"
+#include "core/seconds_since.h"
+#include "distributed/striped_load.h"
+#include "reload/filter.h"
+#include "reload/update_steps.h"
+#include "serve/cluster_ops.h"
+#include "serve/cluster_steps.h"
+#include "shardload/distributed.h"
+#include "shardload/error.h"
+
+namespace shardload::serve {
+namespace {
+
+// The plan with only the pieces of the (rank, module)s that a selected tensor feeds, on every rank
+// of the layout: what the striped reads of an update assign (the same on every node).
+Plan keep_selected_modules(const Plan& plan, const std::vector<bool>& selected) {
+  Plan out = plan;
+  for (RankPlan& rank : out.ranks) {
+    std::vector<bool> touched(out.modules.size(), false);
+    for (const PlanParam& param : rank.params) {
+      for (const PlanPiece& piece : param.pieces) {
+        if (selected[piece.source]) touched[param.module] = true;
+      }
+    }
+    for (PlanParam& param : rank.params) {
+      if (!touched[param.module]) param.pieces.clear();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
+                              const WeightFilter& filter) {
+  const auto start = std::chrono::steady_clock::now();
+  Transport& transport = *store.transport();
+  LiveModel& live = store.live();
+  const int threads = store.update_options().threads;
+  std::optional<Checkpoint> checkpoint;
+  Plan plan;
+  Plan wanted;
+  std::vector<reload::Unit> units;
+  std::optional<ReadAssignment> reads;
+  run_on_every_node(transport, [&] {
+    fault::at("update_open");  // a node that cannot reach the checkpoint
+    const reload::CompiledFilter compiled(filter);
+    checkpoint.emplace(Checkpoint::open(model_path));
+    plan = reload::plan_update(*checkpoint, live, live.plan.parallel);
+    std::vector<bool> selected(plan.sources.size(), false);
+    bool any = false;
+    for (size_t s = 0; s < plan.sources.size(); ++s) {
+      selected[s] = compiled.selects(plan.sources[s].name);
+      any = any || selected[s];
+    }
+    if (!any) {
+      throw Error(ErrorKind::kTensorNotFound,
+                  "the filter selects no tensor of the checkpoint; nothing was changed",
+                  {.file = model_path});
+    }
+    units = reload::units_for(live, plan, selected);
+    wanted = keep_selected_modules(plan, selected);
+    reads = assign_reads(wanted, transport.nodes(), store.read_policy());
+  });
+  check_same_plan(transport, plan);
+
+  std::optional<reload::Staging> staging;
+  NodeLoadStats stats;
+  try {
+    run_on_every_node(transport, [&] {
+      staging.emplace(live);
+      const reload::FileWatch watch(*checkpoint);
+      if (reads->policy == ReadPolicy::kLocal) {
+        stats.bytes_read = read_pieces(*checkpoint, wanted, staging->ranks(), {}, threads);
+      } else {
+        LoadOptions options;
+        options.threads = threads;
+        distributed::fill_striped(*checkpoint, wanted, *reads, transport, options,
+                                  staging->ranks(), stats);
+      }
+      fault::at("stage");
+      // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
+      parallel_for(units.size(), threads, [&](size_t u, int) {
+        RankWeights& weights = staging->ranks()[units[u].rank_index];
+        weights.processed[units[u].module] = 0;
+        postprocess_modules(plan, weights, {units[u].module}, PostprocessMode::kOnce,
+                            &*checkpoint);
+      });
+      watch.check();  // a file changed under the reader: its bytes may be a mix
+      fault::at("agree");
+    });
+  } catch (...) {
+    if (staging) staging->keep(live);
+    throw;
+  }
+  const double seconds_stage = seconds_since(start);
+  const CommitResult commit = commit_on_every_node(store, *staging, units);
+  if (staging) staging->keep(live);
+  live.model_path = model_path;
+  uint64_t tensors = 0;
+  for (const reload::Unit& unit : units) tensors += unit.tensors;
+  return {{"node", transport.node()},
+          {"version", live.version},
+          {"updated_tensors", tensors},
+          {"changed_bytes", commit.changed_bytes},
+          {"bytes_read", stats.bytes_read},
+          {"bytes_sent", stats.bytes_sent},
+          {"bytes_received", stats.bytes_received},
+          {"seconds_stage", seconds_stage},
+          {"seconds_commit", commit.seconds}};
+}
+
+}  // namespace shardload::serve
