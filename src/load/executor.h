@@ -159,6 +159,16 @@ class Executor {
     }
   }
 
+  // Every piece of params [first, last) of `rank`, each param at base + its offset: the device
+  // loader fills one window of a rank in a staging buffer whose byte 0 stands for rank byte `begin`
+  // (base = staging - begin; only the window's bytes are written).
+  void add_params(const RankPlan& rank, size_t first, size_t last, std::byte* base) {
+    for (size_t i = first; i < last; ++i) {
+      const PlanParam& param = rank.params[i];
+      for (const PlanPiece& piece : param.pieces) add_piece(param, piece, base + param.offset);
+    }
+  }
+
   // Splits the work into jobs in file order, so that reads stay sequential, and merges
   // neighbouring segment jobs into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
