@@ -9,11 +9,13 @@
 #include "shardload/error.h"
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
+#include "shardload_bin.h"
 #include "temp_dir.h"
 
 namespace shardload {
 namespace {
 
+using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 
 #define SKIP_WITHOUT_GPU()                                                         \
@@ -29,6 +31,10 @@ struct Case {
   int tp;
   int ep;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
+}
 
 std::string make_model(const TempDir& dir, const Case& c) {
   TinyOptions options;
@@ -83,6 +89,29 @@ INSTANTIATE_TEST_SUITE_P(
       return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) + c.scheme +
              "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
     });
+
+// The command line: --checksum of a GPU load hashes the bytes copied back from the GPUs; they match
+// the host load's, for a model and for its export.
+TEST(LoadCommand, DeviceChecksumsEqualTheHostLoad) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string model = make_model(dir, {"qwen3_moe", "fp8", "", 4, 2});
+  const auto checksums = [](std::vector<std::string> args) {
+    const auto r = run_shardload(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out.substr(0, r.out.rfind("loaded"));
+  };
+  const std::string host = checksums({"load", model, "--tp", "4", "--ep", "2", "--checksum"});
+  EXPECT_NE(host, "");
+  EXPECT_EQ(checksums({"load", model, "--tp", "4", "--ep", "2", "--checksum", "--device", "cuda",
+                       "--device-map", "0,0,0,0"}),
+            host);
+  const auto exported = run_shardload(
+      {"export", model, "--tp", "4", "--ep", "2", "--out", dir.file("export")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(checksums({"load", dir.file("export"), "--checksum", "--device", "cuda"}),
+            checksums({"load", dir.file("export"), "--checksum"}));
+}
 
 TEST(DeviceBuffer, CopiesAndIpcHandle) {
   SKIP_WITHOUT_GPU();

@@ -26,6 +26,10 @@ struct Case {
   int ep;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
+}
+
 std::string make_model(const TempDir& dir, const Case& c) {
   TinyOptions options;
   options.arch = c.arch;
