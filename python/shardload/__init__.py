@@ -3,7 +3,8 @@ updated in place, exports, the weight server's client, engine hooks and a numeri
 weights (python3 -m shardload.verify). docs/python.md shows each."""
 
 from . import errors
-from ._shardload import Checkpoint, LiveModel, LoadedModel, Tensor, export, load, load_export, plan
+from ._shardload import (Checkpoint, LiveModel, LoadedModel, Tensor, cuda_unavailable_reason, export, load,
+                         load_export, plan)
 from .client import Client, connect
 from .errors import (CancelledError, ConfigError, ConflictError, DeviceError, Error, FormatError,
                      InvalidArgumentError, IoError, StaleReadError)
