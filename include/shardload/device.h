@@ -95,5 +95,9 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& checkpoint
 // of staging buffers: an export's ranks, or a test's reference.
 std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::byte>>& buffers,
                                          const std::vector<int>& devices);
+// Copies from[i] to the start of to[i], in place (the allocations, and IPC handles to them, stay),
+// through pinned staging; returns when every copy is done. Error(kInvalidArgument) when one does
+// not fit.
+void copy_to_devices(const std::vector<std::span<const std::byte>>& from, std::vector<DeviceBuffer>& to);
 
 }  // namespace shardload

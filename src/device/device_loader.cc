@@ -250,21 +250,39 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
                 {.expected = fmt::format("{}", buffers.size()), .found = fmt::format("{}", devices.size())});
   }
   std::vector<DeviceBuffer> out;
-  std::vector<CudaUploader::Target> targets;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    out.emplace_back(devices[i], buffers[i].size());
-    targets.push_back({devices[i], out.back().address(), out.back().size()});
+  for (size_t i = 0; i < buffers.size(); ++i) out.emplace_back(devices[i], buffers[i].size());
+  copy_to_devices(buffers, out);
+  return out;
+}
+
+void copy_to_devices(const std::vector<std::span<const std::byte>>& from, std::vector<DeviceBuffer>& to) {
+  if (from.size() != to.size()) {
+    throw Error(ErrorKind::kInvalidArgument, "one device buffer per host buffer",
+                {.expected = fmt::format("{}", from.size()), .found = fmt::format("{}", to.size())});
   }
+  std::vector<CudaUploader::Target> targets;
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i].size() > to[i].size()) {
+      throw Error(ErrorKind::kInvalidArgument, "the bytes do not fit the device buffer",
+                  {.expected = fmt::format("at most {} bytes", to[i].size()),
+                   .found = fmt::format("{} bytes", from[i].size())});
+    }
+    targets.push_back({to[i].device(), to[i].address(), to[i].size()});
+  }
+  if (targets.empty()) return;
+  // Pageable host memory: each chunk is copied into a pinned buffer and uploaded from there while
+  // the next chunk is copied (a pageable cuMemcpy would stage through the driver's own small
+  // buffers, synchronously).
   constexpr uint64_t kChunk = uint64_t{64} << 20;
   constexpr size_t kDepth = 3;
   CudaUploader uploader(std::move(targets));
   std::vector<std::byte*> staging;
   std::vector<uint64_t> markers(kDepth, 0);
-  struct Free {
+  struct Release {
     CudaUploader& u;
     std::vector<std::byte*>& s;
     std::vector<uint64_t>& m;
-    ~Free() {
+    ~Release() {
       for (uint64_t marker : m) {
         try {
           if (marker != 0) u.wait(marker);
@@ -276,11 +294,11 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
   } release{uploader, staging, markers};
   for (size_t i = 0; i < kDepth; ++i) staging.push_back(uploader.allocate_staging(kChunk));
   size_t slot = 0;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    for (uint64_t at = 0; at < buffers[i].size(); at += kChunk) {
-      const uint64_t n = std::min<uint64_t>(kChunk, buffers[i].size() - at);
+  for (size_t i = 0; i < from.size(); ++i) {
+    for (uint64_t at = 0; at < from[i].size(); at += kChunk) {
+      const uint64_t n = std::min<uint64_t>(kChunk, from[i].size() - at);
       if (markers[slot] != 0) uploader.wait(std::exchange(markers[slot], 0));
-      std::memcpy(staging[slot], buffers[i].data() + at, n);
+      std::memcpy(staging[slot], from[i].data() + at, n);
       uploader.upload(i, at, staging[slot], n);
       markers[slot] = uploader.mark();
       slot = (slot + 1) % kDepth;
@@ -289,7 +307,6 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
   for (uint64_t& m : markers) {
     if (m != 0) uploader.wait(std::exchange(m, 0));
   }
-  return out;
 }
 
 }  // namespace shardload

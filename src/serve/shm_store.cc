@@ -196,13 +196,16 @@ UpdateOptions ShmStore::update_options() {
     for (ShmRankFile& file : files_) begin_sequence(file.header());
   };
   options.end_commit = [this] {
+    if (device_sync_) device_sync_();  // the GPUs' copies change inside the commit too
     for (ShmRankFile& file : files_) end_sequence(file.header());
   };
   return options;
 }
 
 void ShmStore::write_manifest(bool update_in_progress) {
-  serve::write_manifest(dir_, make_manifest(name_, live_, update_in_progress));
+  nlohmann::json manifest = make_manifest(name_, live_, update_in_progress);
+  if (!device_manifest_.is_null()) manifest["cuda"] = device_manifest_;
+  serve::write_manifest(dir_, manifest);
   for (ShmRankFile& file : files_) {
     if (update_in_progress) {
       set_update_in_progress(file.header());

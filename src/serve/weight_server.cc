@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/json_input.h"
+#include "serve/device_store.h"
 #include "serve/http_access.h"
 #include "serve/http_server.h"
 #include "serve/shm_store.h"
@@ -93,6 +94,7 @@ struct WeightServer::Impl {
     route();
     bind(options.port);
     store.emplace(options);
+    if (options.device == "cuda") device.emplace(*store, options.device_map);
     service.emplace(*store, options.nodes);
   }
 
@@ -246,6 +248,7 @@ struct WeightServer::Impl {
   serve::HttpServer http{
       serve::HttpLimits{.max_connections = static_cast<size_t>(kServeMaxConnections)}};
   std::optional<serve::ShmStore> store;
+  std::optional<serve::DeviceStore> device;  // after store: gone before it
   std::optional<serve::WeightService> service;
   int port = -1;
   bool keep = false;

@@ -13,7 +13,9 @@
 
 #include "cli/parallel_options.h"
 #include "core/byte_size.h"
+#include "cli/usage_error.h"
 #include "shardload/checkpoint.h"
+#include "shardload/device.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
 
@@ -32,6 +34,8 @@ struct ServeCommandOptions {
   std::string shm_group;
   std::string host = "127.0.0.1";
   std::string api_key;
+  std::string device = "cpu";
+  std::string device_map;
 };
 
 // Usage errors must be found while the command line is parsed: CLI11 then reports them as such
@@ -140,6 +144,13 @@ void run_serve(const ServeCommandOptions& options) {
   serve.shm_group = options.shm_group;
   serve.host = options.host;
   serve.api_key = options.api_key;
+  serve.device = options.device;
+  serve.device_map = parse_device_map(options.device_map);
+  if (serve.device == "cpu" && !serve.device_map.empty())
+    throw UsageError("--device-map needs --device cuda");
+  // No usable GPU: an error (exit 1) before anything is loaded or bound.
+  if (serve.device == "cuda" && !cuda_unavailable_reason().empty())
+    throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", cuda_unavailable_reason()));
   const std::string dir = shm_dir(serve.name);
   // A layout the model cannot take is a usage error (exit 2) before anything starts, as in the
   // other commands; the server plans again from the same checkpoint.
@@ -213,6 +224,20 @@ void add_serve_options(CLI::App& cmd) {
                  "Let this group read the shared memory (directory 0750, files 0640); default: "
                  "this user only (0700, 0600)")
       ->check(check_shm_group);
+  cmd.add_option("--device", options->device,
+                 "cuda: every rank also in GPU memory, its CUDA IPC handle in manifest.json "
+                 "(docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--device-map", options->device_map,
+                 "With --device cuda: the GPU of each rank, comma-separated (default: rank % GPUs)")
+      ->check([](const std::string& text) {
+        try {
+          parse_device_map(text);
+          return std::string();
+        } catch (const Error& e) {
+          return fmt::format("{} (expected {}, found {})", e.message(), e.expected(), e.found());
+        }
+      });
   cmd.callback([options] { run_serve(*options); });
 }
 
