@@ -61,6 +61,29 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
+// Another process's device allocation, opened from its CUDA IPC handle (cuIpcOpenMemHandle: no
+// copy) and closed with this object (move-only). `bytes` is what the exporter says it holds.
+class IpcMapping {
+ public:
+  IpcMapping(int device, const std::array<char, 64>& handle, size_t bytes);
+  ~IpcMapping();
+  IpcMapping(const IpcMapping&) = delete;
+  IpcMapping& operator=(const IpcMapping&) = delete;
+  int device() const { return device_; }
+  uint64_t address() const { return address_; }
+  size_t size() const { return size_; }
+
+ private:
+  int device_;
+  uint64_t address_;
+  size_t size_;
+};
+
+// The 64 bytes of a handle from its 128 hex digits (manifest.json's "ipc_handle");
+// Error(kInvalidArgument) otherwise.
+std::array<char, 64> ipc_handle_from_hex(std::string_view hex);
+std::string ipc_handle_hex(const std::array<char, 64>& handle);
+
 // One rank in GPU memory: every parameter at its plan offset, as RankWeights has it on the host.
 struct DeviceRankWeights {
   int rank = 0;

@@ -185,6 +185,40 @@ std::array<char, 64> DeviceBuffer::ipc_handle() const {
   return device::cuda::ipc_handle(device_, address_);
 }
 
+IpcMapping::IpcMapping(int device, const std::array<char, 64>& handle, size_t bytes)
+    : device_(device), address_(device::cuda::ipc_open(device, handle)), size_(bytes) {}
+
+IpcMapping::~IpcMapping() { device::cuda::ipc_close(device_, address_); }
+
+std::array<char, 64> ipc_handle_from_hex(std::string_view hex) {
+  std::array<char, 64> out{};
+  const auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  bool ok = hex.size() == 2 * out.size();
+  for (size_t i = 0; ok && i < out.size(); ++i) {
+    const int hi = digit(hex[2 * i]);
+    const int lo = digit(hex[2 * i + 1]);
+    ok = hi >= 0 && lo >= 0;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  if (!ok) {
+    throw Error(ErrorKind::kInvalidArgument, "not a CUDA IPC handle",
+                {.field = "ipc_handle", .expected = "128 hex digits",
+                 .found = fmt::format("{} characters", hex.size())});
+  }
+  return out;
+}
+
+std::string ipc_handle_hex(const std::array<char, 64>& handle) {
+  std::string hex;
+  for (char c : handle) hex += fmt::format("{:02x}", static_cast<unsigned char>(c));
+  return hex;
+}
+
 std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, const Plan& plan,
                                                     const LoadOptions& options,
                                                     const DeviceLoadOptions& device,

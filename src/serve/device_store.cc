@@ -33,9 +33,7 @@ void DeviceStore::sync() {
 nlohmann::json DeviceStore::manifest() const {
   nlohmann::json ranks = nlohmann::json::array();
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    const std::array<char, 64> handle = ranks_[i].ipc_handle();
-    std::string hex;
-    for (char c : handle) hex += fmt::format("{:02x}", static_cast<unsigned char>(c));
+    const std::string hex = ipc_handle_hex(ranks_[i].ipc_handle());
     ranks.push_back({{"rank", store_.live().ranks[i].rank},
                      {"device", ranks_[i].device()},
                      {"bytes", ranks_[i].size()},

@@ -56,3 +56,53 @@ def test_torch_from_dlpack_gives_cuda_tensors_equal_to_the_host_load(tiny):
             g = torch.from_dlpack(t)
             assert g.is_cuda
             assert torch.equal(g.cpu(), torch.from_dlpack(want[name])), name
+
+
+def test_a_server_without_gpu_ranks_has_no_cuda_tensors(tiny, tmp_path):
+    from test_client import Server, remove_shm, unique_name
+    name = unique_name("nocuda")
+    server = Server(tiny("qwen3_moe"), name, [], tmp_path)
+    try:
+        with shardload.connect(name) as client:
+            assert "cuda" not in client.manifest
+            with pytest.raises(shardload.InvalidArgumentError, match="--device cuda"):
+                client.cuda_tensors(0)
+    finally:
+        server.kill()
+        remove_shm(name)
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is usable here")
+def test_serve_device_cuda_without_a_gpu_exits_1(tiny):
+    from conftest import run_shardload
+    r = run_shardload("serve", tiny("llama"), "--name", "nogpu", "--port", "0", "--device", "cuda", check=False)
+    assert r.returncode == 1 and "--device cuda: " in r.stderr
+
+
+@gpu
+@torch_cuda
+def test_client_maps_the_servers_gpu_ranks_and_sees_updates_in_place(tiny, tmp_path):
+    from test_client import Server, remove_shm, unique_name
+    name = unique_name("cuda")
+    first, second = tiny("qwen3_moe", seed=41), tiny("qwen3_moe", seed=42)
+    server = Server(first, name, ["--device", "cuda", "--device-map", "0,0"], tmp_path)
+    try:
+        with shardload.connect(name) as client:
+            assert client.manifest["cuda"]["format"] == "shardload-cuda-ipc/1"
+            for rank in range(client.ranks):
+                gpu = client.cuda_tensors(rank)
+                host = client.tensors(rank)
+                assert set(gpu) == set(host)
+                for n, t in gpu.items():
+                    assert t.is_cuda and torch.equal(t.cpu(), host[n]), n
+            before = client.cuda_tensors(0)
+            pointers = {n: t.data_ptr() for n, t in before.items()}
+            server.update(second)
+            client.refresh()
+            after = client.tensors(0)
+            for n, t in before.items():  # the same CUDA tensors, new bytes
+                assert t.data_ptr() == pointers[n]
+                assert torch.equal(t.cpu(), after[n]), n
+    finally:
+        server.kill()
+        remove_shm(name)
