@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -106,23 +107,34 @@ IoMode resolve_io(const Checkpoint& ckpt, const Plan& plan, IoMode io) {
 }
 
 // The ring's buffers; on the way out (an error included) waits for the uploads still reading them.
+// The first buffer is allocated at once, the others on another thread while the first window is
+// read: page-locking costs about as much per byte as a read from the page cache.
 class Ring {
  public:
-  Ring(Uploader& uploader, size_t depth, size_t bytes) : uploader_(uploader) {
-    for (size_t i = 0; i < depth; ++i) {
-      buffers_.push_back(uploader.allocate_staging(bytes));
-      markers_.push_back(0);
+  Ring(Uploader& uploader, size_t depth, size_t bytes)
+      : uploader_(uploader), buffers_(depth, nullptr), markers_(depth, 0) {
+    buffers_[0] = uploader.allocate_staging(bytes);
+    if (depth > 1) {
+      rest_ = std::async(std::launch::async, [this, bytes] {
+        for (size_t i = 1; i < buffers_.size(); ++i) buffers_[i] = uploader_.allocate_staging(bytes);
+      });
     }
   }
   ~Ring() {
     try {
+      if (rest_.valid()) rest_.get();
+    } catch (...) {  // a failed allocation: reported by take() already, or not needed
+    }
+    try {
       drain();
     } catch (...) {  // an error is already on its way out
     }
-    for (std::byte* b : buffers_) uploader_.free_staging(b);
+    for (std::byte* b : buffers_) {
+      if (b != nullptr) uploader_.free_staging(b);
+    }
   }
-  size_t size() const { return buffers_.size(); }
   std::byte* take(size_t slot) {
+    if (slot > 0 && rest_.valid()) rest_.get();
     if (markers_[slot] != 0) uploader_.wait(std::exchange(markers_[slot], 0));
     return buffers_[slot];
   }
@@ -137,6 +149,7 @@ class Ring {
   Uploader& uploader_;
   std::vector<std::byte*> buffers_;
   std::vector<uint64_t> markers_;  // 0: nothing in flight
+  std::future<void> rest_;         // the allocation of buffers 1..depth-1
 };
 
 }  // namespace
@@ -195,6 +208,7 @@ void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vect
   Ring ring(uploader, depth, std::max<uint64_t>(largest, 1));
   local.staging_bytes = depth * largest;
   const std::function<void(uint64_t, uint64_t)> no_progress;
+  std::vector<load::Executor::SharedReader> readers;  // cold reads: slots faulted in once
   uint64_t done = 0;
   for (size_t k = 0; k < windows.size(); ++k) {
     const Window& w = windows[k];
@@ -205,6 +219,7 @@ void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vect
 
     start = std::chrono::steady_clock::now();
     load::Executor executor(ckpt, plan);
+    executor.share_direct_readers(&readers);
     for (const WindowSlice& s : w.slices) {
       const RankPlan& rank = plan.ranks[static_cast<size_t>(ranks[s.target])];
       zero_gaps(rank, s, staging + s.staging_offset);

@@ -3,10 +3,12 @@
 // and staging reuse; windows tile each rank; errors come back instead of crashing. Runs on every
 // machine (no GPU needed): the CUDA uploader runs the same ring (tests/device/cuda_test.cc).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "device/staging_ring.h"
+#include "load/direct_reader.h"
 #include "shardload/device.h"
 #include "shardload/error.h"
 #include "shardload/loader.h"
@@ -111,6 +113,27 @@ INSTANTIATE_TEST_SUITE_P(
              "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
     });
 
+// O_DIRECT reads (the cold path) through many windows: the readers, kept across windows, give the
+// same bytes.
+TEST(StagingRing, ColdReadsGiveTheSameBytes) {
+  TempDir dir;
+  const std::string model = make_model(dir, {"deepseek_v3", "fp8-block", "", 4, 2});
+  const Checkpoint ckpt = Checkpoint::open(model);
+  const int fd = load::open_direct(ckpt.files()[0].path());
+  if (fd < 0) GTEST_SKIP() << "this file system refuses O_DIRECT";
+  ::close(fd);
+  ParallelConfig parallel;
+  parallel.tp = 4;
+  parallel.ep = 2;
+  const Plan plan = make_plan(ckpt, parallel);
+  const std::vector<RankWeights> host = load_ranks(ckpt, plan);
+  const std::vector<RankWeights> ring = ring_load(ckpt, plan, 16 << 10, 3, IoMode::kDirect);
+  for (size_t r = 0; r < host.size(); ++r) {
+    EXPECT_EQ(std::memcmp(ring[r].buffer.data(), host[r].buffer.data(), host[r].buffer.size()), 0)
+        << "rank " << r;
+  }
+}
+
 TEST(PlanWindows, TileEachRankWithWholeModules) {
   TempDir dir;
   const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "none", "", 4, 2}));
@@ -186,6 +209,12 @@ TEST(DeviceOptions, DeviceMapsParseAndFit) {
   EXPECT_EQ(assign_devices({0, 1}, 2, {1, 1}), (std::vector<int>{1, 1}));
   EXPECT_THROW(assign_devices({0, 1}, 2, {0}), Error);
   EXPECT_THROW(assign_devices({0, 1}, 2, {0, 2}), Error);
+  std::array<char, 64> handle{};
+  for (size_t i = 0; i < handle.size(); ++i) handle[i] = static_cast<char>(i * 37);
+  EXPECT_EQ(ipc_handle_from_hex(ipc_handle_hex(handle)), handle);
+  EXPECT_EQ(ipc_handle_hex(handle).size(), 128u);
+  EXPECT_THROW(ipc_handle_from_hex("00"), Error);
+  EXPECT_THROW(ipc_handle_from_hex(std::string(128, 'g')), Error);
 }
 
 // Without a GPU (every CI machine): a device load is Error(kDevice) saying why, never a crash.
