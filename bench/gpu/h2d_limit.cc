@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       cuda::copy_h2d_async(device, dst, host, bytes, stream);
       cuda::stream_sync(device, stream);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (r > 0 && bytes / s / 1e9 > best) best = bytes / s / 1e9;
     }
     std::printf("%.2f %zu\n", best, bytes);

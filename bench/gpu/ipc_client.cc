@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
       ::close(fd);
       if (map == MAP_FAILED) throw std::runtime_error("cannot map " + path);
       r.file = static_cast<const std::byte*>(map);
-      if (r.file_bytes < shardload::kShmHeaderBytes + r.bytes) throw std::runtime_error("short rank file");
+      if (r.file_bytes < shardload::kShmHeaderBytes + r.bytes)
+        throw std::runtime_error("short rank file");
       ranks.push_back(r);
     }
     bool ok = true;
@@ -123,10 +124,11 @@ int main(int argc, char** argv) {
       bool equal = false;
       uint64_t sequence = 0;
       first.push_back(snapshot(r, equal, sequence));
-      std::printf("%s: rank %d on GPU %d through IPC: %llu bytes, xxh3 %s, version %llu, equal to "
-                  "host shared memory: %s\n",
-                  equal ? "ok" : "FAIL", r.rank, r.device, static_cast<unsigned long long>(r.bytes),
-                  first.back().c_str(), static_cast<unsigned long long>(version), equal ? "yes" : "NO");
+      std::printf(
+          "%s: rank %d on GPU %d through IPC: %llu bytes, xxh3 %s, version %llu, equal to "
+          "host shared memory: %s\n",
+          equal ? "ok" : "FAIL", r.rank, r.device, static_cast<unsigned long long>(r.bytes),
+          first.back().c_str(), static_cast<unsigned long long>(version), equal ? "yes" : "NO");
       ok = ok && equal;
     }
     if (wait_version > 0) {
@@ -138,7 +140,8 @@ int main(int argc, char** argv) {
         if (load_word(h, shardload::kShmVersionOffset) >= wait_version &&
             load_word(h, shardload::kShmUpdateFlagOffset) == 0)
           break;
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout) {
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            timeout) {
           std::printf("FAIL: version %llu not published in %.0f s\n",
                       static_cast<unsigned long long>(wait_version), timeout);
           return 1;
@@ -151,10 +154,11 @@ int main(int argc, char** argv) {
         uint64_t sequence = 0;
         const std::string now = snapshot(ranks[i], equal, sequence);
         changed = changed || now != first[i];
-        std::printf("%s: after the update, rank %d through the same handle: xxh3 %s (was %s), "
-                    "equal to host shared memory: %s\n",
-                    equal ? "ok" : "FAIL", ranks[i].rank, now.c_str(), first[i].c_str(),
-                    equal ? "yes" : "NO");
+        std::printf(
+            "%s: after the update, rank %d through the same handle: xxh3 %s (was %s), "
+            "equal to host shared memory: %s\n",
+            equal ? "ok" : "FAIL", ranks[i].rank, now.c_str(), first[i].c_str(),
+            equal ? "yes" : "NO");
         ok = ok && equal;
       }
       std::printf("%s: the update %s seen in place on the GPU\n", changed ? "ok" : "FAIL",

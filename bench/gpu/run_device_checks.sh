@@ -23,7 +23,7 @@ REPORT=$OUT/gpu_report.md
 LOG=$OUT/gpu_log.txt
 : >"$LOG"
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
-BUILD=$ROOT/build-gpu
+BUILD=${BUILD:-$ROOT/build-gpu}
 BENCH_BYTES=${BENCH_BYTES:-8000000000}
 [[ "${QUICK:-0}" == 1 ]] && BENCH_BYTES=1000000000
 FAILS=0
@@ -56,6 +56,7 @@ if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=ON -DSHAR
     device_staging_ring_test device_cli_test gpu_h2d_limit gpu_ipc_client gpu_pread_limit >>"$LOG" 2>&1; then
   BIN=$BUILD
   TESTS=$BUILD/tests
+  TOOLS=$BUILD/bench
   cmake --build "$BUILD" -j"$JOBS" --target shardload_python >>"$LOG" 2>&1 || true
   PYPKG=$BUILD/python
   report "build: built here (Release, tests on) in $(elapsed) s"
@@ -64,6 +65,7 @@ elif [[ -x $ROOT/.gpu-carry/bin/shardload ]]; then
   # absolute path they were built with.
   BIN=$ROOT/.gpu-carry/bin
   TESTS=$BIN
+  TOOLS=$BIN
   PYPKG=$ROOT/.gpu-carry/python
   export LD_LIBRARY_PATH=$ROOT/.gpu-carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   built_at=$(cat "$ROOT/.gpu-carry/built_at" 2>/dev/null || true)
@@ -177,7 +179,7 @@ else
   dir=/dev/shm/shardload-$name
   version=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['version'])" "$dir/manifest.json" 2>/dev/null ||
     sed -n 's/.*"version": *\([0-9]*\).*/\1/p' "$dir/manifest.json" | head -1)
-  "$BIN/gpu_ipc_client" "$dir" --wait-version $((version + 1)) --timeout 60 >"$WORK/client.out" 2>&1 &
+  "$TOOLS/gpu_ipc_client" "$dir" --wait-version $((version + 1)) --timeout 60 >"$WORK/client.out" 2>&1 &
   client_pid=$!
   for _ in $(seq 1 300); do grep -q waiting "$WORK/client.out" && break; sleep 0.1; done
   body="{\"model_path\": \"$m2\"}"
@@ -233,10 +235,10 @@ load_rate() {  # ARGS... -> "GB/s io seconds"
 }
 best() { tr ' ' '\n' | grep . | sort -g | tail -1; }
 
-h2d=$("$BIN/gpu_h2d_limit" --bytes $((2 << 30)) 2>>"$LOG" | cut -d' ' -f1)
+h2d=$("$TOOLS/gpu_h2d_limit" --bytes $((2 << 30)) 2>>"$LOG" | cut -d' ' -f1)
 warm
 pc=""
-for _ in 1 2 3; do pc+="$("$BIN/gpu_pread_limit" --threads "$JOBS" "${files[@]}" | cut -d' ' -f1) "; done
+for _ in 1 2 3; do pc+="$("$TOOLS/gpu_pread_limit" --threads "$JOBS" "${files[@]}" | cut -d' ' -f1) "; done
 pc=$(echo "$pc" | best)
 gw=""
 hw=""
@@ -256,7 +258,7 @@ gc=""
 gc_io=""
 for _ in 1 2; do
   evict
-  disk+="$("$BIN/gpu_pread_limit" --threads "$JOBS" "${files[@]}" | cut -d' ' -f1) "
+  disk+="$("$TOOLS/gpu_pread_limit" --threads "$JOBS" "${files[@]}" | cut -d' ' -f1) "
   evict
   read -r r io _ < <(load_rate --device cuda)
   gc+="$r "

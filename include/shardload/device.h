@@ -1,6 +1,7 @@
-// Ranks loaded into GPU memory (`load --device cuda`, Python `device="cuda"`): one device allocation
-// per rank, filled through a ring of page-locked host buffers (docs/gpu.md). CUDA is opened at run
-// time: on a machine without a driver or GPU every call here throws Error(kDevice) saying why.
+// Ranks loaded into GPU memory (`load --device cuda`, Python `device="cuda"`): one device
+// allocation per rank, filled through a ring of page-locked host buffers (docs/gpu.md). CUDA is
+// opened at run time: on a machine without a driver or GPU every call here throws Error(kDevice)
+// saying why.
 #pragma once
 
 #include <array>
@@ -33,7 +34,8 @@ int cuda_device_count();
 std::vector<int> parse_device_map(std::string_view text);
 // The GPU of each rank of `ranks`: `device_map` when given (one entry per rank loaded, each below
 // `gpus`), else rank % gpus. Error(kInvalidArgument) when the map does not fit.
-std::vector<int> assign_devices(const std::vector<int>& ranks, int gpus, const std::vector<int>& device_map);
+std::vector<int> assign_devices(const std::vector<int>& ranks, int gpus,
+                                const std::vector<int>& device_map);
 
 // One allocation on a GPU, freed with its owner (move-only).
 class DeviceBuffer {
@@ -92,9 +94,9 @@ struct DeviceRankWeights {
 };
 
 struct DeviceLoadOptions {
-  std::vector<int> device_map;              // empty: rank i loaded goes to GPU rank % gpus
+  std::vector<int> device_map;                  // empty: rank i loaded goes to GPU rank % gpus
   uint64_t window_bytes = uint64_t{128} << 20;  // staging window, over all ranks
-  int depth = 3;                            // staging buffers in the ring
+  int depth = 3;                                // staging buffers in the ring
 };
 
 struct DeviceLoadStats {
@@ -121,6 +123,7 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
 // Copies from[i] to the start of to[i], in place (the allocations, and IPC handles to them, stay),
 // through pinned staging; returns when every copy is done. Error(kInvalidArgument) when one does
 // not fit.
-void copy_to_devices(const std::vector<std::span<const std::byte>>& from, std::vector<DeviceBuffer>& to);
+void copy_to_devices(const std::vector<std::span<const std::byte>>& from,
+                     std::vector<DeviceBuffer>& to);
 
 }  // namespace shardload

@@ -19,8 +19,9 @@ namespace shardload::device::cuda {
 
 namespace {
 [[noreturn]] void unavailable() {
-  throw Error(ErrorKind::kDevice, "this shardload was built without CUDA support (SHARDLOAD_CUDA=OFF "
-                                  "or no CUDA toolkit at build time): --device cuda is unavailable");
+  throw Error(ErrorKind::kDevice,
+              "this shardload was built without CUDA support (SHARDLOAD_CUDA=OFF "
+              "or no CUDA toolkit at build time): --device cuda is unavailable");
 }
 }  // namespace
 
@@ -54,13 +55,15 @@ namespace {
 #define SHARDLOAD_STR(x) SHARDLOAD_STR2(x)
 // Each entry point with its type from cuda.h and its versioned symbol (cuMemAlloc is cuMemAlloc_v2:
 // the macro expands before the name is made a string).
-#define SHARDLOAD_CUDA_CALLS(X)                                                               \
-  X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)        \
+// clang-format off
+#define SHARDLOAD_CUDA_CALLS(X)                                                                \
+  X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)         \
   X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) \
-  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamCreate) X(cuStreamDestroy)                     \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamCreate) X(cuStreamDestroy)                      \
   X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuEventCreate) \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy) X(cuIpcGetMemHandle)               \
+  X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy) X(cuIpcGetMemHandle)                \
   X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
+// clang-format on
 
 struct Driver {
 #define SHARDLOAD_MEMBER(name) decltype(&name) p_##name = nullptr;
@@ -74,10 +77,12 @@ struct Driver {
 std::string result_text(const Driver& d, CUresult result) {
   const char* name = nullptr;
   const char* text = nullptr;
-  if (d.p_cuGetErrorName == nullptr || d.p_cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
+  if (d.p_cuGetErrorName == nullptr || d.p_cuGetErrorName(result, &name) != CUDA_SUCCESS)
+    name = nullptr;
   if (d.p_cuGetErrorString == nullptr || d.p_cuGetErrorString(result, &text) != CUDA_SUCCESS)
     text = nullptr;
-  return fmt::format("{} ({})", name != nullptr ? name : fmt::format("CUresult {}", static_cast<int>(result)),
+  return fmt::format("{} ({})",
+                     name != nullptr ? name : fmt::format("CUresult {}", static_cast<int>(result)),
                      text != nullptr ? text : "no description");
 }
 
@@ -91,11 +96,11 @@ Driver open_driver() {
                            why != nullptr ? why : "not found");
     return d;
   }
-#define SHARDLOAD_RESOLVE(name)                                                          \
-  d.p_##name = reinterpret_cast<decltype(&name)>(dlsym(lib, SHARDLOAD_STR(name)));       \
-  if (d.p_##name == nullptr) {                                                           \
-    d.reason = fmt::format("the CUDA driver lacks {} (too old?)", SHARDLOAD_STR(name));   \
-    return d;                                                                            \
+#define SHARDLOAD_RESOLVE(name)                                                         \
+  d.p_##name = reinterpret_cast<decltype(&name)>(dlsym(lib, SHARDLOAD_STR(name)));      \
+  if (d.p_##name == nullptr) {                                                          \
+    d.reason = fmt::format("the CUDA driver lacks {} (too old?)", SHARDLOAD_STR(name)); \
+    return d;                                                                           \
   }
   SHARDLOAD_CUDA_CALLS(SHARDLOAD_RESOLVE)
 #undef SHARDLOAD_RESOLVE
@@ -121,7 +126,8 @@ Driver& driver() {
 
 const Driver& usable() {
   const Driver& d = driver();
-  if (!d.reason.empty()) throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", d.reason));
+  if (!d.reason.empty())
+    throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", d.reason));
   return d;
 }
 
@@ -136,7 +142,8 @@ const Driver& enter(int device) {
   Driver& d = const_cast<Driver&>(usable());
   if (device < 0 || device >= d.devices) {
     throw Error(ErrorKind::kDevice, "no such GPU",
-                {.field = "device", .expected = fmt::format("0 to {}", d.devices - 1),
+                {.field = "device",
+                 .expected = fmt::format("0 to {}", d.devices - 1),
                  .found = fmt::format("{}", device)});
   }
   CUcontext ctx = nullptr;
@@ -174,8 +181,9 @@ DevicePtr alloc(int device, size_t bytes) {
   CUdeviceptr ptr = 0;
   const CUresult r = d.p_cuMemAlloc(&ptr, bytes == 0 ? 1 : bytes);
   if (r != CUDA_SUCCESS) {
-    throw Error(ErrorKind::kDevice, fmt::format("cuMemAlloc failed: {}", result_text(d, r)),
-                {.field = fmt::format("GPU {}", device), .expected = fmt::format("{} bytes free", bytes)});
+    throw Error(
+        ErrorKind::kDevice, fmt::format("cuMemAlloc failed: {}", result_text(d, r)),
+        {.field = fmt::format("GPU {}", device), .expected = fmt::format("{} bytes free", bytes)});
   }
   return ptr;
 }
@@ -191,7 +199,8 @@ void free(int device, DevicePtr ptr) noexcept {
 void* host_alloc(size_t bytes) {
   const Driver& d = enter(0);
   void* ptr = nullptr;
-  check(d, d.p_cuMemHostAlloc(&ptr, bytes == 0 ? 1 : bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+  check(d, d.p_cuMemHostAlloc(&ptr, bytes == 0 ? 1 : bytes, CU_MEMHOSTALLOC_PORTABLE),
+        "cuMemHostAlloc");
   return ptr;
 }
 

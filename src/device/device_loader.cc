@@ -107,8 +107,9 @@ std::vector<int> parse_device_map(std::string_view text) {
     int value = -1;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0) {
-      throw Error(ErrorKind::kInvalidArgument, "a device map is a comma-separated list of GPU indices",
-                  {.field = "--device-map", .expected = "e.g. 0,0,1,1", .found = std::string(text)});
+      throw Error(
+          ErrorKind::kInvalidArgument, "a device map is a comma-separated list of GPU indices",
+          {.field = "--device-map", .expected = "e.g. 0,0,1,1", .found = std::string(text)});
     }
     out.push_back(value);
     if (comma == std::string_view::npos) break;
@@ -117,7 +118,8 @@ std::vector<int> parse_device_map(std::string_view text) {
   return out;
 }
 
-std::vector<int> assign_devices(const std::vector<int>& ranks, int gpus, const std::vector<int>& map) {
+std::vector<int> assign_devices(const std::vector<int>& ranks, int gpus,
+                                const std::vector<int>& map) {
   if (gpus <= 0) throw Error(ErrorKind::kDevice, "no GPU to load onto");
   std::vector<int> out;
   if (map.empty()) {
@@ -126,13 +128,15 @@ std::vector<int> assign_devices(const std::vector<int>& ranks, int gpus, const s
   }
   if (map.size() != ranks.size()) {
     throw Error(ErrorKind::kInvalidArgument, "the device map needs one GPU per rank loaded",
-                {.field = "--device-map", .expected = fmt::format("{} entries", ranks.size()),
+                {.field = "--device-map",
+                 .expected = fmt::format("{} entries", ranks.size()),
                  .found = fmt::format("{}", map.size())});
   }
   for (int d : map) {
     if (d >= gpus) {
       throw Error(ErrorKind::kInvalidArgument, "the device map names a GPU that is not visible",
-                  {.field = "--device-map", .expected = fmt::format("0 to {}", gpus - 1),
+                  {.field = "--device-map",
+                   .expected = fmt::format("0 to {}", gpus - 1),
                    .found = fmt::format("{}", d)});
     }
   }
@@ -207,7 +211,8 @@ std::array<char, 64> ipc_handle_from_hex(std::string_view hex) {
   }
   if (!ok) {
     throw Error(ErrorKind::kInvalidArgument, "not a CUDA IPC handle",
-                {.field = "ipc_handle", .expected = "128 hex digits",
+                {.field = "ipc_handle",
+                 .expected = "128 hex digits",
                  .found = fmt::format("{} characters", hex.size())});
   }
   return out;
@@ -222,7 +227,8 @@ std::string ipc_handle_hex(const std::array<char, 64>& handle) {
 std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, const Plan& plan,
                                                     const LoadOptions& options,
                                                     const DeviceLoadOptions& device,
-                                                    LoadStats* stats, DeviceLoadStats* device_stats) {
+                                                    LoadStats* stats,
+                                                    DeviceLoadStats* device_stats) {
   std::vector<int> ranks = options.ranks;
   if (ranks.empty()) {
     for (const RankPlan& rank : plan.ranks) ranks.push_back(rank.rank);
@@ -281,7 +287,8 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
                                          const std::vector<int>& devices) {
   if (devices.size() != buffers.size()) {
     throw Error(ErrorKind::kInvalidArgument, "one device per buffer",
-                {.expected = fmt::format("{}", buffers.size()), .found = fmt::format("{}", devices.size())});
+                {.expected = fmt::format("{}", buffers.size()),
+                 .found = fmt::format("{}", devices.size())});
   }
   std::vector<DeviceBuffer> out;
   for (size_t i = 0; i < buffers.size(); ++i) out.emplace_back(devices[i], buffers[i].size());
@@ -289,10 +296,12 @@ std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::
   return out;
 }
 
-void copy_to_devices(const std::vector<std::span<const std::byte>>& from, std::vector<DeviceBuffer>& to) {
+void copy_to_devices(const std::vector<std::span<const std::byte>>& from,
+                     std::vector<DeviceBuffer>& to) {
   if (from.size() != to.size()) {
-    throw Error(ErrorKind::kInvalidArgument, "one device buffer per host buffer",
-                {.expected = fmt::format("{}", from.size()), .found = fmt::format("{}", to.size())});
+    throw Error(
+        ErrorKind::kInvalidArgument, "one device buffer per host buffer",
+        {.expected = fmt::format("{}", from.size()), .found = fmt::format("{}", to.size())});
   }
   std::vector<CudaUploader::Target> targets;
   for (size_t i = 0; i < from.size(); ++i) {

@@ -116,7 +116,8 @@ class Ring {
     buffers_[0] = uploader.allocate_staging(bytes);
     if (depth > 1) {
       rest_ = std::async(std::launch::async, [this, bytes] {
-        for (size_t i = 1; i < buffers_.size(); ++i) buffers_[i] = uploader_.allocate_staging(bytes);
+        for (size_t i = 1; i < buffers_.size(); ++i)
+          buffers_[i] = uploader_.allocate_staging(bytes);
       });
     }
   }
@@ -243,10 +244,9 @@ void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vect
     }
     parallel_for(work.size(), options.threads, [&](size_t i, int) {
       const WindowSlice& s = w.slices[work[i].first];
-      load::postprocess_modules_at(plan, ranks[s.target],
-                                   window_base(staging + s.staging_offset, s.begin),
-                                   processed[s.target], {work[i].second},
-                                   PostprocessMode::kOnce, &ckpt);
+      load::postprocess_modules_at(
+          plan, ranks[s.target], window_base(staging + s.staging_offset, s.begin),
+          processed[s.target], {work[i].second}, PostprocessMode::kOnce, &ckpt);
     });
     for (const WindowSlice& s : w.slices) {
       for (uint32_t m = w.module_begin; m < w.module_end; ++m) processed[s.target][m] = 1;

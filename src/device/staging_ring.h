@@ -35,8 +35,8 @@ class Uploader {
   virtual void wait(uint64_t marker) = 0;
 };
 
-// One rank's share of a window: params [param_begin, param_end) of the rank, its bytes [begin, end),
-// at staging_offset in the window's staging buffer.
+// One rank's share of a window: params [param_begin, param_end) of the rank, its bytes [begin,
+// end), at staging_offset in the window's staging buffer.
 struct WindowSlice {
   size_t target = 0;  // index into the ranks being loaded
   size_t param_begin = 0;
@@ -56,8 +56,8 @@ struct Window {
 
 // Windows covering every byte of each rank of `ranks` once: runs of whole modules (post-processing
 // needs a module's every tensor), as many as fit `window_bytes` over all ranks, at least one. A
-// module bigger than that is a window alone. Throws Error(kInternal) when a rank's params do not lie
-// in module order at increasing offsets (what the planner guarantees).
+// module bigger than that is a window alone. Throws Error(kInternal) when a rank's params do not
+// lie in module order at increasing offsets (what the planner guarantees).
 std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks,
                                  uint64_t window_bytes);
 
@@ -76,8 +76,8 @@ struct RingStats {
   uint64_t bytes_uploaded = 0;  // rank bytes uploaded
   double seconds_fill = 0;      // reading and converting into staging
   double seconds_postprocess = 0;
-  double seconds_wait = 0;      // waiting for a staging buffer to be free, and the last uploads
-  IoMode io = IoMode::kAuto;    // the read path (kAuto resolved once, for the whole load)
+  double seconds_wait = 0;    // waiting for a staging buffer to be free, and the last uploads
+  IoMode io = IoMode::kAuto;  // the read path (kAuto resolved once, for the whole load)
   uint64_t read_requests = 0;
 };
 

@@ -39,8 +39,8 @@ nlohmann::json DeviceStore::manifest() const {
                      {"bytes", ranks_[i].size()},
                      {"ipc_handle", hex}});
   }
-  // A tensor of manifest "ranks"[r]["tensors"] at file offset o is at device byte o - tensor_offset;
-  // the sequence word stays at byte 8 of the rank file in host shared memory.
+  // A tensor of manifest "ranks"[r]["tensors"] at file offset o is at device byte o -
+  // tensor_offset; the sequence word stays at byte 8 of the rank file in host shared memory.
   return {{"format", kCudaIpcFormat},
           {"tensor_offset", kShmHeaderBytes},
           {"sequence", "rank file bytes 8-15 (host shared memory), as without --device"},

@@ -1,9 +1,10 @@
 // `serve --device cuda`: the served ranks also in GPU memory, one allocation per rank, each
 // exported as a CUDA IPC handle in manifest.json ("cuda"), so that an engine process maps them with
 // no copy (cuIpcOpenMemHandle). The host shared memory stays the source of truth and keeps the
-// sequence words: every commit group of an update or rebalance copies the ranks to their GPUs before
-// it ends (sequence word even again), so a reader that checks the word around its read of device
-// memory sees a whole commit, and the allocations, and the handles, never change. docs/gpu.md.
+// sequence words: every commit group of an update or rebalance copies the ranks to their GPUs
+// before it ends (sequence word even again), so a reader that checks the word around its read of
+// device memory sees a whole commit, and the allocations, and the handles, never change.
+// docs/gpu.md.
 #pragma once
 
 #include <nlohmann/json.hpp>

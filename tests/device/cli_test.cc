@@ -1,5 +1,5 @@
-// `load --device`: a machine without a usable GPU answers --device cuda with a clear error (exit 1),
-// never a crash; bad values are usage errors (exit 2). The GPU side is in cuda_test.cc.
+// `load --device`: a machine without a usable GPU answers --device cuda with a clear error (exit
+// 1), never a crash; bad values are usage errors (exit 2). The GPU side is in cuda_test.cc.
 #include <gtest/gtest.h>
 
 #include "shardload/device.h"

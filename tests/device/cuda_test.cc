@@ -1,6 +1,6 @@
-// Device tests (ctest label `device`): ranks loaded onto a GPU are byte for byte the host load's, for
-// every weight format and for tp 1 and tp 4 x ep 2 on one GPU. Without a usable GPU each test says
-// why and is skipped (bench/gpu/run_device_checks.sh runs them on a GPU machine).
+// Device tests (ctest label `device`): ranks loaded onto a GPU are byte for byte the host load's,
+// for every weight format and for tp 1 and tp 4 x ep 2 on one GPU. Without a usable GPU each test
+// says why and is skipped (bench/gpu/run_device_checks.sh runs them on a GPU machine).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,10 +18,10 @@ namespace {
 using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 
-#define SKIP_WITHOUT_GPU()                                                         \
-  do {                                                                             \
-    const std::string why = cuda_unavailable_reason();                             \
-    if (!why.empty()) GTEST_SKIP() << "needs a GPU: " << why;                      \
+#define SKIP_WITHOUT_GPU()                                    \
+  do {                                                        \
+    const std::string why = cuda_unavailable_reason();        \
+    if (!why.empty()) GTEST_SKIP() << "needs a GPU: " << why; \
   } while (false)
 
 struct Case {
@@ -86,8 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"deepseek_v3", "fp8-block", "", 4, 2}),
     [](const auto& info) {
       const Case& c = info.param;
-      return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) + c.scheme +
-             "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
+      return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) +
+             c.scheme + "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
     });
 
 // The command line: --checksum of a GPU load hashes the bytes copied back from the GPUs; they match
@@ -106,8 +106,8 @@ TEST(LoadCommand, DeviceChecksumsEqualTheHostLoad) {
   EXPECT_EQ(checksums({"load", model, "--tp", "4", "--ep", "2", "--checksum", "--device", "cuda",
                        "--device-map", "0,0,0,0"}),
             host);
-  const auto exported = run_shardload(
-      {"export", model, "--tp", "4", "--ep", "2", "--out", dir.file("export")});
+  const auto exported =
+      run_shardload({"export", model, "--tp", "4", "--ep", "2", "--out", dir.file("export")});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_EQ(checksums({"load", dir.file("export"), "--checksum", "--device", "cuda"}),
             checksums({"load", dir.file("export"), "--checksum"}));

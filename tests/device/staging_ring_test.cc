@@ -1,13 +1,15 @@
-// The staging ring (src/device/staging_ring.h) with the host uploader: every family's ranks come out
-// byte for byte as load_ranks gives them, through small windows that force many module boundaries
-// and staging reuse; windows tile each rank; errors come back instead of crashing. Runs on every
-// machine (no GPU needed): the CUDA uploader runs the same ring (tests/device/cuda_test.cc).
+// The staging ring (src/device/staging_ring.h) with the host uploader: every family's ranks come
+// out byte for byte as load_ranks gives them, through small windows that force many module
+// boundaries and staging reuse; windows tile each rank; errors come back instead of crashing. Runs
+// on every machine (no GPU needed): the CUDA uploader runs the same ring
+// (tests/device/cuda_test.cc).
+#include "device/staging_ring.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 
-#include "device/staging_ring.h"
 #include "load/direct_reader.h"
 #include "shardload/device.h"
 #include "shardload/error.h"
@@ -109,8 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"deepseek_v3", "fp8-block", "", 4, 2}),
     [](const auto& info) {
       const Case& c = info.param;
-      return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) + c.scheme +
-             "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
+      return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) +
+             c.scheme + "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
     });
 
 // O_DIRECT reads (the cold path) through many windows: the readers, kept across windows, give the
