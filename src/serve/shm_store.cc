@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <optional>
 
@@ -196,8 +197,18 @@ UpdateOptions ShmStore::update_options() {
     for (ShmRankFile& file : files_) begin_sequence(file.header());
   };
   options.end_commit = [this] {
-    if (device_sync_) device_sync_();  // the GPUs' copies change inside the commit too
+    // The GPUs' copies change inside the commit too; a failed copy still ends the commit (host
+    // readers must not spin on an odd word) and then fails the update.
+    std::exception_ptr device_error;
+    if (device_sync_) {
+      try {
+        device_sync_();
+      } catch (...) {
+        device_error = std::current_exception();
+      }
+    }
     for (ShmRankFile& file : files_) end_sequence(file.header());
+    if (device_error) std::rethrow_exception(device_error);
   };
   return options;
 }
