@@ -116,6 +116,15 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& checkpoint
                                                     LoadStats* stats = nullptr,
                                                     DeviceLoadStats* device_stats = nullptr);
 
+// load_into on GPU ranks: loads the modules for which `modules[m]` is true (all when empty) into
+// ranks already on their GPUs, in place (no allocation moves: IPC handles and tensors taken before
+// stay valid); every other module keeps its bytes. Throws Error(kInvalidArgument) when a buffer
+// does not fit the plan.
+void load_into_device(const Checkpoint& checkpoint, const Plan& plan,
+                      std::vector<DeviceRankWeights>& ranks, const std::vector<bool>& modules,
+                      const LoadOptions& options = {}, const DeviceLoadOptions& device = {},
+                      LoadStats* stats = nullptr);
+
 // Copies host buffers to GPUs (one DeviceBuffer per buffer, on devices[i]), through the same ring
 // of staging buffers: an export's ranks, or a test's reference.
 std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::byte>>& buffers,

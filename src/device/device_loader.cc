@@ -283,6 +283,53 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, cons
   return out;
 }
 
+void load_into_device(const Checkpoint& ckpt, const Plan& plan,
+                      std::vector<DeviceRankWeights>& ranks, const std::vector<bool>& modules,
+                      const LoadOptions& options, const DeviceLoadOptions& device,
+                      LoadStats* stats) {
+  std::vector<int> ids;
+  std::vector<CudaUploader::Target> targets;
+  std::vector<std::vector<uint8_t>> processed;
+  for (const DeviceRankWeights& w : ranks) {
+    if (w.rank < 0 || w.rank >= static_cast<int>(plan.ranks.size())) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("rank {} is outside the layout", w.rank));
+    }
+    const uint64_t bytes = plan.ranks[static_cast<size_t>(w.rank)].bytes;
+    if (w.buffer.size() != bytes) {
+      throw Error(ErrorKind::kInvalidArgument, "the rank buffer does not fit the plan",
+                  {.field = fmt::format("rank {}", w.rank),
+                   .expected = fmt::format("{} bytes", bytes),
+                   .found = fmt::format("{} bytes", w.buffer.size())});
+    }
+    ids.push_back(w.rank);
+    targets.push_back({w.buffer.device(), w.buffer.address(), w.buffer.size()});
+    processed.push_back(w.processed);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  device::RingOptions ring;
+  ring.window_bytes = device.window_bytes;
+  ring.depth = device.depth;
+  ring.threads = options.threads;
+  ring.io = options.io;
+  ring.progress = options.progress;
+  ring.modules = modules;
+  device::RingStats ring_stats;
+  {
+    CudaUploader uploader(std::move(targets));
+    device::load_through_ring(ckpt, plan, ids, uploader, ring, processed, &ring_stats);
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) ranks[i].processed = std::move(processed[i]);
+  if (stats != nullptr) {
+    stats->seconds_copy = seconds_since(start);
+    stats->seconds_postprocess = ring_stats.seconds_postprocess;
+    stats->bytes_read = ring_stats.bytes_read;
+    stats->bytes_written = ring_stats.bytes_uploaded;
+    stats->io = ring_stats.io;
+    stats->read_requests = ring_stats.read_requests;
+  }
+}
+
 std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::byte>>& buffers,
                                          const std::vector<int>& devices) {
   if (devices.size() != buffers.size()) {

@@ -156,7 +156,7 @@ class Ring {
 }  // namespace
 
 std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks,
-                                 uint64_t window_bytes) {
+                                 uint64_t window_bytes, const std::vector<bool>& selected) {
   std::vector<RankBounds> bounds;
   for (int r : ranks) {
     if (r < 0 || r >= static_cast<int>(plan.ranks.size())) {
@@ -170,11 +170,19 @@ std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks
     for (const RankBounds& b : bounds) total += align_up(b.byte[m1] - b.byte[m0], kSliceAlignment);
     return total;
   };
+  if (!selected.empty() && selected.size() != modules) {
+    throw Error(ErrorKind::kInvalidArgument, "the module filter does not fit the plan",
+                {.expected = fmt::format("{} modules", modules),
+                 .found = fmt::format("{}", selected.size())});
+  }
+  const auto taken = [&](uint32_t m) { return selected.empty() || selected[m]; };
   std::vector<Window> out;
   uint32_t m0 = 0;
+  while (!selected.empty() && m0 < modules && !taken(m0)) ++m0;
+  if (!selected.empty() && m0 == modules) return out;  // nothing selected
   do {
     uint32_t m1 = std::min(m0 + 1, modules);
-    while (m1 < modules && bytes_of(m0, m1 + 1) <= window_bytes) ++m1;
+    while (m1 < modules && taken(m1) && bytes_of(m0, m1 + 1) <= window_bytes) ++m1;
     Window& w = out.emplace_back();
     w.module_begin = m0;
     w.module_end = m1;
@@ -187,6 +195,7 @@ std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks
       }
     }
     m0 = m1;
+    while (m0 < modules && !taken(m0)) ++m0;  // unselected modules keep their bytes: no window
   } while (m0 < modules);
   return out;
 }
@@ -194,16 +203,30 @@ std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks
 void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vector<int>& ranks,
                        Uploader& uploader, const RingOptions& options,
                        std::vector<std::vector<uint8_t>>& processed, RingStats* stats) {
-  const std::vector<Window> windows = plan_windows(plan, ranks, options.window_bytes);
+  const std::vector<Window> windows =
+      plan_windows(plan, ranks, options.window_bytes, options.modules);
   uint64_t largest = 0;
   uint64_t total = 0;
   for (const Window& w : windows) {
     largest = std::max(largest, w.bytes);
     for (const WindowSlice& s : w.slices) total += s.end - s.begin;
   }
-  processed.assign(ranks.size(), std::vector<uint8_t>(plan.modules.size(), 0));
+  // A full load starts every flag at 0; a partial one keeps the flags of modules it does not load.
+  if (options.modules.empty() || processed.size() != ranks.size()) {
+    processed.assign(ranks.size(), std::vector<uint8_t>(plan.modules.size(), 0));
+  }
+  for (std::vector<uint8_t>& p : processed) {
+    p.resize(plan.modules.size(), 0);
+    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
+      if (options.modules.empty() || options.modules[m]) p[m] = 0;  // new bytes: not processed yet
+    }
+  }
   RingStats local;
   local.io = resolve_io(ckpt, plan, options.io);
+  if (windows.empty()) {
+    if (stats != nullptr) *stats = RingStats{};
+    return;
+  }
   const size_t depth =
       std::min<size_t>(static_cast<size_t>(std::max(options.depth, 1)), windows.size());
   Ring ring(uploader, depth, std::max<uint64_t>(largest, 1));
@@ -262,8 +285,12 @@ void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vect
     ++local.windows;
     if (options.progress) options.progress(done, total);
   }
-  // Modules no rank holds a byte of still count as processed (a load post-processes everything).
-  for (std::vector<uint8_t>& p : processed) std::fill(p.begin(), p.end(), 1);
+  // Modules loaded that no rank holds a byte of still count as processed, as in load_into.
+  for (std::vector<uint8_t>& p : processed) {
+    for (uint32_t m = 0; m < plan.modules.size(); ++m) {
+      if (options.modules.empty() || options.modules[m]) p[m] = 1;
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   ring.drain();
   local.seconds_wait += seconds_since(start);

@@ -58,8 +58,10 @@ struct Window {
 // needs a module's every tensor), as many as fit `window_bytes` over all ranks, at least one. A
 // module bigger than that is a window alone. Throws Error(kInternal) when a rank's params do not
 // lie in module order at increasing offsets (what the planner guarantees).
+// With `selected` (one flag per module of the plan), only the selected modules' bytes: a window
+// never spans a module that is not selected, whose bytes the destination keeps.
 std::vector<Window> plan_windows(const Plan& plan, const std::vector<int>& ranks,
-                                 uint64_t window_bytes);
+                                 uint64_t window_bytes, const std::vector<bool>& selected = {});
 
 struct RingOptions {
   uint64_t window_bytes = uint64_t{128} << 20;
@@ -67,6 +69,9 @@ struct RingOptions {
   int threads = 0;
   IoMode io = IoMode::kAuto;
   std::function<void(uint64_t done, uint64_t total)> progress;  // rank bytes uploaded (enqueued)
+  // Modules to load (empty: all): a partial load in place, as load_into does on the host; the
+  // destinations keep every other module's bytes.
+  std::vector<bool> modules;
 };
 
 struct RingStats {
@@ -83,6 +88,7 @@ struct RingStats {
 
 // Loads every byte of each rank of `ranks` (plan rank indices) into upload target i (the i-th of
 // `ranks`), post-processed, each module marked in processed[i] (resized to the plan's modules).
+// With options.modules, only those modules' bytes, in place; processed[i] keeps the other flags.
 // Returns after the last upload is done.
 void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vector<int>& ranks,
                        Uploader& uploader, const RingOptions& options,

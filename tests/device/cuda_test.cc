@@ -113,6 +113,41 @@ TEST(LoadCommand, DeviceChecksumsEqualTheHostLoad) {
             checksums({"load", dir.file("export"), "--checksum"}));
 }
 
+// A reload in place on GPU ranks: the selected modules of another checkpoint, the same allocations.
+TEST(DeviceLoad, PartialLoadInPlaceMatchesLoadInto) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const Checkpoint first = Checkpoint::open(make_model(dir, {"qwen3_moe", "fp8", "", 4, 2}));
+  TinyOptions other;
+  other.arch = "qwen3_moe";
+  other.quant = "fp8";
+  other.seed = 99;
+  other.out = dir.file("second");
+  make_tiny(other);
+  const Checkpoint second = Checkpoint::open(other.out);
+  ParallelConfig parallel;
+  parallel.tp = 4;
+  parallel.ep = 2;
+  const Plan plan = make_plan(first, parallel);
+  std::vector<bool> modules(plan.modules.size(), false);
+  for (size_t m = 1; m < modules.size(); m += 2) modules[m] = true;
+  std::vector<RankWeights> host = load_ranks(first, plan);
+  load_into(second, plan, host, modules);
+  DeviceLoadOptions device;
+  device.device_map.assign(plan.ranks.size(), 0);
+  std::vector<DeviceRankWeights> ranks = load_ranks_to_device(first, plan, {}, device);
+  std::vector<uint64_t> addresses;
+  for (const DeviceRankWeights& w : ranks) addresses.push_back(w.buffer.address());
+  load_into_device(second, plan, ranks, modules, {}, device);
+  for (size_t r = 0; r < host.size(); ++r) {
+    EXPECT_EQ(ranks[r].buffer.address(), addresses[r]);
+    AlignedBuffer back(host[r].buffer.size());
+    ranks[r].buffer.copy_to_host(0, back.span());
+    EXPECT_EQ(std::memcmp(back.data(), host[r].buffer.data(), back.size()), 0) << "rank " << r;
+    EXPECT_EQ(ranks[r].processed, host[r].processed);
+  }
+}
+
 TEST(DeviceBuffer, CopiesAndIpcHandle) {
   SKIP_WITHOUT_GPU();
   DeviceBuffer buffer(0, 1 << 20);

@@ -136,6 +136,54 @@ TEST(StagingRing, ColdReadsGiveTheSameBytes) {
   }
 }
 
+// A partial load in place (what a reload does on GPU ranks): the selected modules from another
+// checkpoint, every other module's bytes kept, exactly as load_into gives on the host.
+TEST(StagingRing, PartialLoadInPlaceMatchesLoadInto) {
+  TempDir dir;
+  Case a{"qwen3_moe", "fp8", "", 4, 2};
+  const Checkpoint first = Checkpoint::open(make_model(dir, a));
+  TinyOptions other;
+  other.arch = "qwen3_moe";
+  other.quant = "fp8";
+  other.seed = 99;
+  other.out = dir.file("second");
+  make_tiny(other);
+  const Checkpoint second = Checkpoint::open(other.out);
+  ParallelConfig parallel;
+  parallel.tp = 4;
+  parallel.ep = 2;
+  const Plan plan = make_plan(first, parallel);
+  std::vector<bool> modules(plan.modules.size(), false);
+  for (size_t m = 0; m < modules.size(); m += 3) modules[m] = true;  // runs with gaps between
+
+  std::vector<RankWeights> host = load_ranks(first, plan);
+  load_into(second, plan, host, modules);
+
+  std::vector<RankWeights> ring = ring_load(first, plan, 8 << 10, 2);
+  std::vector<int> ranks;
+  std::vector<std::span<std::byte>> targets;
+  std::vector<std::vector<uint8_t>> processed;
+  for (RankWeights& w : ring) {
+    ranks.push_back(w.rank);
+    targets.push_back(w.buffer.span());
+    processed.push_back(w.processed);
+  }
+  device::HostUploader uploader(targets);
+  device::RingOptions options;
+  options.window_bytes = 8 << 10;
+  options.depth = 2;
+  options.modules = modules;
+  device::load_through_ring(second, plan, ranks, uploader, options, processed);
+  for (size_t r = 0; r < host.size(); ++r) {
+    EXPECT_EQ(std::memcmp(ring[r].buffer.data(), host[r].buffer.data(), host[r].buffer.size()), 0)
+        << "rank " << r;
+    EXPECT_EQ(processed[r], host[r].processed);
+  }
+  for (const device::Window& w : device::plan_windows(plan, ranks, 8 << 10, modules)) {
+    for (uint32_t m = w.module_begin; m < w.module_end; ++m) EXPECT_TRUE(modules[m]) << m;
+  }
+}
+
 TEST(PlanWindows, TileEachRankWithWholeModules) {
   TempDir dir;
   const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "none", "", 4, 2}));
