@@ -33,6 +33,7 @@ enum class ErrorKind {
   kCancelled,         // an update was cancelled before it changed anything
   kConflict,          // an update does not fit the live weights (layout, file changed while read)
   kNode,              // another node of a distributed job failed to take part (gone, transport error)
+  kDevice,            // --device cuda without a usable CUDA driver or GPU, or a CUDA call that failed
   kInternal,          // shardload broke one of its own invariants: a bug, reported rather than crashed on
 };
 

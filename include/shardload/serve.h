@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardload/distributed.h"
 #include "shardload/plan.h"
@@ -43,6 +44,10 @@ struct ServeOptions {
   bool keep = false;           // leave the shared memory when the server object is destroyed
   int threads = 0;             // loader and update threads; 0: one per core
   uint64_t staging_bytes = 0;  // bound on staged update bytes; 0: every update is one atomic commit
+  // "cuda": every rank also in GPU memory, exported as CUDA IPC handles (docs/gpu.md); device_map:
+  // the GPU of each rank (empty: rank % GPUs).
+  std::string device = "cpu";
+  std::vector<int> device_map;
 
   // Who may read the shared memory. Empty: only this user (directory 0700, files 0600). A group
   // name: its members too (directory 0750, files 0640, owned by that group).

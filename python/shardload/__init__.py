@@ -3,10 +3,11 @@ updated in place, exports, the weight server's client, engine hooks and a numeri
 weights (python3 -m shardload.verify). docs/python.md shows each."""
 
 from . import errors
-from ._shardload import Checkpoint, LiveModel, LoadedModel, Tensor, export, load, load_export, plan
+from ._shardload import (Checkpoint, LiveModel, LoadedModel, Tensor, cuda_unavailable_reason, export, load,
+                         load_export, plan)
 from .client import Client, connect
-from .errors import (CancelledError, ConfigError, ConflictError, Error, FormatError, InvalidArgumentError,
-                     IoError, StaleReadError)
+from .errors import (CancelledError, ConfigError, ConflictError, DeviceError, Error, FormatError,
+                     InvalidArgumentError, IoError, StaleReadError)
 from .hooks import iter_weights, load_state_dict_into
 from .tensors import as_float8, to_numpy, to_torch
 

@@ -253,6 +253,35 @@ class Client:
             warnings.simplefilter("ignore", UserWarning)
             return {name: self._tensor(rank, name) for name in self.names(rank)}
 
+    def cuda_tensors(self, rank):
+        """With `serve --device cuda`: {name: torch CUDA tensor} of `rank`, in the server's GPU
+        allocation opened through its CUDA IPC handle (no copy; docs/gpu.md). The allocation, and so
+        these tensors, stay valid across updates (they change in place, under the rank's sequence
+        word, as the shared memory does) until the server stops. InvalidArgumentError when the
+        server has no GPU ranks, DeviceError without a usable GPU."""
+        from . import _shardload
+        cuda = self.manifest.get("cuda")
+        if not isinstance(cuda, dict) or not isinstance(cuda.get("ranks"), list):
+            raise InvalidArgumentError("the server has no GPU ranks (serve without --device cuda)",
+                                       field="cuda", expected="serve --device cuda", found="none")
+        self._rank(rank)
+        entries = [e for e in cuda["ranks"] if isinstance(e, dict) and e.get("rank") == rank]
+        if len(entries) != 1:
+            raise FormatError("not a valid weight server manifest", file=self._manifest_path(),
+                              field="cuda.ranks", expected=f"one entry for rank {rank}")
+        entry = entries[0]
+        if not hasattr(self, "_cuda_maps"):
+            self._cuda_maps = {}
+        key = (rank, entry.get("ipc_handle"))
+        if key not in self._cuda_maps:
+            self._cuda_maps[key] = _shardload.CudaIpcMapping(entry["ipc_handle"], entry["device"], entry["bytes"])
+        mapping = self._cuda_maps[key]
+        base = cuda.get("tensor_offset", 4096)
+        out = {}
+        for name, t in self._tables[rank].items():
+            out[name] = torch.from_dlpack(mapping.tensor(name, t["dtype"], t["shape"], t["offset"] - base))
+        return out
+
     # -- consistent copies -----------------------------------------------------------------------
 
     def copy_into(self, targets, rank=None, *, retries=None, timeout=None):

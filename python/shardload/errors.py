@@ -92,6 +92,13 @@ class CancelledError(Error):
     kind = "cancelled"
 
 
+class DeviceError(Error):
+    """A GPU destination could not be used: no CUDA driver or GPU on this machine, a device index
+    past the GPUs visible, or a CUDA call that failed (the message names the call and its error)."""
+
+    kind = "device"
+
+
 class StaleReadError(Error, builtins.TimeoutError):
     """No consistent snapshot could be read in the time or tries allowed: an update kept the
     shared memory busy (also a builtin `TimeoutError`)."""
@@ -112,6 +119,7 @@ _KIND_CLASSES = {
     "conflict": ConflictError,
     "stale_read": StaleReadError,
     "format": FormatError,
+    "device": DeviceError,
 }
 for _kind in ("header_too_small", "header_too_large", "header_length", "header_utf8", "header_json",
               "header_structure", "duplicate_tensor", "unknown_dtype", "invalid_shape",

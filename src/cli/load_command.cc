@@ -23,6 +23,7 @@
 #include "cli/progress.h"
 #include "core/seconds_since.h"
 #include "shardload/checkpoint.h"
+#include "shardload/device.h"
 #include "shardload/export.h"
 #include "shardload/loader.h"
 #include "shardload/mpi_transport.h"
@@ -40,7 +41,28 @@ struct LoadCommandOptions {
   IoMode io = IoMode::kAuto;
   ReadOptions read;
   bool json = false;
+  std::string device = "cpu";  // cpu or cuda (docs/gpu.md)
+  std::string device_map;      // GPU of each rank loaded ("0,0,1,1"); empty: rank % GPUs
 };
+
+// The ranks on GPUs when --device cuda, else nothing: a machine without a usable GPU is an
+// Error(kDevice) (exit 1) before anything is read.
+bool on_device(const LoadCommandOptions& options) {
+  if (parse_device_kind(options.device) == DeviceKind::kCpu) {
+    if (!options.device_map.empty()) throw UsageError("--device-map needs --device cuda");
+    return false;
+  }
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", why));
+  return true;
+}
+
+// A device rank copied back to the host: what --checksum hashes (the bytes the GPU holds).
+RankWeights to_host(const DeviceRankWeights& weights) {
+  RankWeights out{weights.rank, AlignedBuffer(weights.buffer.size()), weights.processed};
+  weights.buffer.copy_to_host(0, out.buffer.span());
+  return out;
+}
 
 
 std::string rate(uint64_t bytes, double seconds) {
@@ -78,15 +100,37 @@ void run_load_export(const LoadCommandOptions& options) {
   // not.
   const LoadedExport loaded =
       as_usage_error([&] { return load_export(options.model, ranks, options.threads, layout); });
+  // --device cuda: each rank file's buffer uploaded through pinned staging, and hashed from the GPU.
+  std::vector<DeviceBuffer> device_ranks;
+  if (on_device(options)) {
+    std::vector<std::span<const std::byte>> buffers;
+    std::vector<int> rank_ids;
+    for (const LoadedExport::Rank& rank : loaded.ranks) {
+      buffers.push_back(rank.buffer.span());
+      rank_ids.push_back(rank.rank);
+    }
+    const std::vector<int> devices = as_usage_error([&] {
+      return assign_devices(rank_ids, cuda_device_count(), parse_device_map(options.device_map));
+    });
+    device_ranks = upload_buffers(buffers, devices);
+  }
   const double seconds = seconds_since(start);
   uint64_t bytes = 0;
   ChecksumLines checksums;
-  for (const LoadedExport::Rank& rank : loaded.ranks) {
+  for (size_t i = 0; i < loaded.ranks.size(); ++i) {
+    const LoadedExport::Rank& rank = loaded.ranks[i];
+    AlignedBuffer back;
+    std::span<const std::byte> held = rank.buffer.span();
+    if (options.checksum && !device_ranks.empty()) {
+      back = AlignedBuffer(device_ranks[i].size());
+      device_ranks[i].copy_to_host(0, back.span());
+      held = back.span();
+    }
     for (const LoadedExport::Tensor& t : rank.tensors) {
       bytes += t.nbytes;
       if (options.checksum) {
         checksums.add(rank.rank, t.name, t.dtype, t.shape,
-                      rank.buffer.span().subspan(t.offset, t.nbytes));
+                      held.subspan(t.offset, t.nbytes));
       }
     }
     checksums.print();
@@ -101,6 +145,7 @@ void run_node_load(const LoadCommandOptions& options) {
     throw UsageError("an export loads in one process: run it without mpirun (each rank file is its own)");
   }
   if (options.rank >= 0) throw UsageError("--rank loads one rank in one process: run it without mpirun");
+  if (options.device != "cpu") throw UsageError("--device cuda loads in one process: run it without mpirun");
   DistributedLoadRequest request;
   request.model = options.model;
   request.parallel = options.parallel.to_config();
@@ -118,6 +163,7 @@ void run_load(const LoadCommandOptions& options) {
   const ParallelConfig parallel = options.parallel.to_config();
   // The load as an engine sees it: from opening the checkpoint to weights in place, without the
   // process's start and exit, which an engine pays once whatever it loads (bench/run times this).
+  const bool device = on_device(options);
   const auto load_start = std::chrono::steady_clock::now();
   auto start = load_start;
   const Checkpoint ckpt = Checkpoint::open(options.model);
@@ -137,12 +183,32 @@ void run_load(const LoadCommandOptions& options) {
   if (options.rank >= 0) load_options.ranks.push_back(options.rank);
   load_options.progress = make_progress_bar();
   LoadStats stats;
-  const std::vector<RankWeights> ranks = load_ranks(ckpt, plan, load_options, &stats);
+  std::vector<RankWeights> ranks;
+  std::vector<DeviceRankWeights> device_ranks;
+  DeviceLoadStats device_stats;
+  if (device) {
+    DeviceLoadOptions device_options;
+    // A device map that does not fit the ranks loaded is a usage error, found before any read.
+    device_options.device_map = as_usage_error([&] {
+      std::vector<int> loaded = load_options.ranks;
+      if (loaded.empty()) {
+        for (const RankPlan& rank : plan.ranks) loaded.push_back(rank.rank);
+      }
+      return assign_devices(loaded, cuda_device_count(), parse_device_map(options.device_map));
+    });
+    device_ranks =
+        load_ranks_to_device(ckpt, plan, load_options, device_options, &stats, &device_stats);
+  } else {
+    ranks = load_ranks(ckpt, plan, load_options, &stats);
+  }
   const double load_seconds = seconds_since(load_start);
   finish_progress_bar();
+  const size_t rank_count = device ? device_ranks.size() : ranks.size();
 
   if (options.checksum) {
     for (const RankWeights& weights : ranks) std::cout << rank_checksums(plan, weights);
+    for (const DeviceRankWeights& weights : device_ranks)
+      std::cout << rank_checksums(plan, to_host(weights));
   }
   // The checkpoint bytes the plan uses: a full load reads exactly these, each once, however many
   // ranks hold a replicated or attention-scoped tensor.
@@ -156,7 +222,7 @@ void run_load(const LoadCommandOptions& options) {
     const auto gbps = [&](uint64_t bytes) {
       return stats.seconds_copy > 0 ? bytes / stats.seconds_copy / 1e9 : 0.0;
     };
-    std::cout << nlohmann::json{{"ranks", ranks.size()},
+    nlohmann::json summary{{"ranks", rank_count},
                                 {"bytes_needed", source_bytes},
                                 {"bytes_read", stats.bytes_read},
                                 {"bytes_written", stats.bytes_written},
@@ -166,21 +232,30 @@ void run_load(const LoadCommandOptions& options) {
                                 {"seconds_copy", stats.seconds_copy},
                                 {"seconds_postprocess", stats.seconds_postprocess},
                                 {"read_gbps", gbps(stats.bytes_read)},
-                                {"write_gbps", gbps(stats.bytes_written)}}
-                     .dump(1)
-              << "\n";
+                                {"write_gbps", gbps(stats.bytes_written)}};
+    if (device) {
+      summary["device"] = "cuda";
+      summary["staging_bytes"] = device_stats.staging_bytes;
+      summary["windows"] = device_stats.windows;
+      summary["seconds_fill"] = device_stats.seconds_fill;
+      summary["seconds_wait"] = device_stats.seconds_wait;
+    }
+    std::cout << summary.dump(1) << "\n";
   } else {
     std::cout << fmt::format(
         "loaded {} of {} (tp={} ep={}{}): read {} bytes (of {} in the checkpoint's planned "
         "tensors), "
         "wrote {} bytes; open {:.3f} s, plan {:.3f} s, "
         "allocate {:.3f} s, copy {:.3f} s ({} read, {} written, {} reads, io {}), "
-        "postprocess {:.3f} s; total {:.4f} s\n",
-        count_of(ranks.size(), "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
+        "postprocess {:.3f} s; total {:.4f} s{}\n",
+        count_of(rank_count, "rank"), plan.model.architecture, plan.parallel.tp, plan.parallel.ep,
         dp, stats.bytes_read, source_bytes, stats.bytes_written, open_seconds, plan_seconds,
         stats.seconds_allocate, stats.seconds_copy, rate(stats.bytes_read, stats.seconds_copy),
         rate(stats.bytes_written, stats.seconds_copy), stats.read_requests, io_mode_name(stats.io),
-        stats.seconds_postprocess, load_seconds);
+        stats.seconds_postprocess, load_seconds,
+        device ? fmt::format("; on GPUs through {} MiB of pinned staging in {} windows",
+                             device_stats.staging_bytes >> 20, device_stats.windows)
+               : std::string());
   }
   // The process ends here: freeing the checkpoint's and the plan's tens of thousands of names and
   // pieces one by one took ~7 ms of a 20k-tensor load (0.25 s), and the kernel takes the pages
@@ -217,6 +292,13 @@ void add_load_command(CLI::App& app) {
       ->transform(
           CLI::CheckedTransformer(io_modes, CLI::ignore_case).description("{" + names + "}"));
   add_read_option(*cmd, options->read);
+  cmd->add_option("--device", options->device,
+                  "Where the ranks go: cpu (host memory) or cuda (one GPU allocation per rank, "
+                  "filled through pinned staging buffers; docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device-map", options->device_map,
+                  "With --device cuda: the GPU of each rank loaded, comma-separated (default: rank "
+                  "% visible GPUs)");
   cmd->add_flag("--json", options->json,
                 "Print the summary as JSON (under mpirun: every node's bytes read, sent, received, "
                 "written and GB/s per stage)");

@@ -31,6 +31,7 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kCancelled: return "cancelled";
     case ErrorKind::kConflict: return "conflict";
     case ErrorKind::kNode: return "node";
+    case ErrorKind::kDevice: return "device";
     case ErrorKind::kInternal: return "internal";
   }
   return "unknown";

@@ -16,6 +16,7 @@
 #include <compare>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -159,6 +160,16 @@ class Executor {
     }
   }
 
+  // Every piece of params [first, last) of `rank`, each param at base + its offset: the device
+  // loader fills one window of a rank in a staging buffer whose byte 0 stands for rank byte `begin`
+  // (base = staging - begin; only the window's bytes are written).
+  void add_params(const RankPlan& rank, size_t first, size_t last, std::byte* base) {
+    for (size_t i = first; i < last; ++i) {
+      const PlanParam& param = rank.params[i];
+      for (const PlanPiece& piece : param.pieces) add_piece(param, piece, base + param.offset);
+    }
+  }
+
   // Splits the work into jobs in file order, so that reads stay sequential, and merges
   // neighbouring segment jobs into one read (a MoE checkpoint's thousands of small expert
   // tensors lie back to back in the file: one preadv per run, not one pread per tensor).
@@ -196,6 +207,14 @@ class Executor {
       max_job_ = std::max(max_job_, job.bytes);
     }
   }
+
+  // Readers for the cold path that outlive one run (the device loader runs one executor per
+  // window): their slots are allocated and faulted in once, not once per run. Set before run().
+  struct SharedReader {
+    std::unique_ptr<load::DirectReader> reader;
+    uint64_t capacity = 0;
+  };
+  void share_direct_readers(std::vector<SharedReader>* readers) { shared_readers_ = readers; }
 
   uint64_t total_bytes() const { return total_; }
   uint64_t job_count() const { return jobs_.size(); }
@@ -646,8 +665,22 @@ class Executor {
   void run_direct(int threads) {
     const int readers = std::min(threads, kDirectThreads);
     std::atomic<size_t> next{0};
-    parallel_for(static_cast<size_t>(readers), readers, [&](size_t, int) {
-      load::DirectReader reader(kDirectDepth, max_job_);
+    if (shared_readers_ != nullptr && shared_readers_->size() < static_cast<size_t>(readers))
+      shared_readers_->resize(static_cast<size_t>(readers));
+    parallel_for(static_cast<size_t>(readers), readers, [&](size_t index, int) {
+      std::unique_ptr<load::DirectReader> own;
+      load::DirectReader* shared = nullptr;
+      if (shared_readers_ != nullptr) {
+        SharedReader& slot = (*shared_readers_)[index];
+        if (!slot.reader || slot.capacity < max_job_) {
+          slot.capacity = std::max(max_job_, kDirectChunk);
+          slot.reader = std::make_unique<load::DirectReader>(kDirectDepth, slot.capacity);
+        }
+        shared = slot.reader.get();
+      } else {
+        own = std::make_unique<load::DirectReader>(kDirectDepth, max_job_);
+      }
+      load::DirectReader& reader = shared != nullptr ? *shared : *own;
       std::vector<float> scratch;
       for (;;) {
         while (!reader.full()) {
@@ -697,6 +730,7 @@ class Executor {
   std::atomic<uint64_t> done_{0};
   const std::function<void(uint64_t, uint64_t)>* progress_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
+  std::vector<SharedReader>* shared_readers_ = nullptr;
 };
 
 }  // namespace shardload::load

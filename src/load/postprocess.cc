@@ -13,6 +13,7 @@
 #include "shardload/fp8_quant.h"
 #include "shardload/error.h"
 #include "shardload/loader.h"
+#include "load/postprocess_ranks.h"
 
 namespace shardload {
 namespace {
@@ -61,13 +62,13 @@ std::span<float> floats(std::byte* base, const PlanParam& param) {
 // the internal [slots, parts] tables the values were gathered in).
 class ScaleCheck {
  public:
-  ScaleCheck(const Plan& plan, const RankWeights& weights, const Checkpoint* checkpoint)
-      : plan_(plan), weights_(weights), checkpoint_(checkpoint) {}
+  ScaleCheck(const Plan& plan, int rank, const std::byte* base, const Checkpoint* checkpoint)
+      : plan_(plan), rank_(rank), base_(base), checkpoint_(checkpoint) {}
 
   // The value at byte `at` of `param` (a table or grid a piece filled), checked.
   float operator()(const PlanParam& param, uint64_t at) const {
     float value = 0;
-    std::memcpy(&value, weights_.buffer.data() + param.offset + at, sizeof value);
+    std::memcpy(&value, base_ + param.offset + at, sizeof value);
     if (!(value > 0) || !std::isfinite(value)) throw bad(param, at, value);
     return value;
   }
@@ -99,12 +100,12 @@ class ScaleCheck {
     const PlanModule& module = plan_.modules[param.module];
     if (module.moe_layer >= 0 && plan_.parallel.ep > 0 && !param.shape.empty() &&
         param.shape[0] > 0) {
-      const RankPlan& rank = plan_.ranks.at(static_cast<size_t>(weights_.rank));
+      const RankPlan& rank = plan_.ranks.at(static_cast<size_t>(rank_));
       const uint64_t slots = param.shape[0];
       const uint64_t slot = at / (param.nbytes / slots);
       const int expert = plan_.physical_to_logical.at(static_cast<size_t>(module.moe_layer))
                              .at(static_cast<size_t>(rank.ep_rank) * slots + slot);
-      where.push_back(fmt::format("expert {} (slot {} of rank {})", expert, slot, weights_.rank));
+      where.push_back(fmt::format("expert {} (slot {} of rank {})", expert, slot, rank_));
     }
     details.field = fmt::format("{}", fmt::join(where, " of "));
     return Error(ErrorKind::kInvalidArgument, "an FP8 scale must be positive and finite",
@@ -112,7 +113,8 @@ class ScaleCheck {
   }
 
   const Plan& plan_;
-  const RankWeights& weights_;
+  int rank_;
+  const std::byte* base_;  // the rank's byte 0 (param offsets are from there)
   const Checkpoint* checkpoint_;
 };
 
@@ -187,23 +189,33 @@ void quantize(const ModuleParams& p, std::byte* base) {
 void postprocess_modules(const Plan& plan, RankWeights& weights,
                          const std::vector<uint32_t>& modules, PostprocessMode mode,
                          const Checkpoint* checkpoint) {
-  const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
   weights.processed.resize(plan.modules.size(), 0);
-  const ScaleCheck check(plan, weights, checkpoint);
+  load::postprocess_modules_at(plan, weights.rank, weights.buffer.data(), weights.processed, modules,
+                               mode, checkpoint);
+}
+
+namespace load {
+
+void postprocess_modules_at(const Plan& plan, int rank_index, std::byte* base,
+                            std::vector<uint8_t>& processed, const std::vector<uint32_t>& modules,
+                            PostprocessMode mode, const Checkpoint* checkpoint) {
+  const RankPlan& rank = plan.ranks.at(static_cast<size_t>(rank_index));
+  processed.resize(plan.modules.size(), 0);
+  const ScaleCheck check(plan, rank_index, base, checkpoint);
   for (uint32_t module : modules) {
-    if (mode == PostprocessMode::kOnce && weights.processed[module] != 0) continue;
+    if (mode == PostprocessMode::kOnce && processed[module] != 0) continue;
     const PostProcess post = plan.modules[module].post;
     if (post != PostProcess::kNone || plan.quantization == Quantization::kFp8Block) {
       const ModuleParams params = find_params(rank, module);
-      if (post == PostProcess::kFp8Requantize)
-        requantize(plan, params, weights.buffer.data(), module, check);
-      if (post == PostProcess::kFp8Quantize) quantize(params, weights.buffer.data());
+      if (post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check);
+      if (post == PostProcess::kFp8Quantize) quantize(params, base);
       if (plan.quantization == Quantization::kFp8Block && params.weight_scale != nullptr) {
         check_block_scales(*params.weight_scale, check);
       }
     }
-    weights.processed[module] = 1;
+    processed[module] = 1;
   }
 }
 
+}  // namespace load
 }  // namespace shardload

@@ -9,6 +9,8 @@
 #include "python/layout_kwargs.h"
 #include "python/rank_tensors.h"
 #include "shardload/checkpoint.h"
+#include "shardload/device.h"
+#include "shardload/error.h"
 
 namespace py = pybind11;
 
@@ -19,6 +21,7 @@ namespace {
 struct LoadedRanks {
   Plan plan;
   std::vector<RankWeights> ranks;
+  std::vector<DeviceRankWeights> device_ranks;  // device="cuda": the ranks, on GPUs
   LoadStats stats;
 };
 
@@ -29,13 +32,24 @@ class LoadedModel {
   std::vector<int> ranks() const {
     std::vector<int> out;
     for (const RankWeights& w : loaded_->ranks) out.push_back(w.rank);
+    for (const DeviceRankWeights& w : loaded_->device_ranks) out.push_back(w.rank);
     return out;
   }
   py::dict tensors(int rank, bool internal) const {
     for (const RankWeights& w : loaded_->ranks) {
       if (w.rank == rank) return rank_tensors(loaded_, loaded_->plan, w, internal);
     }
+    for (const DeviceRankWeights& w : loaded_->device_ranks) {
+      if (w.rank == rank) return device_rank_tensors(loaded_, loaded_->plan, w, internal);
+    }
     throw py::index_error("rank " + std::to_string(rank) + " was not loaded");
+  }
+  std::string device() const { return loaded_->device_ranks.empty() ? "cpu" : "cuda"; }
+  // The GPU of each rank (device="cuda"), {rank: index}; empty on the host.
+  py::dict devices() const {
+    py::dict out;
+    for (const DeviceRankWeights& w : loaded_->device_ranks) out[py::int_(w.rank)] = w.buffer.device();
+    return out;
   }
   py::object plan(bool pieces) const { return to_python(loaded_->plan.to_json(pieces)); }
   py::dict stats() const {
@@ -56,7 +70,16 @@ class LoadedModel {
 };
 
 LoadedModel load(const py::object& model_path, const std::optional<std::vector<int>>& ranks, int threads,
-                 const std::string& io, py::object progress, const py::kwargs& layout) {
+                 const std::string& io, py::object progress, const std::string& device,
+                 const std::optional<std::vector<int>>& device_map, const py::kwargs& layout) {
+  const DeviceKind kind = parse_device_kind(device);
+  if (kind == DeviceKind::kCpu && device_map) {
+    throw Error(ErrorKind::kInvalidArgument, "device_map needs device=\"cuda\"");
+  }
+  if (kind == DeviceKind::kCuda) {
+    const std::string why = cuda_unavailable_reason();
+    if (!why.empty()) throw Error(ErrorKind::kDevice, "device=\"cuda\": " + why);
+  }
   const std::string model = path_arg(model_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
   auto loaded = std::make_shared<LoadedRanks>();
@@ -70,7 +93,14 @@ LoadedModel load(const py::object& model_path, const std::optional<std::vector<i
     py::gil_scoped_release release;
     const Checkpoint ckpt = Checkpoint::open(model);
     loaded->plan = make_plan(ckpt, parallel);
-    loaded->ranks = load_ranks(ckpt, loaded->plan, options, &loaded->stats);
+    if (kind == DeviceKind::kCuda) {
+      DeviceLoadOptions device_options;
+      if (device_map) device_options.device_map = *device_map;
+      loaded->device_ranks =
+          load_ranks_to_device(ckpt, loaded->plan, options, device_options, &loaded->stats);
+    } else {
+      loaded->ranks = load_ranks(ckpt, loaded->plan, options, &loaded->stats);
+    }
   }
   relay.rethrow();
   return LoadedModel(std::move(loaded));
@@ -83,11 +113,19 @@ void bind_load(py::module_& m) {
       .def_property_readonly("ranks", &LoadedModel::ranks)
       .def("tensors", &LoadedModel::tensors, py::arg("rank"), py::kw_only(), py::arg("internal") = false,
            "{name: Tensor} of one rank (internal: also FP8 scale parts and float32 sources)")
+      .def_property_readonly("device", &LoadedModel::device, "\"cpu\" or \"cuda\"")
+      .def_property_readonly("devices", &LoadedModel::devices, "{rank: GPU index} of a device load")
       .def("plan", &LoadedModel::plan, py::kw_only(), py::arg("pieces") = false)
       .def_property_readonly("stats", &LoadedModel::stats);
+  m.def("cuda_unavailable_reason", &cuda_unavailable_reason,
+        "\"\" when device=\"cuda\" can be used here, else why not (no driver, no GPU, a build "
+        "without CUDA)");
   m.def("load", &load, py::arg("model"), py::kw_only(), py::arg("ranks") = py::none(), py::arg("threads") = 0,
-        py::arg("io") = "auto", py::arg("progress") = py::none(),
-        "Loads a layout (keywords as the command line's layout options) into one buffer per rank");
+        py::arg("io") = "auto", py::arg("progress") = py::none(), py::arg("device") = "cpu",
+        py::arg("device_map") = py::none(),
+        "Loads a layout (keywords as the command line's layout options) into one buffer per rank; "
+        "device=\"cuda\": one GPU allocation per rank (rank % GPUs, or device_map[i] for the i-th "
+        "rank loaded), its tensors CUDA DLPack tensors");
 }
 
 }  // namespace shardload::python

@@ -10,5 +10,6 @@ void bind_load(pybind11::module_& m);
 void bind_live(pybind11::module_& m);
 void bind_export(pybind11::module_& m);
 void bind_iter(pybind11::module_& m);
+void bind_device(pybind11::module_& m);
 
 }  // namespace shardload::python

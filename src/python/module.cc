@@ -14,4 +14,5 @@ PYBIND11_MODULE(_shardload, m) {
   shardload::python::bind_live(m);
   shardload::python::bind_export(m);
   shardload::python::bind_iter(m);
+  shardload::python::bind_device(m);
 }

@@ -19,6 +19,20 @@ py::dict rank_tensors(const std::shared_ptr<const void>& owner, const Plan& plan
   return out;
 }
 
+py::dict device_rank_tensors(const std::shared_ptr<const void>& owner, const Plan& plan,
+                             const DeviceRankWeights& weights, bool internal) {
+  py::dict out;
+  for (const PlanParam& param : plan.ranks.at(static_cast<size_t>(weights.rank)).params) {
+    if (!internal && !param.exported()) continue;
+    Tensor t{owner, reinterpret_cast<std::byte*>(weights.buffer.address() + param.offset), param.dtype,
+             param.shape, param.name};
+    t.device_type = 2;  // kDLCUDA
+    t.device_id = weights.buffer.device();
+    out[py::str(param.name)] = t;
+  }
+  return out;
+}
+
 ProgressRelay::~ProgressRelay() {
   py::gil_scoped_acquire gil;  // the callable is released under the GIL, wherever the relay ends
   callback_ = py::object();

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include "python/tensor.h"
+#include "shardload/device.h"
 #include "shardload/loader.h"
 #include "shardload/plan.h"
 
@@ -14,6 +15,10 @@ namespace shardload::python {
 // sources post-processing reads), each sharing `weights`' buffer and keeping `owner` alive.
 pybind11::dict rank_tensors(const std::shared_ptr<const void>& owner, const Plan& plan,
                             const RankWeights& weights, bool internal);
+
+// The same for a rank in GPU memory: kDLCUDA tensors at the device allocation's offsets.
+pybind11::dict device_rank_tensors(const std::shared_ptr<const void>& owner, const Plan& plan,
+                                   const DeviceRankWeights& weights, bool internal);
 
 // LoadOptions::progress calling a Python callable(done, total) from the loading threads, under the
 // GIL, with `done` never going back (the threads finish jobs, and reach the GIL, in any order: a call

@@ -68,7 +68,7 @@ py::capsule to_dlpack(const Tensor& tensor) {
   }
   DLTensor& t = managed->dl.dl_tensor;
   t.data = tensor.data;
-  t.device = {kDLCPU, 0};
+  t.device = {static_cast<DLDeviceType>(tensor.device_type), tensor.device_id};
   t.ndim = static_cast<int32_t>(tensor.shape.size());
   t.dtype = dl_dtype(tensor.dtype);
   t.shape = managed->shape.data();
@@ -96,7 +96,10 @@ void bind_tensor(py::module_& m) {
       .def(
           "__dlpack__",
           [](const Tensor& t, py::object stream) {
-            if (!stream.is_none()) throw py::value_error("a CPU tensor takes no stream");
+            // A GPU tensor's bytes are complete before shardload hands it out (the uploads were
+            // waited for): any consumer stream may read them, so a stream needs no event.
+            if (!stream.is_none() && t.device_type == kDLCPU)
+              throw py::value_error("a CPU tensor takes no stream");
             return to_dlpack(t);
           },
           py::arg("stream") = py::none())
@@ -113,7 +116,12 @@ void bind_tensor(py::module_& m) {
             return out;
           },
           py::arg("dtype"), "The same bytes as another dtype of the same width (e.g. BF16 as U16)")
-      .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); })
+      .def("__dlpack_device__", [](const Tensor& t) { return py::make_tuple(t.device_type, t.device_id); })
+      .def_property_readonly("device",
+                             [](const Tensor& t) {
+                               return t.device_type == kDLCUDA ? "cuda:" + std::to_string(t.device_id)
+                                                               : std::string("cpu");
+                             })
       .def("__repr__", [](const Tensor& t) {
         std::string shape;
         for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);

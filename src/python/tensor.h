@@ -20,11 +20,15 @@ struct Tensor {
   DType dtype = DType::kU8;
   Shape shape;
   std::string name;
+  // Where `data` points: the host (kDLCPU, 1), or a GPU (kDLCUDA, 2) with its index: the DLPack
+  // capsule and __dlpack_device__ say so, and torch.from_dlpack makes a CUDA tensor of it.
+  int device_type = 1;
+  int device_id = 0;
 
   uint64_t nbytes() const { return shape_nbytes(shape, dtype); }
 };
 
-// A DLPack capsule ("dltensor") sharing the tensor's bytes, on the CPU. FP8 is exported as uint8 (DLPack
+// A DLPack capsule ("dltensor") sharing the tensor's bytes, on the tensor's device. FP8 is exported as uint8 (DLPack
 // has no FP8 code torch 1.13 or NumPy read), BF16 as kDLBfloat.
 pybind11::capsule to_dlpack(const Tensor& tensor);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <optional>
 
@@ -302,13 +303,26 @@ UpdateOptions ShmStore::update_options() {
     for (ShmRankFile& file : files_) begin_sequence(file.header());
   };
   options.end_commit = [this] {
+    // The GPUs' copies change inside the commit too; a failed copy still ends the commit (host
+    // readers must not spin on an odd word) and then fails the update.
+    std::exception_ptr device_error;
+    if (device_sync_) {
+      try {
+        device_sync_();
+      } catch (...) {
+        device_error = std::current_exception();
+      }
+    }
     for (ShmRankFile& file : files_) end_sequence(file.header());
+    if (device_error) std::rethrow_exception(device_error);
   };
   return options;
 }
 
 void ShmStore::write_manifest(bool update_in_progress) {
-  serve::write_manifest(dir_, make_manifest(name_, live_, update_in_progress, scope_));
+  nlohmann::json manifest = make_manifest(name_, live_, update_in_progress, scope_);
+  if (!device_manifest_.is_null()) manifest["cuda"] = device_manifest_;
+  serve::write_manifest(dir_, manifest);
   for (ShmRankFile& file : files_) {
     if (update_in_progress) {
       set_update_in_progress(file.header());

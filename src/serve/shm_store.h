@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ class ShmStore {
   // every rank's flag (before the first commit group); without, publishes the live version and
   // clears it (after the last). Throws Error(kIo).
   void write_manifest(bool update_in_progress);
+  // --device cuda (device_store.h): `sync` runs at the end of every commit group, before the
+  // sequence words are even again; `cuda` is the manifest's "cuda" member. Empty: none.
+  void set_device_hooks(std::function<void()> sync, nlohmann::json cuda) {
+    device_sync_ = std::move(sync);
+    device_manifest_ = std::move(cuda);
+  }
   // Deletes the directory and its files, following no link (the mappings here stay valid until
   // destruction).
   void remove() const;
@@ -94,6 +101,8 @@ class ShmStore {
   uint64_t staging_bytes_ = 0;
   std::vector<ShmRankFile> files_;
   LiveModel live_;
+  std::function<void()> device_sync_;
+  nlohmann::json device_manifest_;
 };
 
 }  // namespace shardload::serve

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/json_input.h"
+#include "serve/device_store.h"
 #include "serve/http_access.h"
 #include "serve/http_server.h"
 #include "serve/node_commands.h"
@@ -108,6 +109,7 @@ struct WeightServer::Impl {
     }
     store.emplace(options);
     if (transport != nullptr) commands.emplace(*store);
+    if (options.device == "cuda") device.emplace(*store, options.device_map);
     if (transport == nullptr || transport->node() == 0) {
       service.emplace(*store, options.nodes, commands ? &*commands : nullptr);
     }
@@ -266,6 +268,7 @@ struct WeightServer::Impl {
       serve::HttpLimits{.max_connections = static_cast<size_t>(kServeMaxConnections)}};
   std::optional<serve::ShmStore> store;
   std::optional<serve::NodeCommands> commands;  // on several nodes
+  std::optional<serve::DeviceStore> device;     // after store: gone before it
   std::optional<serve::WeightService> service;  // on one node, or node 0
   int port = -1;
   bool keep = false;

@@ -15,7 +15,9 @@
 #include "cli/process_transport.h"
 #include "cli/read_options.h"
 #include "core/byte_size.h"
+#include "cli/usage_error.h"
 #include "shardload/checkpoint.h"
+#include "shardload/device.h"
 #include "shardload/error.h"
 #include "shardload/mpi_transport.h"
 #include "shardload/serve.h"
@@ -36,6 +38,8 @@ struct ServeCommandOptions {
   std::string shm_group;
   std::string host = "127.0.0.1";
   std::string api_key;
+  std::string device = "cpu";
+  std::string device_map;
 };
 
 // Usage errors must be found while the command line is parsed: CLI11 then reports them as such
@@ -148,11 +152,41 @@ void run_serve(const ServeCommandOptions& options) {
   serve.shm_group = options.shm_group;
   serve.host = options.host;
   serve.api_key = options.api_key;
+  serve.device = options.device;
+  serve.device_map = parse_device_map(options.device_map);
+  if (serve.device == "cpu" && !serve.device_map.empty())
+    throw UsageError("--device-map needs --device cuda");
+  // Not yet: each node would mirror its ranks, but no test has run it on several GPU nodes.
+  if (serve.device == "cuda" && transport != nullptr && transport->nodes() > 1)
+    throw UsageError("--device cuda runs on one node (not under mpirun with several processes)");
+  // No usable GPU: an error (exit 1) before anything is loaded or bound.
+  if (serve.device == "cuda" && !cuda_unavailable_reason().empty())
+    throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", cuda_unavailable_reason()));
   const std::string dir =
       node_shm_dir(serve.name, node, transport != nullptr ? transport->nodes() : 1);
+  if (serve.staging_bytes != 0 && transport != nullptr && transport->nodes() > 1) {
+    // A cluster's update is one atomic commit on every node (docs/distributed.md).
+    throw UsageError("--staging-bytes applies to one node (under mpirun updates commit whole)");
+  }
   // A layout the model cannot take is a usage error (exit 2) before anything starts, as in the
-  // other commands; the server plans again from the same checkpoint.
-  plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+  // other commands; the server plans again from the same checkpoint. On several nodes every node
+  // learns of one node's error (a checkpoint path missing there), so that none starts alone.
+  if (transport == nullptr) {
+    plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+  } else {
+    try {
+      run_on_every_node(*transport, [&] {
+        try {
+          plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+        } catch (const UsageError& e) {  // travels as an Error, is a usage error again below
+          throw Error(ErrorKind::kInvalidArgument, e.what());
+        }
+      });
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInvalidArgument) throw UsageError(e.what());
+      throw;
+    }
+  }
   if (node == 0 && serve.api_key.empty() && !is_loopback_host(serve.host)) {
     std::cerr << fmt::format(
         "warning: listening on {} without --api-key: anyone who can reach this address can "
@@ -230,6 +264,20 @@ void add_serve_options(CLI::App& cmd) {
                  "Let this group read the shared memory (directory 0750, files 0640); default: "
                  "this user only (0700, 0600)")
       ->check(check_shm_group);
+  cmd.add_option("--device", options->device,
+                 "cuda: every rank also in GPU memory, its CUDA IPC handle in manifest.json "
+                 "(docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--device-map", options->device_map,
+                 "With --device cuda: the GPU of each rank, comma-separated (default: rank % GPUs)")
+      ->check([](const std::string& text) {
+        try {
+          parse_device_map(text);
+          return std::string();
+        } catch (const Error& e) {
+          return fmt::format("{} (expected {}, found {})", e.message(), e.expected(), e.found());
+        }
+      });
   cmd.callback([options] { run_serve(*options); });
 }
 
