@@ -7,6 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const shardload::Plan plan;
+  // A node of a server on several nodes: its manifest's node fields are compared too.
+  static const shardload::serve::NodeScope node{.node = 1, .nodes = 2, .held = {}};
   shardload::fuzz::parse_or_error(data, size, [](std::string_view text) {
     std::string why;
     const std::optional<nlohmann::json> manifest =
@@ -14,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     shardload::fuzz::check(manifest.has_value() != !why.empty());
     if (!manifest) return;
     (void)shardload::serve::manifest_expert_map(*manifest);
-    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model");
+    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", {});
+    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", node);
   });
   return 0;
 }
