@@ -131,9 +131,12 @@ def main():
                OMPI_MCA_mpi_yield_when_idle="1")
     serve = [shardload, "serve", models[0], "--tp", str(TP), "--ep", str(EP), "--port", "0"]
     results = {}
-    for label, launcher in (("1 node", []), ("2 nodes", ["mpirun", "--oversubscribe", "-np", "2"])):
+    mpirun = ["mpirun", "--oversubscribe", "-np", "2"]
+    cases = (("1 node", [], []), ("2 nodes, striped", mpirun, ["--read", "striped"]),
+             ("2 nodes, local", mpirun, ["--read", "local"]))
+    for label, launcher, read in cases:
         name = f"bench-{os.getpid()}-{len(results)}"
-        proc, port = start(launcher + serve + ["--name", name], env)
+        proc, port = start(launcher + serve + read + ["--name", name], env)
         try:
             results[label] = {"full": measure(port, models, args.runs, None),
                               "experts": measure(port, models, args.runs, ["experts"])}
@@ -147,16 +150,16 @@ def main():
         f" memory), qwen3_moe 2 GB checkpoint, tp={TP} ep={EP}, checkpoints in the page cache;"
         f" medians of {args.runs} updates alternating between two checkpoints.",
         "",
-        "| update | server | end to end (s) | ratio to 1 node | commit pause (ms) | per node: read / sent (MB) |",
+        "| update | server | end to end (s) | ratio to 1 node | commit pause (ms) | per node: read / sent (MB), stage (s) |",
         "|---|---|---|---|---|---|",
     ]
     for kind in ("full", "experts"):
         base = results["1 node"][kind]["seconds"]
-        for label in ("1 node", "2 nodes"):
+        for label, _, _ in cases:
             r = results[label][kind]
             nodes = r["answer"].get("nodes")
-            traffic = ("; ".join(f"node {n['node']}: {n['bytes_read'] / 1e6:.0f} / {n['bytes_sent'] / 1e6:.0f}"
-                                 for n in nodes) if nodes else "all read here")
+            traffic = ("; ".join(f"node {n['node']}: {n['bytes_read'] / 1e6:.0f} / {n['bytes_sent'] / 1e6:.0f}, "
+                                 f"{n['seconds_stage']:.3f}" for n in nodes) if nodes else "all read here")
             lines.append(f"| {kind} | {label} | {r['seconds']:.3f} | {r['seconds'] / base:.2f}x | "
                          f"{r['pause'] * 1e3:.1f} | {traffic} |")
     lines.append("")
