@@ -23,6 +23,10 @@ same after it; otherwise the copy is tried again, with a growing sleep, within b
         params = {name: p for name, p in model.named_parameters() if name in server.names(0)}
         version = server.copy_into(params, rank=0)          # one consistent snapshot, in place
 
+A server on several nodes (`mpirun -np N shardload serve ...`) keeps node n's ranks in
+/dev/shm/shardload-NAME.node-n: `connect(NAME, rank=R)` opens the directory of this host that holds
+rank R, and ranks are then named by their global numbers (`client.rank_ids`).
+
 A Client is meant for one thread at a time (views may be shared freely).
 """
 
@@ -53,6 +57,7 @@ HEADER_BYTES = 4096
 MAX_MANIFEST_BYTES = 64 << 20  # as the server's own reader (kMaxManifestBytes)
 MAX_RANKS = 1 << 16
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+MAX_NODES = 64  # as the server's kMaxNodes: node directories looked at for a rank
 # Header words (uint64 little-endian) by index: 1 sequence, 2 version, 3 update in progress.
 _SEQUENCE, _VERSION, _UPDATING = 1, 2, 3
 
@@ -72,15 +77,17 @@ _DTYPES = {
     "F8_E4M3": (np.uint8, torch.uint8),
     "F8_E5M2": (np.uint8, torch.uint8),
 }
-def connect(name, *, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
+def connect(name, *, rank=None, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
     """Maps the rank files of the weight server `shardload serve ... --name NAME`, read-only.
 
     `root` is where the server's directory shardload-NAME is (/dev/shm). `owner` is the user the
     files must belong to: this process's effective user by default; a reader of a `--shm-group`
     server run by another user names that user (a name or uid). `retries` and `timeout` bound each
     `copy_into` (which can override them). Raises IoError (missing or refused files), FormatError (a
-    manifest that is not a valid shardload-shm/1 manifest) or InvalidArgumentError (a bad name)."""
-    return Client(name, root=root, owner=owner, retries=retries, timeout=timeout)
+    manifest that is not a valid shardload-shm/1 manifest) or InvalidArgumentError (a bad name).
+    `rank`: for a server on several nodes, the directory shardload-NAME.node-n of this host whose
+    manifest lists that rank (without it, or when shardload-NAME exists, that directory)."""
+    return Client(name, rank=rank, root=root, owner=owner, retries=retries, timeout=timeout)
 
 
 class _RankMap:
@@ -128,7 +135,8 @@ class Client:
     `ep_size`, `ranks` (the number of rank files). Properties `version` and `update_in_progress`
     read the headers now."""
 
-    def __init__(self, name, *, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, name, *, rank=None, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES,
+                 timeout=DEFAULT_TIMEOUT):
         if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
             raise InvalidArgumentError("bad shared-memory name", field="name",
                                        expected="1-100 characters of [A-Za-z0-9._-]", found=repr(name))
@@ -140,8 +148,11 @@ class Client:
         self.timeout = _positive_float(timeout, "timeout")
         self._maps = []
         self._tables = []
+        self._first = 0  # the global number of the directory's first rank (0 on one node)
         self._views = {}
         self.manifest = None
+        if rank is not None and not os.path.lexists(self.path):
+            self.path = self._node_dir(rank)
         self.refresh()
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -156,7 +167,7 @@ class Client:
         try:
             manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
             old_maps, new_maps = self._maps, []
-            changed = len(old_maps) != len(manifest["ranks"])
+            changed = len(old_maps) != len(manifest["ranks"]) or self._first != manifest["ranks"][0]["rank"]
             try:
                 for r, rank in enumerate(manifest["ranks"]):
                     fd = self._open_own(dir_fd, rank["file"], os.O_RDONLY)
@@ -180,6 +191,8 @@ class Client:
             if m not in new_maps:
                 m.close()
         self._maps, self._tables, self.manifest = new_maps, tables, manifest
+        self._first = manifest["ranks"][0]["rank"]
+        self.rank_ids = list(range(self._first, self._first + len(new_maps)))
         self._views = {}
         self.tp_size = manifest["tp_size"]
         self.ep_size = manifest["ep_size"]
@@ -208,17 +221,16 @@ class Client:
     def version(self):
         """The version the bytes belong to (rank 0's header), the last published one while an
         update is in progress."""
-        return self._rank(0).stamp()[1]
+        return self._rank(self._first).stamp()[1]
 
     @property
     def update_in_progress(self):
         """True while an update (or a load) may be rewriting bytes of any rank."""
-        return any(self._rank(r).stamp()[2] for r in range(len(self._maps)))
+        return any(m.stamp()[2] for m in self._maps)
 
     def names(self, rank):
         """The tensor names of `rank`, in manifest order."""
-        self._rank(rank)
-        return list(self._tables[rank])
+        return list(self._tables[self._index(rank)])
 
     def dtype(self, rank, name):
         """The safetensors dtype name of a tensor ("BF16", "F8_E4M3", ...)."""
@@ -278,7 +290,7 @@ class Client:
         mapping = self._cuda_maps[key]
         base = cuda.get("tensor_offset", 4096)
         out = {}
-        for name, t in self._tables[rank].items():
+        for name, t in self._tables[self._index(rank)].items():
             out[name] = torch.from_dlpack(mapping.tensor(name, t["dtype"], t["shape"], t["offset"] - base))
         return out
 
@@ -304,17 +316,17 @@ class Client:
         sleep = 0.0001
         for attempt in range(retries):
             for r in ranks:
-                if self._maps[r].replaced():
+                if self._rank(r).replaced():
                     raise ConflictError("the server replaced or removed this rank file (restarted or stopped): "
-                                        "call refresh()", file=self._maps[r].path)
-            before = [self._maps[r].stamp() for r in ranks]
+                                        "call refresh()", file=self._rank(r).path)
+            before = [self._rank(r).stamp() for r in ranks]
             busy = next((r for r, (seq, _, updating) in zip(ranks, before) if seq % 2 or updating), None)
             if busy is None:
                 with torch.no_grad():
                     for r in ranks:
                         for target, source in plan[r]:
                             target.copy_(source)
-                after = [self._maps[r].stamp() for r in ranks]
+                after = [self._rank(r).stamp() for r in ranks]
                 if after == before:
                     version = before[0][1]
                     if any(v != version for _, v, _ in before):
@@ -326,14 +338,14 @@ class Client:
                     self._check_layout(version)
                     return version
                 busy = next(r for r, b, a in zip(ranks, before, after) if a != b)
-            last = (busy, self._maps[busy].stamp())
+            last = (busy, self._rank(busy).stamp())
             if attempt + 1 == retries or time.monotonic() >= deadline:
                 break
             time.sleep(sleep)
             sleep = min(sleep * 2, _MAX_SLEEP)
         busy, (seq, version, updating) = last
         raise StaleReadError(f"no consistent copy of rank {busy} within {timeout:g} s and {retries} tries: "
-                             "the server kept updating it", file=self._maps[busy].path,
+                             "the server kept updating it", file=self._rank(busy).path,
                              field="sequence, version, update_in_progress", expected="even, unchanged, 0",
                              found=f"{seq}, {version}, {updating}")
 
@@ -347,20 +359,26 @@ class Client:
         t.shardload_dtype = entry["dtype"]
         return t
 
-    def _rank(self, rank):
+    def _index(self, rank):
+        """The position of global rank `rank` in this directory; InvalidArgumentError when it holds
+        no such rank."""
         if not self._maps:
             raise InvalidArgumentError("the client is closed", file=self.path)
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self._maps):
+        last = self._first + len(self._maps) - 1
+        if isinstance(rank, bool) or not isinstance(rank, int) or not self._first <= rank <= last:
             raise InvalidArgumentError("no such rank", file=self.path, field="rank",
-                                       expected=f"0 to {len(self._maps) - 1}", found=repr(rank))
-        return self._maps[rank]
+                                       expected=f"{self._first} to {last}", found=repr(rank))
+        return rank - self._first
+
+    def _rank(self, rank):
+        return self._maps[self._index(rank)]
 
     def _entry(self, rank, name):
-        self._rank(rank)
-        entry = self._tables[rank].get(name) if isinstance(name, str) else None
+        table = self._tables[self._index(rank)]
+        entry = table.get(name) if isinstance(name, str) else None
         if entry is None:
             raise InvalidArgumentError(f"no such tensor in rank {rank}", file=self.path, tensor=str(name),
-                                       field="name", expected=f"one of the {len(self._tables[rank])} tensors "
+                                       field="name", expected=f"one of the {len(table)} tensors "
                                        "of the manifest")
         return entry
 
@@ -370,7 +388,7 @@ class Client:
         if array is None:
             np_dtype = _DTYPES[entry["dtype"]][0]
             count = entry["nbytes"] // np.dtype(np_dtype).itemsize
-            array = np.frombuffer(self._maps[rank].mm, dtype=np_dtype, count=count,
+            array = np.frombuffer(self._rank(rank).mm, dtype=np_dtype, count=count,
                                   offset=entry["offset"]).reshape(entry["shape"])
             self._views[key] = array
         return array
@@ -406,7 +424,7 @@ class Client:
         return plan
 
     def _target_problem(self, rank, name, target):
-        entry = self._tables[rank].get(name) if isinstance(name, str) else None
+        entry = self._tables[self._index(rank)].get(name) if isinstance(name, str) else None
         if entry is None:
             return "no such tensor in the manifest"
         if not isinstance(target, torch.Tensor):
@@ -420,8 +438,8 @@ class Client:
         if target.dtype not in accepted:
             problems.append(f"dtype {target.dtype}, expected {' or '.join(map(str, accepted))} ({entry['dtype']})")
         if target.device.type == "cpu" and target.numel() > 0:
-            base = self._maps[rank].bytes.ctypes.data
-            if base <= target.data_ptr() < base + self._maps[rank].bytes.size:
+            base = self._rank(rank).bytes.ctypes.data
+            if base <= target.data_ptr() < base + self._rank(rank).bytes.size:
                 problems.append("it is a view of the read-only mapping itself")
         return "; ".join(problems)
 
@@ -445,6 +463,30 @@ class Client:
             raise ConflictError("the server's tensor table changed (restarted with another model or layout): "
                                 "call refresh()", file=self._manifest_path())
         self.manifest = manifest
+
+    def _node_dir(self, rank):
+        """The directory shardload-NAME.node-n under the root whose manifest lists `rank` (a server
+        on several nodes; at most MAX_NODES looked at, each opened and read as safely as any)."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise InvalidArgumentError("no such rank", field="rank", expected="a rank number", found=repr(rank))
+        pattern = re.compile(re.escape(f"shardload-{self.name}.node-") + r"(0|[1-9][0-9]{0,1})")
+        try:
+            entries = os.listdir(self._root)
+        except OSError as e:
+            raise IoError(f"cannot list {self._root}: {e.strerror}", file=self._root) from None
+        nodes = sorted(int(m.group(1)) for m in map(pattern.fullmatch, entries) if m and int(m.group(1)) < MAX_NODES)
+        for node in nodes:
+            self.path = os.path.join(self._root, f"shardload-{self.name}.node-{node}")
+            dir_fd = self._open_dir()
+            try:
+                manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
+            finally:
+                os.close(dir_fd)
+            if any(r["rank"] == rank for r in manifest["ranks"]):
+                return self.path
+        raise IoError(f"no weight server directory of {self.name} on this host holds rank {rank} (is "
+                      f"`shardload serve --name {self.name}` running here?)",
+                      file=os.path.join(self._root, f"shardload-{self.name}"))
 
     def _manifest_path(self):
         return os.path.join(self.path, "manifest.json")
@@ -629,8 +671,17 @@ def _validate_manifest(manifest, name, path):
     ranks = manifest.get("ranks")
     if not isinstance(ranks, list) or not 1 <= len(ranks) <= MAX_RANKS:
         raise bad("ranks", f"a list of 1 to {MAX_RANKS} ranks", type(ranks).__name__)
-    for r, rank in enumerate(ranks):
-        where = f"ranks[{r}]"
+    # A node of a server on several nodes lists its ranks [first, last] from `node_ranks`.
+    first = 0
+    if "node_ranks" in manifest:
+        node_ranks = manifest["node_ranks"]
+        if (not isinstance(node_ranks, list) or len(node_ranks) != 2 or not all(_is_uint(v, MAX_RANKS) for v in node_ranks)
+                or node_ranks[1] - node_ranks[0] + 1 != len(ranks)):
+            raise bad("node_ranks", f"[first, last] of the {len(ranks)} ranks listed")
+        first = node_ranks[0]
+    for i, rank in enumerate(ranks):
+        r = first + i
+        where = f"ranks[{i}]"
         if not isinstance(rank, dict):
             raise bad(where, "an object", type(rank).__name__)
         if rank.get("rank") != r or isinstance(rank.get("rank"), bool):

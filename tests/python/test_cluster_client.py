@@ -1,0 +1,139 @@
+"""shardload.client against a server on several nodes (`mpirun --oversubscribe -np 2 shardload
+serve`): a client finds its rank's node directory from the name and the rank alone, names ranks by
+their global numbers, reads every tensor as the export has it, and copies consistent snapshots while
+updates commit on every node."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import read_safetensors, run_shardload, shardload_bin
+from shardload import client as shl
+from shardload.errors import InvalidArgumentError, IoError
+
+MPIRUN = shutil.which("mpirun")
+TP = EP = 4
+NODES = 2
+START_TIMEOUT = 180
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun on this machine")
+
+
+def mpi_env():
+    # CI runs as root; OpenMPI refuses root without these. 2 processes on 2 cores: do not spin.
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMPI_MCA_mpi_yield_when_idle="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def node_pids(name):
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "shardload-serve " in cmd and f" --name {name} " in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.fixture
+def cluster(tiny, tmp_path):
+    """A 2-node server on a tiny MoE model at tp 4 x ep 4: (name, port, first model, second model)."""
+    first, second = tiny("qwen3_moe", seed=51), tiny("qwen3_moe", seed=52)
+    name = f"pycluster-{os.getpid()}-{time.monotonic_ns()}"
+    out = tmp_path / "serve.out"
+    with open(out, "wb") as log:
+        process = subprocess.Popen(
+            [MPIRUN, "--oversubscribe", "-np", str(NODES), shardload_bin(), "serve", first, "--tp", str(TP),
+             "--ep", str(EP), "--name", name, "--port", "0", "--threads", "2"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=mpi_env())
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        port = None
+        while port is None and time.monotonic() < deadline:
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)\n", out.read_text())
+            if m:
+                port = int(m.group(1))
+            elif process.poll() is not None:
+                pytest.fail(f"the server ended: {out.read_text()}")
+            else:
+                time.sleep(0.05)
+        assert port is not None, out.read_text()
+        yield name, port, first, second
+    finally:
+        # SIGTERM to the node processes: node 0 tells the others, every node removes its directory.
+        for pid in node_pids(name):
+            os.kill(pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for n in range(NODES):
+            shutil.rmtree(f"/dev/shm/shardload-{name}.node-{n}", ignore_errors=True)
+
+
+def export(model, out):
+    run_shardload("export", model, "--tp", TP, "--ep", EP, "--out", out)
+    manifest = json.loads((out / "shardload.json").read_text())
+    ranks = {}
+    for rank in manifest["ranks"]:
+        for file in rank["files"]:
+            ranks.setdefault(rank["rank"], {}).update(
+                {name: raw for name, (_, _, raw) in read_safetensors(out / file).items()})
+    return ranks
+
+
+def raw(t):
+    """The bytes of a tensor (bfloat16 through its int16 bits)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def post(port, path, body):
+    import urllib.request
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())
+
+
+def test_a_client_finds_its_rank_on_its_node(cluster, tmp_path):
+    name, port, first, second = cluster
+    expected = export(first, tmp_path / "first")
+    for rank in range(TP):
+        node = rank // (TP // NODES)
+        with shl.connect(name, rank=rank) as c:
+            assert c.path == f"/dev/shm/shardload-{name}.node-{node}"
+            assert c.rank_ids == [node * 2, node * 2 + 1]
+            assert c.manifest["node"] == node and c.manifest["nodes"] == NODES
+            views = c.tensors(rank)
+            assert sorted(views) == sorted(expected[rank])
+            for tensor, view in views.items():
+                assert raw(view) == expected[rank][tensor], f"rank {rank} {tensor}"
+            other = (rank + 2) % TP  # held by the other node
+            with pytest.raises(InvalidArgumentError):
+                c.tensors(other)
+    with pytest.raises(IoError):
+        shl.connect(name, rank=TP)  # no node holds it
+    with pytest.raises(IoError):
+        shl.connect(name)  # shardload-NAME itself does not exist on several nodes
+
+    # An update commits on every node: the client copies one consistent snapshot of the new values.
+    answer = post(port, "/update_weights_from_disk", {"model_path": second})
+    assert answer["success"] and answer["version"] == 1, answer
+    updated = export(second, tmp_path / "second")
+    with shl.connect(name, rank=3) as c:
+        targets = {tensor: torch.empty_like(view) for tensor, view in c.tensors(3).items()}
+        assert c.copy_into(targets, rank=3) == 1
+        for tensor, target in targets.items():
+            assert raw(target) == updated[3][tensor], tensor
