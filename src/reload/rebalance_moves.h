@@ -35,11 +35,11 @@ struct Move {
 };
 
 // Every copy of a rebalance: moves[u] fills units[u] (whose rank_index is the move's); units that
-// copy a slot another unit rewrites share a `together` id, so that a bounded staging commits them in
-// one group.
+// copy a slot another unit rewrites share a `together` id, so that a bounded staging commits them
+// in one group.
 struct MovePlan {
-  Plan plan;       // the live plan under the new map
-  uint64_t slots;  // expert slots per EP rank
+  Plan plan;                                          // the live plan under the new map
+  uint64_t slots;                                     // expert slots per EP rank
   std::map<uint32_t, std::vector<size_t>> params_of;  // routed-expert module -> its params (index)
   std::vector<Move> moves;
   std::vector<Unit> units;

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <tuple>
 

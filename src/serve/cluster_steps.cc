@@ -32,14 +32,16 @@ CommitResult commit_on_every_node(ShmStore& store, reload::Staging& staging,
       for (const reload::Unit& unit : units) result.changed_bytes += unit.bytes;
     });
   } catch (const Error& e) {
+    // Bytes may have changed on some node: readers comparing versions must see it.
     ++live.version;
-    if (committed) committed();  // bytes may have changed on some node: readers comparing versions must see it
-    throw Error(e.kind(),
-                fmt::format("{} (during the commit: some nodes may hold the new weights; every node "
-                            "stays marked update_in_progress and a restart reloads; version is now "
-                            "{})",
-                            e.message(), live.version),
-                e.details());
+    if (committed) committed();
+    throw Error(
+        e.kind(),
+        fmt::format("{} (during the commit: some nodes may hold the new weights; every node "
+                    "stays marked update_in_progress and a restart reloads; version is now "
+                    "{})",
+                    e.message(), live.version),
+        e.details());
   }
   ++live.version;
   if (committed) committed();

@@ -83,16 +83,15 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
       } else {
         LoadOptions options;
         options.threads = threads;
-        distributed::fill_striped(*checkpoint, wanted, *reads, transport, options,
-                                  staging->ranks(), stats);
+        distributed::fill_striped(*checkpoint, wanted, *reads, transport, options, staging->ranks(),
+                                  stats);
       }
       fault::at("stage");
       // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
       parallel_for(units.size(), threads, [&](size_t u, int) {
         RankWeights& weights = staging->ranks()[units[u].rank_index];
         weights.processed[units[u].module] = 0;
-        postprocess_modules(plan, weights, {units[u].module}, PostprocessMode::kOnce,
-                            &*checkpoint);
+        postprocess_modules(plan, weights, {units[u].module}, PostprocessMode::kOnce, &*checkpoint);
       });
       watch.check();  // a file changed under the reader: its bytes may be a mix
       fault::at("agree");

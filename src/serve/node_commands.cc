@@ -33,13 +33,15 @@ NodeCommands::NodeCommands(ShmStore& store) : store_(store), transport_(*store.t
 std::vector<nlohmann::json> NodeCommands::gather(const nlohmann::json& mine) {
   const std::vector<std::string> all = transport_.all_gather(mine.dump());
   std::vector<nlohmann::json> out;
-  for (size_t n = 0; n < all.size(); ++n) out.push_back(parse_peer_json(all[n], static_cast<int>(n)));
+  for (size_t n = 0; n < all.size(); ++n)
+    out.push_back(parse_peer_json(all[n], static_cast<int>(n)));
   return out;
 }
 
 std::vector<nlohmann::json> NodeCommands::run(const nlohmann::json& command) {
   std::vector<Transport::Handle> handles;
-  for (int n = 1; n < transport_.nodes(); ++n) handles.push_back(transport_.send(n, kWakeTag, wake_));
+  for (int n = 1; n < transport_.nodes(); ++n)
+    handles.push_back(transport_.send(n, kWakeTag, wake_));
   for (Transport::Handle handle : handles) {
     while (!transport_.done(handle)) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

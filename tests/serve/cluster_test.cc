@@ -311,8 +311,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ClusterChangeTest,
 // names the node, and no byte, version or flag changed anywhere.
 TEST_F(ClusterTest, AFailedUpdateOnOneNodeChangesNothingOnAnyNode) {
   const ParallelConfig parallel = layout(kTp, kEp);
-  for (const auto& [nodes, point, culprit] : std::vector<std::tuple<int, std::string, int>>{
-           {2, "stage", 1}, {4, "update_open", 2}}) {
+  for (const auto& [nodes, point, culprit] :
+       std::vector<std::tuple<int, std::string, int>>{{2, "stage", 1}, {4, "update_open", 2}}) {
     SCOPED_TRACE(::testing::Message() << nodes << " nodes, failing at " << point);
     const ClusterName name("cluster-fail", nodes);
     ClusterServer server(name, first_, {}, "fail_at:" + point, culprit);
@@ -422,7 +422,8 @@ TEST_F(ClusterTest, ReadersOnEveryNodeNeverAcceptAMixedSnapshot) {
     }
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0)
-        << "node " << n << " accepted, mixed: " << read_file(work.file(fmt::format("result-{}", n)));
+        << "node " << n
+        << " accepted, mixed: " << read_file(work.file(fmt::format("result-{}", n)));
   }
   expect_nodes_at(name, kUpdates);
   stop_cluster(server, name);
