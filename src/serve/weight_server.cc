@@ -18,8 +18,8 @@
 #include "serve/http_server.h"
 #include "serve/node_commands.h"
 #include "serve/shm_store.h"
-#include "shardload/distributed.h"
 #include "serve/weight_service.h"
+#include "shardload/distributed.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
 
