@@ -338,6 +338,33 @@ TEST_F(ClusterTest, AFailedUpdateOnOneNodeChangesNothingOnAnyNode) {
   }
 }
 
+// A checkpoint path that only some nodes see (here /proc/self/cwd/checkpoint, with each node in
+// its own working directory and only node 0's holding the checkpoint) fails the update on every
+// node, naming the node that could not open it, and changes nothing.
+TEST_F(ClusterTest, ACheckpointOnlySomeNodesSeeFailsTheUpdateCleanly) {
+  const ParallelConfig parallel = layout(kTp, kEp);
+  const TempDir cwd;
+  std::filesystem::create_directories(cwd.file("node-0"));
+  std::filesystem::create_directories(cwd.file("node-1"));
+  std::filesystem::create_directory_symlink(second_, cwd.file("node-0") + "/checkpoint");
+  const ClusterName name("cluster-path", 2);
+  std::vector<std::string> per_node_cwd = launcher(2);
+  per_node_cwd.back() = fmt::format("cd '{}'/node-$OMPI_COMM_WORLD_RANK && exec \"$0\" \"$@\"",
+                                    cwd.path().string());
+  ServerProcess server(serve_args(first_, name.name(), {}, kTp, kEp), {}, per_node_cwd);
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0) << server.output();
+  const HttpReply reply =
+      post(port, "/update_weights_from_disk", {{"model_path", "/proc/self/cwd/checkpoint"}});
+  EXPECT_EQ(reply.status, 400) << reply.text;
+  const std::string message = reply.body["message"].get<std::string>();
+  EXPECT_NE(message.find("node 1 of 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("/proc/self/cwd/checkpoint"), std::string::npos) << message;
+  EXPECT_EQ(cluster_checksums(name), expected_checksums(first_, parallel));
+  expect_nodes_at(name, 0);
+  stop_cluster(server, name);
+}
+
 // A node killed (SIGKILL) at each phase of an update ends the whole job, and a restart on the
 // same name finds every node's state, reloads what is not consistent and ends equal to a fresh
 // load, at a version no lower than any the killed job showed.
