@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "reload/staging.h"
@@ -13,6 +14,11 @@ namespace shardload::reload {
 // the live buffers exactly. Throws Error(kConflict) naming the first tensor that does not.
 Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
                  const ParallelConfig& parallel);
+
+// Per source of `plan`, whether `filter` selects it. Throws Error(kTensorNotFound) naming
+// `model_path` when it selects none.
+std::vector<bool> select_sources(const Plan& plan, const WeightFilter& filter,
+                                 const std::string& model_path);
 
 // Each (rank, module) of the live ranks that a selected tensor (selected[source]) feeds, with the
 // module's whole byte range: a fused or requantized module is rewritten whole (its merged scales

@@ -45,6 +45,23 @@ std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
   return units;
 }
 
+std::vector<bool> select_sources(const Plan& plan, const WeightFilter& filter,
+                                 const std::string& model_path) {
+  const CompiledFilter compiled(filter);
+  std::vector<bool> selected(plan.sources.size(), false);
+  bool any = false;
+  for (size_t s = 0; s < plan.sources.size(); ++s) {
+    selected[s] = compiled.selects(plan.sources[s].name);
+    any = any || selected[s];
+  }
+  if (!any) {
+    throw Error(ErrorKind::kTensorNotFound,
+                "the filter selects no tensor of the checkpoint; nothing was changed",
+                {.file = model_path});
+  }
+  return selected;
+}
+
 Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
                  const ParallelConfig& parallel) {
   ParallelConfig pinned = parallel;
@@ -119,20 +136,9 @@ LiveModel load_live(const std::string& model_path, const ParallelConfig& paralle
 UpdateResult update_weights(LiveModel& live, const std::string& model_path,
                             const WeightFilter& filter, const UpdateOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const reload::CompiledFilter compiled(filter);
   const Checkpoint checkpoint = Checkpoint::open(model_path);
   const Plan plan = reload::plan_update(checkpoint, live, live.plan.parallel);
-  std::vector<bool> selected(plan.sources.size(), false);
-  bool any = false;
-  for (size_t s = 0; s < plan.sources.size(); ++s) {
-    selected[s] = compiled.selects(plan.sources[s].name);
-    any = any || selected[s];
-  }
-  if (!any) {
-    throw Error(ErrorKind::kTensorNotFound,
-                "the filter selects no tensor of the checkpoint; nothing was changed",
-                {.file = model_path});
-  }
+  const std::vector<bool> selected = reload::select_sources(plan, filter, model_path);
   const std::vector<reload::Unit> units = reload::units_for(live, plan, selected);
   const reload::StageGroup stage = [&](reload::Staging& staging, const std::vector<size_t>& group) {
     std::vector<std::vector<bool>> wanted(live.ranks.size(),

@@ -4,8 +4,7 @@
 
 namespace shardload::serve {
 
-nlohmann::json node_checksums(const ShmStore& store) {
-  const LiveModel& live = store.live();
+nlohmann::json rank_checksums(const LiveModel& live) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankWeights& weights : live.ranks) {
     nlohmann::json tensors = nlohmann::json::object();
@@ -14,7 +13,13 @@ nlohmann::json node_checksums(const ShmStore& store) {
     }
     ranks.push_back({{"rank", weights.rank}, {"tensors", std::move(tensors)}});
   }
-  return {{"node", store.scope().node}, {"version", live.version}, {"ranks", std::move(ranks)}};
+  return ranks;
+}
+
+nlohmann::json node_checksums(const ShmStore& store) {
+  return {{"node", store.scope().node},
+          {"version", store.live().version},
+          {"ranks", rank_checksums(store.live())}};
 }
 
 nlohmann::json node_state(const ShmStore& store) {

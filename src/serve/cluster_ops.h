@@ -25,7 +25,11 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
 // nodes by transfers from a node that holds the expert live; nothing is read from storage.
 nlohmann::json cluster_rebalance(ShmStore& store, const std::vector<std::vector<int>>& map);
 
-// This node's per-tensor checksums: {"ranks": [{"rank", "tensors"}, ...]}.
+// Per live rank its exported tensors' checksums: [{"rank", "tensors": {name: xxh3}}, ...] (what
+// /weights_checksum lists).
+nlohmann::json rank_checksums(const LiveModel& live);
+
+// This node's per-tensor checksums: {"node", "version", "ranks": rank_checksums}.
 nlohmann::json node_checksums(const ShmStore& store);
 
 // This node's state: node, ranks, directory, version, model path.

@@ -9,7 +9,6 @@
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
 #include "distributed/striped_load.h"
-#include "reload/filter.h"
 #include "reload/update_steps.h"
 #include "serve/cluster_ops.h"
 #include "serve/cluster_steps.h"
@@ -52,20 +51,9 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
   std::optional<ReadAssignment> reads;
   run_on_every_node(transport, [&] {
     fault::at("update_open");  // a node that cannot reach the checkpoint
-    const reload::CompiledFilter compiled(filter);
     checkpoint.emplace(Checkpoint::open(model_path));
     plan = reload::plan_update(*checkpoint, live, live.plan.parallel);
-    std::vector<bool> selected(plan.sources.size(), false);
-    bool any = false;
-    for (size_t s = 0; s < plan.sources.size(); ++s) {
-      selected[s] = compiled.selects(plan.sources[s].name);
-      any = any || selected[s];
-    }
-    if (!any) {
-      throw Error(ErrorKind::kTensorNotFound,
-                  "the filter selects no tensor of the checkpoint; nothing was changed",
-                  {.file = model_path});
-    }
+    const std::vector<bool> selected = reload::select_sources(plan, filter, model_path);
     units = reload::units_for(live, plan, selected);
     wanted = keep_selected_modules(plan, selected);
     reads = assign_reads(wanted, transport.nodes(), store.read_policy());

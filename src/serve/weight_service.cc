@@ -4,6 +4,7 @@
 
 #include <exception>
 
+#include "serve/cluster_ops.h"
 #include "serve/manifest.h"
 #include "serve/requests.h"
 #include "shardload/eplb.h"
@@ -159,16 +160,7 @@ Reply WeightService::rebalance(std::string_view body) {
 Reply WeightService::weights_checksum() {
   std::lock_guard change(change_mutex_);
   if (commands_ != nullptr) return checksums_everywhere();
-  const LiveModel& live = store_.live();
-  nlohmann::json ranks = nlohmann::json::array();
-  for (const RankWeights& weights : live.ranks) {
-    nlohmann::json tensors = nlohmann::json::object();
-    for (const PlanParam& param : live.plan.ranks[static_cast<size_t>(weights.rank)].params) {
-      if (param.exported()) tensors[param.name] = xxh3_hex(param_view(weights, param).data);
-    }
-    ranks.push_back({{"rank", weights.rank}, {"tensors", std::move(tensors)}});
-  }
-  return {200, {{"version", live.version}, {"ranks", std::move(ranks)}}};
+  return {200, {{"version", store_.live().version}, {"ranks", rank_checksums(store_.live())}}};
 }
 
 namespace {

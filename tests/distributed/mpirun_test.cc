@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mpirun_env.h"
 #include "run_command.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
@@ -35,16 +36,7 @@ class MpirunTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (kMpiexec == nullptr) GTEST_SKIP() << "built without MPI";
-    // CI runs as root; OpenMPI refuses root without these.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);  // 4 processes on 2 cores: do not spin
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    // Under LeakSanitizer: OpenMPI's own allocations are suppressed by library name, so its plugins
-    // stay loaded (named frames) and stacks are unwound fully.
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("LSAN_OPTIONS",
-           "suppressions=" SHARDLOAD_LSAN_MPI ":fast_unwind_on_malloc=0:print_suppressions=0", 1);
+    ::shardload::testing::use_mpirun_as_tests_do();
   }
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mpirun_env.h"
 #include "serve_harness.h"
 #include "shardload/reload.h"
 
@@ -25,17 +26,6 @@ constexpr const char* kMpiexec = nullptr;
 
 constexpr int kTp = 4;  // 4 ranks: 2 per node on 2 nodes, 1 on 4
 constexpr int kEp = 4;
-
-void use_mpirun_as_tests_do() {
-  // CI runs as root; OpenMPI refuses root without these.
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);  // 4 processes on 2 cores: do not spin
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-  setenv("LSAN_OPTIONS",
-         "suppressions=" SHARDLOAD_LSAN_MPI ":fast_unwind_on_malloc=0:print_suppressions=0", 1);
-}
 
 // Every node directory of NAME on N nodes, removed when the test ends.
 class ClusterName {
@@ -141,18 +131,6 @@ Checksums node_part(const Checksums& all, int node, int nodes) {
   for (const auto& [key, hash] : all) {
     const int rank = std::stoi(key.substr(0, key.find('/')));
     if (rank >= held.first && rank < held.last) out[key] = hash;
-  }
-  return out;
-}
-
-Checksums live_checksums(const LiveModel& live) {
-  Checksums out;
-  for (const RankWeights& weights : live.ranks) {
-    for (const PlanParam& param : live.plan.ranks[static_cast<size_t>(weights.rank)].params) {
-      if (param.exported()) {
-        out[checksum_key(weights.rank, param.name)] = xxh3_hex(param_view(weights, param).data);
-      }
-    }
   }
   return out;
 }

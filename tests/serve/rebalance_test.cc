@@ -70,19 +70,6 @@ TEST_F(ServeRebalanceTest, ExplicitMapMovesExpertsInPlace) {
   stop(*server);
 }
 
-// The exported tensors of a live model, as expected_checksums gives them for a fresh load.
-Checksums live_checksums(const LiveModel& live) {
-  Checksums out;
-  for (const RankWeights& weights : live.ranks) {
-    for (const PlanParam& param : live.plan.ranks[static_cast<size_t>(weights.rank)].params) {
-      if (param.exported()) {
-        out[checksum_key(weights.rank, param.name)] = xxh3_hex(param_view(weights, param).data);
-      }
-    }
-  }
-  return out;
-}
-
 // After an update from checkpoint B filtered to attention, a rebalance moves the served experts
 // (A's, not B's and not a mix) and reads nothing: both checkpoint directories are gone by then.
 TEST_F(ServeRebalanceTest, AfterAFilteredUpdateMovesTheLiveBytesWithoutTheCheckpoint) {

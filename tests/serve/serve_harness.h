@@ -35,6 +35,7 @@
 #include "shardload/checkpoint.h"
 #include "shardload/loader.h"
 #include "shardload/plan.h"
+#include "shardload/reload.h"
 #include "shardload/serve.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
@@ -260,10 +261,8 @@ inline std::string checksum_key(int rank, const std::string& name) {
 }
 
 // What a fresh load of `model` gives, computed in this process.
-inline Checksums expected_checksums(const std::string& model, const ParallelConfig& parallel) {
-  const Checkpoint checkpoint = Checkpoint::open(model);
-  const Plan plan = make_plan(checkpoint, parallel);
-  const std::vector<RankWeights> ranks = load_ranks(checkpoint, plan);
+// The exported tensors of loaded ranks.
+inline Checksums rank_checksums(const Plan& plan, const std::vector<RankWeights>& ranks) {
   Checksums out;
   for (const RankWeights& weights : ranks) {
     for (const PlanParam& param : plan.ranks[static_cast<size_t>(weights.rank)].params) {
@@ -273,6 +272,17 @@ inline Checksums expected_checksums(const std::string& model, const ParallelConf
     }
   }
   return out;
+}
+
+inline Checksums expected_checksums(const std::string& model, const ParallelConfig& parallel) {
+  const Checkpoint checkpoint = Checkpoint::open(model);
+  const Plan plan = make_plan(checkpoint, parallel);
+  return rank_checksums(plan, load_ranks(checkpoint, plan));
+}
+
+// The exported tensors of a live model, as expected_checksums gives them for a fresh load.
+inline Checksums live_checksums(const LiveModel& live) {
+  return rank_checksums(live.plan, live.ranks);
 }
 
 inline nlohmann::json read_manifest(const std::string& dir) {
