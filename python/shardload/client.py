@@ -31,6 +31,7 @@ A Client is meant for one thread at a time (views may be shared freely).
 """
 
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -77,6 +78,20 @@ _DTYPES = {
     "F8_E4M3": (np.uint8, torch.uint8),
     "F8_E5M2": (np.uint8, torch.uint8),
 }
+def _held_by_a_server(dir_fd):
+    """Whether a running server holds the directory: every server holds an exclusive flock on its
+    directory for its whole life, and the kernel drops it when the server exits or dies, so a
+    shared lock that can be taken means no server is there."""
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    fcntl.flock(dir_fd, fcntl.LOCK_UN)
+    return False
+
+
 def connect(name, *, rank=None, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
     """Maps the rank files of the weight server `shardload serve ... --name NAME`, read-only.
 
@@ -151,7 +166,9 @@ class Client:
         self._first = 0  # the global number of the directory's first rank (0 on one node)
         self._views = {}
         self.manifest = None
-        if rank is not None and not os.path.lexists(self.path):
+        # A server on several nodes keeps shardload-NAME as its lock and nothing in it: the ranks
+        # are in the node directories.
+        if rank is not None and not os.path.lexists(os.path.join(self.path, "manifest.json")):
             self.path = self._node_dir(rank)
         self.refresh()
 
@@ -165,6 +182,7 @@ class Client:
         the bytes of their old mapping); False when only the version or the expert map moved."""
         dir_fd = self._open_dir()
         try:
+            self._require_live_server(dir_fd)
             manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
             old_maps, new_maps = self._maps, []
             changed = len(old_maps) != len(manifest["ranks"]) or self._first != manifest["ranks"][0]["rank"]
@@ -479,6 +497,8 @@ class Client:
             self.path = os.path.join(self._root, f"shardload-{self.name}.node-{node}")
             dir_fd = self._open_dir()
             try:
+                if not _held_by_a_server(dir_fd):
+                    continue  # left by a job that ran on more nodes, or kept after it stopped
                 manifest = _validate_manifest(self._read_manifest(dir_fd), self.name, self._manifest_path())
             finally:
                 os.close(dir_fd)
@@ -487,6 +507,11 @@ class Client:
         raise IoError(f"no weight server directory of {self.name} on this host holds rank {rank} (is "
                       f"`shardload serve --name {self.name}` running here?)",
                       file=os.path.join(self._root, f"shardload-{self.name}"))
+
+    def _require_live_server(self, dir_fd):
+        if not _held_by_a_server(dir_fd):
+            raise IoError(f"no running server holds {self.path} (kept by --keep after its server stopped, "
+                          f"or left by a crash): start `shardload serve --name {self.name}`", file=self.path)
 
     def _manifest_path(self):
         return os.path.join(self.path, "manifest.json")

@@ -29,6 +29,7 @@ struct State {
   std::atomic<uint64_t> after_read_bytes{0};  // bytes still to read before the hook runs
   std::string kill_at;  // guarded by mutex
   std::string fail_at;  // guarded by mutex; fires once
+  std::string fail_every;  // guarded by mutex; fires every time
 };
 
 State& state() {
@@ -42,6 +43,7 @@ void apply(State& s, std::string_view spec) {
   int commit_pause_ms = 0;
   std::string kill_at;
   std::string fail_at;
+  std::string fail_every;
   while (!spec.empty()) {
     const size_t comma = spec.find(',');
     const std::string_view item = spec.substr(0, comma);
@@ -49,8 +51,8 @@ void apply(State& s, std::string_view spec) {
     const size_t colon = item.find(':');
     const std::string key(item.substr(0, colon));
     const std::string value(colon == std::string_view::npos ? "" : item.substr(colon + 1));
-    if (key == "kill_at" || key == "fail_at") {
-      (key == "kill_at" ? kill_at : fail_at) = value;
+    if (key == "kill_at" || key == "fail_at" || key == "fail_every") {
+      (key == "kill_at" ? kill_at : key == "fail_at" ? fail_at : fail_every) = value;
       continue;
     }
     char* end = nullptr;
@@ -70,8 +72,8 @@ void apply(State& s, std::string_view spec) {
     } else {
       throw Error(ErrorKind::kInvalidArgument, "unknown fault injection key",
                   {.field = "SHARDLOAD_FAULT",
-                   .expected = "read_error_after, kill_after_read, commit_pause_ms, kill_at or "
-                               "fail_at",
+                   .expected = "read_error_after, kill_after_read, commit_pause_ms, kill_at, "
+                               "fail_at or fail_every",
                    .found = key});
     }
   }
@@ -81,8 +83,9 @@ void apply(State& s, std::string_view spec) {
   s.bytes_read = 0;
   s.kill_at = kill_at;
   s.fail_at = fail_at;
+  s.fail_every = fail_every;
   s.enabled = read_error_after >= 0 || kill_after >= 0 || commit_pause_ms > 0 || s.has_after_read ||
-              !kill_at.empty() || !fail_at.empty();
+              !kill_at.empty() || !fail_at.empty() || !fail_every.empty();
 }
 
 State& configured() {
@@ -108,8 +111,8 @@ void at(std::string_view point) {
   if (!s.enabled.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(s.mutex);
   if (s.kill_at == point) std::raise(SIGKILL);
-  if (s.fail_at == point) {
-    s.fail_at.clear();
+  if (s.fail_at == point || s.fail_every == point) {
+    if (s.fail_at == point) s.fail_at.clear();
     throw Error(ErrorKind::kIo, fmt::format("injected failure at {} (SHARDLOAD_FAULT)", point));
   }
 }

@@ -23,6 +23,8 @@
 //                        weight-server node that dies while staging, agreeing or committing)
 //   fail_at:POINT        the first time the process reaches the named point it throws an
 //                        injected Error(kIo) (one node of several failing an update)
+//   fail_every:POINT     every time the process reaches the named point it throws (a write that
+//                        keeps failing, e.g. the manifest on a full /dev/shm)
 namespace shardload::fault {
 
 #ifdef SHARDLOAD_FAULT_INJECTION

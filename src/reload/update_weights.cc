@@ -90,7 +90,13 @@ UpdateResult run_update(LiveModel& live, const Checkpoint* checkpoint, const Pla
       if (options.cancel != nullptr && options.cancel->load()) {
         throw Error(ErrorKind::kCancelled, "the update was cancelled before its commit");
       }
-      const double pause = commit_group(live, staging, units, group, options);
+      double pause = 0;
+      try {
+        pause = commit_group(live, staging, units, group, options);
+      } catch (...) {
+        ++committed;  // a hook failed around the copies (a GPU copy): the bytes did change
+        throw;
+      }
       ++committed;
       result.seconds_commit += pause;
       result.max_pause_seconds = std::max(result.max_pause_seconds, pause);

@@ -161,12 +161,16 @@ nlohmann::json cluster_rebalance(ShmStore& store, const std::vector<std::vector<
   }
   const double seconds_stage = seconds_since(start);
   // The new plan (its parallel config carries the new map) is published with the bytes.
-  const CommitResult commit =
-      commit_on_every_node(store, *staging, units, [&] { live.plan = std::move(moves.plan); });
+  const CommitResult commit = commit_on_every_node(store, *staging, units, [&](bool complete) {
+    live.plan = std::move(moves.plan);
+    // Slots moved on some nodes only: no map describes the bytes, and a restart must reload.
+    if (!complete) store.record_source(live.model_path, {}, false);
+  });
   if (staging) staging->keep(live);
   uint64_t tensors = 0;
   for (const reload::Unit& unit : units) tensors += unit.tensors;
   return {{"node", me},
+          {"warning", commit.warning},
           {"version", live.version},
           {"updated_tensors", tensors},
           {"changed_bytes", commit.changed_bytes},

@@ -89,12 +89,17 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
     throw;
   }
   const double seconds_stage = seconds_since(start);
-  const CommitResult commit = commit_on_every_node(store, *staging, units);
+  // The model path and sources are set before every node publishes, so that the manifests name the
+  // checkpoint whose bytes they describe.
+  const CommitResult commit = commit_on_every_node(store, *staging, units, [&](bool complete) {
+    live.model_path = model_path;
+    store.record_source(model_path, filter, complete);
+  });
   if (staging) staging->keep(live);
-  live.model_path = model_path;
   uint64_t tensors = 0;
   for (const reload::Unit& unit : units) tensors += unit.tensors;
   return {{"node", transport.node()},
+          {"warning", commit.warning},
           {"version", live.version},
           {"updated_tensors", tensors},
           {"changed_bytes", commit.changed_bytes},

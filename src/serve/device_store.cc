@@ -19,7 +19,7 @@ DeviceStore::DeviceStore(ShmStore& store, const std::vector<int>& device_map) : 
   }
   sync();
   store_.set_device_hooks([this] { sync(); }, manifest());
-  store_.write_manifest(false);
+  store_.write_manifest();
 }
 
 DeviceStore::~DeviceStore() { store_.set_device_hooks({}, {}); }

@@ -37,6 +37,18 @@ const nlohmann::json* optional_member(const nlohmann::json& body, const char* na
 
 }  // namespace
 
+nlohmann::json describe_filter(const WeightFilter& filter) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!filter.substrings.empty()) out["substrings"] = filter.substrings;
+  if (!filter.regex.empty()) out["regex"] = filter.regex;
+  if (!filter.experts.empty()) {
+    nlohmann::json experts = nlohmann::json::array();
+    for (const auto& [layer, expert] : filter.experts) experts.push_back({layer, expert});
+    out["experts"] = std::move(experts);
+  }
+  return out;
+}
+
 UpdateRequest parse_update_request(std::string_view body) {
   const nlohmann::json json = parse_object(body);
   UpdateRequest request;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,10 @@ struct RebalanceRequest {
   std::optional<std::vector<std::vector<int>>> physical_to_logical_map;
   std::optional<std::vector<std::vector<double>>> expert_load;
 };
+
+// The filter as a JSON object (manifest "sources"): {"substrings": [...], "regex": "...",
+// "experts": [[layer, expert], ...]}, each member only when used.
+nlohmann::json describe_filter(const WeightFilter& filter);
 
 // Parse a request body. Throw Error(kInvalidArgument) naming the member for malformed JSON, a
 // missing member or one of the wrong type, before anything changes.

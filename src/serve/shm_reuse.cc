@@ -70,6 +70,26 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
     return fmt::format("manifest model_path {} is not {}",
                        path == manifest.end() ? "(none)" : path->dump(), model_path);
   }
+  // The manifest's model_path is the last update's checkpoint; after a filtered (or incomplete)
+  // one, the bytes of earlier checkpoints are still live: every source must be this checkpoint.
+  const auto sources = manifest.find("sources");
+  if (sources == manifest.end() || !sources->is_array() || sources->empty()) {
+    return "manifest does not say where the live bytes come from (no sources)";
+  }
+  for (const nlohmann::json& source : *sources) {
+    const auto from = source.is_object() ? source.find("model_path") : source.end();
+    if (!source.is_object() || from == source.end() || !from->is_string()) {
+      return "manifest sources are not a list of {model_path}";
+    }
+    if (canonical(from->get<std::string>()) != canonical(model_path)) {
+      return fmt::format("the live bytes are not all {}: an update since the last whole one came "
+                         "from {}",
+                         model_path, from->dump());
+    }
+    if (source.contains("incomplete")) {
+      return "an update of the live bytes stopped between its commit groups";
+    }
+  }
   if (!member_equals(manifest, "tp_size", plan.parallel.tp) ||
       !member_equals(manifest, "ep_size", plan.parallel.ep)) {
     return fmt::format("manifest layout is not tp={} ep={}", plan.parallel.tp, plan.parallel.ep);

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <optional>
 
+#include "core/fault_injection.h"
 #include "core/plural.h"
 #include "serve/manifest.h"
+#include "serve/requests.h"
 #include "serve/shm_layout.h"
 #include "serve/shm_reuse.h"
 #include "shardload/checkpoint.h"
@@ -50,6 +53,44 @@ std::optional<uint64_t> highest_version(const std::optional<nlohmann::json>& man
   return highest;
 }
 
+// The host as the nodes of one server tell hosts apart: its name and its boot (two containers with
+// one name on two machines differ), so that nodes sharing /dev/shm find each other.
+std::string host_identity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  if (FILE* file = std::fopen("/proc/sys/kernel/random/boot_id", "re")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof(line), file) != nullptr) boot = line;
+    std::fclose(file);
+  }
+  return fmt::format("{}/{}", name, boot);
+}
+
+// The nodes of this server that run on this host, in order (this node alone on one node).
+std::vector<int> nodes_on_this_host(Transport* transport, int node) {
+  if (transport == nullptr) return {node};
+  const std::string me = host_identity();
+  const std::vector<std::string> all = transport->all_gather(me);
+  std::vector<int> out;
+  for (size_t n = 0; n < all.size(); ++n) {
+    if (all[n] == me) out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
+// Removes the shared-memory directory PATH when it is this user's own (ShmDir's checks) and no
+// live server holds its lock (flock: the kernel drops it when the holder dies): a directory kept
+// by --keep or left by a crash. One a live server holds, or that is not ours, stays.
+void remove_if_unheld(const std::string& path) {
+  try {
+    const ShmDir dir = ShmDir::open(path, "");
+    if (::flock(dir.fd(), LOCK_EX | LOCK_NB) == 0) dir.remove_all();
+  } catch (const Error&) {
+    // Not ours to remove (someone else's, a link): left as it is.
+  }
+}
+
 NodeScope node_scope(const ServeOptions& options) {
   NodeScope scope;
   if (options.transport != nullptr) {
@@ -73,21 +114,39 @@ ShmStore::ShmStore(const ServeOptions& options)
   // The kernel drops the lock when its holder dies, even by SIGKILL, so a crash never blocks a
   // restart.
   bool locked = ::flock(dir_.fd(), LOCK_EX | LOCK_NB) == 0;
+  // One lock covers the NAME in all its forms on this host: the directory shm_dir(NAME), held by a
+  // server on one node and, on several, by the lowest node of each host. So a server on one node
+  // and one on several never share a NAME here, nor two servers on several nodes.
+  host_nodes_ = nodes_on_this_host(transport_, scope_.node);
+  std::string why_refused;
+  if (locked && scope_.nodes > 1 && host_nodes_.front() == scope_.node) {
+    try {
+      name_dir_ = ShmDir::open(shm_dir(name_), options.shm_group);
+      locked = ::flock(name_dir_.fd(), LOCK_EX | LOCK_NB) == 0;
+    } catch (const Error& e) {
+      why_refused = e.what();
+    }
+  }
   try {
     // Every node learns that one was refused, so that none loads alone.
     on_every_node([&] {
+      if (!why_refused.empty()) throw Error(ErrorKind::kInvalidArgument, why_refused);
       if (!locked) {
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("another shardload serve is using {} (pick another --name)", dir()),
-                    {.field = "--name"});
+                    fmt::format("another shardload serve is using the name {} on this host (pick "
+                                "another --name)",
+                                name_),
+                    {.file = dir(), .field = "--name"});
       }
     });
   } catch (const Error&) {
-    if (locked) ::flock(dir_.fd(), LOCK_UN);
+    ::flock(dir_.fd(), LOCK_UN);
+    name_dir_ = ShmDir();
     throw;
   }
   try {
     dir_.apply_access();
+    remove_stale_dirs();
     open_or_load(options);
   } catch (...) {
     live_ = LiveModel();
@@ -189,6 +248,8 @@ bool ShmStore::agree_on_reuse(Found& found) {
 
 void ShmStore::adopt(Found found, const std::string& model_path) {
   live_.model_path = model_path;
+  // Reused only when every source is this checkpoint, whole: the bytes are its own.
+  sources_ = nlohmann::json::array({{{"model_path", model_path}}});
   live_.version = found.seen.value_or(0);
   live_.plan = std::move(found.plan);
   for (size_t i = 0; i < files_.size(); ++i) {
@@ -198,7 +259,7 @@ void ShmStore::adopt(Found found, const std::string& model_path) {
   }
   // Written again so that it gets this directory's file mode, and the headers the version
   // (files of a server that predates the header's version word have none).
-  write_manifest(false);
+  write_manifest();
   reused_ = true;
   note_ = fmt::format("reusing {} (version {})", dir(), live_.version);
 }
@@ -279,7 +340,8 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   // Manifest first, headers last: a server killed in between leaves odd words and set flags, and a
   // restart reloads.
   on_every_node([&] {
-    serve::write_manifest(dir_, make_manifest(name_, live_, false, scope_));
+    sources_ = nlohmann::json::array({{{"model_path", model_path}}});
+    serve::write_manifest(dir_, manifest(false));
     for (ShmRankFile& file : files_) end_sequence(file.header());
     for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
   });
@@ -319,20 +381,96 @@ UpdateOptions ShmStore::update_options() {
   return options;
 }
 
-void ShmStore::write_manifest(bool update_in_progress) {
+nlohmann::json ShmStore::manifest(bool update_in_progress) const {
   nlohmann::json manifest = make_manifest(name_, live_, update_in_progress, scope_);
+  manifest["sources"] = sources_;
   if (!device_manifest_.is_null()) manifest["cuda"] = device_manifest_;
-  serve::write_manifest(dir_, manifest);
-  for (ShmRankFile& file : files_) {
-    if (update_in_progress) {
-      set_update_in_progress(file.header());
-    } else {
-      publish_version(file.header(), live_.version);
+  return manifest;
+}
+
+void ShmStore::write_manifest() {
+  serve::write_manifest(dir_, manifest(false));
+  for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
+}
+
+void ShmStore::begin_change() {
+  try {
+    fault::at("begin_manifest");
+    serve::write_manifest(dir_, manifest(true));
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{} (before any byte changed: nothing was changed)", e.message()),
+                e.details());
+  }
+  for (ShmRankFile& file : files_) set_update_in_progress(file.header());
+}
+
+std::string ShmStore::publish_change() noexcept {
+  // Readers first: the header words are what they check, and they hold whatever the manifest
+  // write below does. A commit group that failed between its sequence words left them odd.
+  for (ShmRankFile& file : files_) end_sequence(file.header());
+  for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
+  std::string why;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      fault::at("publish_manifest");
+      serve::write_manifest(dir_, manifest(false));
+      return {};
+    } catch (const std::exception& e) {
+      why = e.what();
     }
+  }
+  try {
+    return fmt::format(
+        "the manifest could not be rewritten ({}); the rank headers publish version {} and the "
+        "bytes are whole, but manifest.json still shows the state before this change with "
+        "update_in_progress, so a restart reloads instead of reusing the directory",
+        why, live_.version);
+  } catch (...) {
+    return "the manifest could not be rewritten";
   }
 }
 
-void ShmStore::remove() const { dir_.remove_all(); }
+void ShmStore::record_source(const std::string& model_path, const WeightFilter& filter,
+                             bool complete) {
+  nlohmann::json source = {{"model_path", model_path}};
+  if (!filter.selects_all()) source["filter"] = describe_filter(filter);
+  if (!complete) source["incomplete"] = true;
+  if (filter.selects_all() && complete) sources_ = nlohmann::json::array();
+  sources_.push_back(std::move(source));
+}
+
+void ShmStore::remove() const {
+  dir_.remove_all();
+  // The NAME's lock directory of a server on several nodes holds nothing of its own.
+  if (name_dir_.fd() >= 0) name_dir_.remove_all();
+}
+
+void ShmStore::remove_stale_dirs() const {
+  const std::string base = shm_dir(name_);
+  const std::string prefix = std::filesystem::path(base).filename().string() + ".node-";
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(fs::path(base).parent_path(), error)) {
+    const std::string leaf = entry.path().filename().string();
+    if (!leaf.starts_with(prefix)) continue;
+    int node = -1;
+    const char* first = leaf.data() + prefix.size();
+    const char* last = leaf.data() + leaf.size();
+    const auto [end, ec] = std::from_chars(first, last, node);
+    if (ec != std::errc() || end != last || first == last) continue;
+    if (scope_.nodes > 1 && std::find(host_nodes_.begin(), host_nodes_.end(), node) != host_nodes_.end()) {
+      continue;  // a node of this server on this host: its own directory
+    }
+    remove_if_unheld(entry.path().string());
+  }
+  if (scope_.nodes > 1) {
+    // What a server on one node kept in the NAME's directory would shadow this server's nodes.
+    for (const std::string& leaf : name_dir_.names()) {
+      if (leaf == "manifest.json" || leaf.starts_with(kManifestTempPrefix) || rank_of_file(leaf)) {
+        name_dir_.unlink(leaf);
+      }
+    }
+  }
+}
 
 std::string absolute_model_path(const std::string& path) {
   std::error_code error;

@@ -54,10 +54,30 @@ class ShmStore {
   // Update options whose begin/end hooks move every rank's sequence word (odd during each commit
   // group).
   UpdateOptions update_options();
-  // Rewrites the manifest from the live model, then the headers: with update_in_progress, sets
-  // every rank's flag (before the first commit group); without, publishes the live version and
-  // clears it (after the last). Throws Error(kIo).
-  void write_manifest(bool update_in_progress);
+  // Rewrites the manifest from the live model, then publishes the live version in every header and
+  // clears its update flag (start-up, --device cuda). Throws Error(kIo).
+  void write_manifest();
+
+  // The commit protocol of every change of the served weights (an update or a rebalance, on one
+  // node or several: docs/reload.md "The weight server's commit contract"):
+  //   begin_change    the manifest says update_in_progress, then every header's flag is set; a
+  //                   failure here changed nothing (throws Error(kIo) with the flags still clear);
+  //   commit groups   (the caller) between the sequence words, advancing live().version;
+  //   record_source   (the caller, when a group committed) where the new bytes came from;
+  //   publish_change  always once begin_change succeeded, whatever happened in between: every
+  //                   header gets the live version and its flag cleared first (readers never see a
+  //                   flag stuck), then the manifest is rewritten, twice at most. Never throws:
+  //                   when the manifest cannot be written the headers still publish, the manifest
+  //                   on disk keeps update_in_progress (so a restart reloads rather than trusting
+  //                   it) and the returned warning says so; empty when all went well.
+  void begin_change();
+  std::string publish_change() noexcept;
+  // Where the live bytes come from, every change since the last whole load or update (manifest
+  // "sources"): a whole checkpoint (no filter, every commit group done) replaces the list; a
+  // filtered or incomplete update adds to it. A restart reuses the directory only when every entry
+  // names the checkpoint it is asked to serve and none is incomplete.
+  void record_source(const std::string& model_path, const WeightFilter& filter, bool complete);
+  const nlohmann::json& sources() const { return sources_; }
   // --device cuda (device_store.h): `sync` runs at the end of every commit group, before the
   // sequence words are even again; `cuda` is the manifest's "cuda" member. Empty: none.
   void set_device_hooks(std::function<void()> sync, nlohmann::json cuda) {
@@ -87,6 +107,12 @@ class ShmStore {
   void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
             uint64_t version);
   void remove_leftovers() const;
+  // Node directories of this NAME on this host that no node of this server owns and no live server
+  // holds (a job that ran on more nodes, --keep leftovers); on several nodes also what a server on
+  // one node kept in the NAME's directory.
+  void remove_stale_dirs() const;
+  // The manifest of the live model, its sources and (--device cuda) its "cuda" member.
+  nlohmann::json manifest(bool update_in_progress) const;
   // Runs `step` on this node and, on several, agrees on it (an error anywhere throws everywhere).
   void on_every_node(const std::function<void()>& step);
 
@@ -95,6 +121,8 @@ class ShmStore {
   NodeScope scope_;
   ReadPolicy read_ = ReadPolicy::kStriped;
   ShmDir dir_;
+  ShmDir name_dir_;  // on several nodes, the lowest node of each host: shm_dir(NAME), locked
+  std::vector<int> host_nodes_;  // the nodes of this server on this host
   std::string note_;
   bool reused_ = false;
   int threads_ = 0;
@@ -103,6 +131,7 @@ class ShmStore {
   LiveModel live_;
   std::function<void()> device_sync_;
   nlohmann::json device_manifest_;
+  nlohmann::json sources_ = nlohmann::json::array();
 };
 
 }  // namespace shardload::serve

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <exception>
+#include <functional>
 
 #include "serve/cluster_ops.h"
 #include "serve/manifest.h"
@@ -18,6 +19,18 @@ Reply failure(std::string_view message, uint64_t version) {
   return {
       400,
       {{"success", false}, {"message", message}, {"version", version}, {"num_updated_tensors", 0}}};
+}
+
+// A change that failed after some of its bytes were committed, published as a version of its own.
+Reply incomplete(std::string_view message, uint64_t version) {
+  return {500,
+          {{"success", false},
+           {"incomplete", true},
+           {"message", fmt::format("{}; the server publishes version {}, whose bytes "
+                                   "/get_model_info's sources describe, and a restart reloads",
+                                   message, version)},
+           {"version", version},
+           {"num_updated_tensors", 0}}};
 }
 
 std::string summary(const UpdateResult& result) {
@@ -49,7 +62,8 @@ WeightService::WeightService(ShmStore& store, int nodes, NodeCommands* commands)
       commands_(commands),
       static_info_(static_info(store)),
       model_path_(store.live().model_path),
-      version_(store.live().version) {
+      version_(store.live().version),
+      sources_(store.sources()) {
   if (commands_ != nullptr) refresh_nodes();
 }
 
@@ -60,6 +74,7 @@ void WeightService::refresh_nodes() {
   node_states_ = std::move(states);
   model_path_ = store_.live().model_path;
   version_ = store_.live().version;
+  sources_ = store_.sources();
 }
 
 Reply WeightService::health() const { return {200, {{"status", "ok"}}}; }
@@ -74,15 +89,47 @@ Reply WeightService::model_info() const {
   std::lock_guard lock(info_mutex_);
   body["model_path"] = model_path_;
   body["version"] = version_;
+  body["sources"] = sources_;
   if (commands_ != nullptr) body["nodes"] = node_states_;
   return {200, std::move(body)};
 }
 
-void WeightService::finish_change() {
-  store_.write_manifest(false);
+void WeightService::publish_info() {
   std::lock_guard lock(info_mutex_);
   model_path_ = store_.live().model_path;
   version_ = store_.live().version;
+  sources_ = store_.sources();
+}
+
+WeightService::Outcome WeightService::run_change(const std::function<UpdateResult()>& change,
+                                                 const std::function<void(bool)>& record) {
+  LiveModel& live = store_.live();
+  store_.begin_change();  // throws before any byte or flag changed
+  const uint64_t before = live.version;
+  Outcome outcome;
+  try {
+    outcome.result = change();
+  } catch (const std::exception& e) {
+    outcome.error = e.what();
+  }
+  outcome.committed = live.version != before;
+  if (outcome.committed) record(outcome.result.has_value());
+  outcome.warning = store_.publish_change();
+  publish_info();
+  return outcome;
+}
+
+Reply WeightService::answer(const Outcome& outcome, nlohmann::json body) const {
+  const uint64_t version = store_.live().version;
+  if (!outcome.committed) return failure(outcome.error, version);
+  // Only a bounded staging (--staging-bytes) commits in several groups: the groups before the
+  // failure hold the new weights.
+  if (!outcome.result) return incomplete(outcome.error, version);
+  body["success"] = true;
+  body["version"] = outcome.result->version;
+  body["num_updated_tensors"] = outcome.result->updated_tensors;
+  if (!outcome.warning.empty()) body["warnings"] = {outcome.warning};
+  return {200, std::move(body)};
 }
 
 Reply WeightService::update_weights_from_disk(std::string_view body) {
@@ -97,20 +144,21 @@ Reply WeightService::update_weights_from_disk(std::string_view body) {
   std::lock_guard change(change_mutex_);
   if (commands_ != nullptr) return update_everywhere(std::string(body), request.model_path);
   LiveModel& live = store_.live();
-  store_.write_manifest(true);
+  Outcome outcome;
   try {
-    const UpdateResult result =
-        update_weights(live, request.model_path, request.filter, store_.update_options());
-    finish_change();
-    return {200,
-            {{"success", true},
-             {"message", fmt::format("updated from {}: {}", request.model_path, summary(result))},
-             {"version", result.version},
-             {"num_updated_tensors", result.updated_tensors}}};
+    outcome = run_change(
+        [&] { return update_weights(live, request.model_path, request.filter, store_.update_options()); },
+        [&](bool complete) {
+          live.model_path = request.model_path;
+          store_.record_source(request.model_path, request.filter, complete);
+        });
   } catch (const std::exception& e) {
-    finish_change();
-    return failure(e.what(), live.version);
+    return failure(e.what(), published_version());
   }
+  const std::string message =
+      outcome.result ? fmt::format("updated from {}: {}", request.model_path, summary(*outcome.result))
+                     : std::string();
+  return answer(outcome, {{"message", message}});
 }
 
 Reply WeightService::rebalance(std::string_view body) {
@@ -139,22 +187,24 @@ Reply WeightService::rebalance(std::string_view body) {
     return failure(e.what(), live.version);
   }
   if (commands_ != nullptr) return rebalance_everywhere(map);
-  store_.write_manifest(true);
+  Outcome outcome;
   try {
-    const UpdateResult result = shardload::rebalance_experts(live, map, store_.update_options());
-    finish_change();
-    return {200,
-            {{"success", true},
-             {"message", fmt::format("rebalanced: {}; {} bytes copied within ranks, {} between "
-                                     "ranks, nothing read from storage",
-                                     summary(result), result.local_bytes, result.remote_bytes)},
-             {"version", result.version},
-             {"num_updated_tensors", result.updated_tensors},
-             {"physical_to_logical_map", live.plan.physical_to_logical}}};
+    outcome = run_change(
+        [&] { return shardload::rebalance_experts(live, map, store_.update_options()); },
+        [&](bool complete) {
+          // Slots moved in some groups only: no map describes the bytes, and a restart reloads.
+          if (!complete) store_.record_source(live.model_path, {}, false);
+        });
   } catch (const std::exception& e) {
-    finish_change();
-    return failure(e.what(), live.version);
+    return failure(e.what(), published_version());
   }
+  if (!outcome.result) return answer(outcome, {});
+  const UpdateResult& result = *outcome.result;
+  return answer(outcome,
+                {{"message", fmt::format("rebalanced: {}; {} bytes copied within ranks, {} between "
+                                         "ranks, nothing read from storage",
+                                         summary(result), result.local_bytes, result.remote_bytes)},
+                 {"physical_to_logical_map", live.plan.physical_to_logical}});
 }
 
 Reply WeightService::weights_checksum() {
@@ -182,16 +232,27 @@ void check_versions(const std::vector<nlohmann::json>& nodes, uint64_t version) 
   }
 }
 
+// Each node's publish warning (a manifest it could not rewrite), named by node.
+void add_warnings(const std::vector<nlohmann::json>& nodes, nlohmann::json& body) {
+  nlohmann::json warnings = nlohmann::json::array();
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const std::string warning = nodes[n].value("warning", "");
+    if (!warning.empty()) warnings.push_back(fmt::format("node {}: {}", n, warning));
+  }
+  if (!warnings.empty()) body["warnings"] = std::move(warnings);
+}
+
 }  // namespace
 
 Reply WeightService::update_everywhere(const std::string& body, const std::string& model_path) {
+  const uint64_t before = store_.live().version;
   try {
     const std::vector<nlohmann::json> nodes =
         commands_->run({{"op", "update"}, {"body", body}, {"model_path", model_path}});
     const uint64_t version = store_.live().version;
     check_versions(nodes, version);
     refresh_nodes();
-    return {200,
+    Reply reply{200,
             {{"success", true},
              {"message",
               fmt::format("updated from {} on {} nodes: {} tensors ({} bytes) rewritten; {} bytes "
@@ -202,19 +263,23 @@ Reply WeightService::update_everywhere(const std::string& body, const std::strin
              {"version", version},
              {"num_updated_tensors", sum_of(nodes, "updated_tensors")},
              {"nodes", nodes}}};
+    add_warnings(nodes, reply.body);
+    return reply;
   } catch (const std::exception& e) {
     refresh_nodes();
+    if (store_.live().version != before) return incomplete(e.what(), published_version());
     return failure(e.what(), published_version());
   }
 }
 
 Reply WeightService::rebalance_everywhere(const std::vector<std::vector<int>>& map) {
+  const uint64_t before = store_.live().version;
   try {
     const std::vector<nlohmann::json> nodes = commands_->run({{"op", "rebalance"}, {"map", map}});
     const uint64_t version = store_.live().version;
     check_versions(nodes, version);
     refresh_nodes();
-    return {200,
+    Reply reply{200,
             {{"success", true},
              {"message", fmt::format("rebalanced on {} nodes: {} tensors ({} bytes) rewritten; {} "
                                      "bytes copied within nodes, {} sent between nodes, nothing "
@@ -227,8 +292,11 @@ Reply WeightService::rebalance_everywhere(const std::vector<std::vector<int>>& m
              {"num_updated_tensors", sum_of(nodes, "updated_tensors")},
              {"physical_to_logical_map", store_.live().plan.physical_to_logical},
              {"nodes", nodes}}};
+    add_warnings(nodes, reply.body);
+    return reply;
   } catch (const std::exception& e) {
     refresh_nodes();
+    if (store_.live().version != before) return incomplete(e.what(), published_version());
     return failure(e.what(), published_version());
   }
 }

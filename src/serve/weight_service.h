@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -32,9 +34,23 @@ class WeightService {
   Reply weights_checksum();
 
  private:
-  // After every update or rebalance, successful or not: a failure between commit groups still
-  // changed bytes and the version, and the manifest must say so.
-  void finish_change();
+  // What a change under the commit protocol did: its result (none: it failed, `error`), whether
+  // any commit group ran, and the publish warning.
+  struct Outcome {
+    std::optional<UpdateResult> result;
+    std::string error;
+    bool committed = false;
+    std::string warning;
+  };
+  // Runs `change` on this node under ShmStore's commit protocol (begin, commit groups, publish);
+  // `record` runs when a group committed (complete: every group did) before the publish. Throws
+  // only when the change could not begin (nothing changed).
+  Outcome run_change(const std::function<UpdateResult()>& change,
+                     const std::function<void(bool complete)>& record);
+  // The reply to a change: 400 when nothing changed, 500 "incomplete" when some commit groups
+  // did, else 200 with `body` and the result (and the publish warning).
+  Reply answer(const Outcome& outcome, nlohmann::json body) const;
+  void publish_info();
   uint64_t published_version() const;
   Reply update_everywhere(const std::string& body, const std::string& model_path);
   Reply rebalance_everywhere(const std::vector<std::vector<int>>& map);
@@ -48,9 +64,10 @@ class WeightService {
   NodeCommands* const commands_;
   const nlohmann::json static_info_;  // what never changes while serving, copied once
   std::mutex change_mutex_;
-  mutable std::mutex info_mutex_;  // guards the two copies below, read by model_info
+  mutable std::mutex info_mutex_;  // guards the copies below, read by model_info
   std::string model_path_;
   uint64_t version_ = 0;
+  nlohmann::json sources_;  // ShmStore::sources
   nlohmann::json node_states_;  // every node's node_state, on several nodes
 };
 

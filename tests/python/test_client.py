@@ -756,6 +756,22 @@ def test_a_restarted_server_is_mapped_again_by_refresh(serve, models, exports):
         assert raw(old) == exports(models["first"])[0][c.names(0)[0]]
 
 
+def test_a_directory_no_running_server_holds_is_never_mapped(serve, models):
+    """A directory kept by --keep after its server stopped still has a manifest and rank files, but
+    no server holds its lock: connect refuses it, and maps it again once a server holds it."""
+    name = unique_name("kept")
+    server = serve(models["first"], "--keep", name=name)
+    with shl.connect(name) as c:
+        assert c.version == 0
+    assert server.stop() == 0, server.output()
+    assert os.path.exists(os.path.join(shm_path(name), "manifest.json"))
+    with pytest.raises(IoError, match="no running server holds"):
+        shl.connect(name)
+    serve(models["first"], "--keep", name=name)
+    with shl.connect(name) as c:
+        assert c.version == 0
+
+
 def test_errors_carry_their_details():
     error = StaleReadError("busy", file="f", tensor="t", field="x", expected="e", found="g")
     assert str(error) == "f: tensor 't': x: busy (expected e, found g)"

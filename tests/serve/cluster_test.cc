@@ -251,6 +251,11 @@ TEST_P(ClusterChangeTest, UpdatesAndARebalanceEqualAFreshLoadOnEveryNode) {
   EXPECT_EQ(sent, received);
   EXPECT_EQ(cluster_checksums(name), expected_checksums(second, parallel));
   expect_nodes_at(name, 1);
+  // Every node's manifest names the checkpoint its bytes now are, as /get_model_info does (a
+  // --keep restart compares it).
+  const nlohmann::json model_path = get(server.port, "/get_model_info").body["model_path"];
+  EXPECT_NE(model_path.get<std::string>().find("second"), std::string::npos) << model_path;
+  for (int n = 0; n < nodes; ++n) EXPECT_EQ(read_manifest(name.dir(n))["model_path"], model_path);
 
   // A filtered update: the experts of the first checkpoint over the second's other weights.
   LiveModel reference = load_live(second, parallel);
@@ -312,6 +317,78 @@ TEST_F(ClusterTest, AFailedUpdateOnOneNodeChangesNothingOnAnyNode) {
     EXPECT_EQ(again.status, 200) << again.text;
     EXPECT_EQ(cluster_checksums(name), expected_checksums(second_, parallel));
     expect_nodes_at(name, 1);
+    stop_cluster(server, name);
+  }
+}
+
+// Every rank header of every node at `version`, clean (the manifests aside).
+void expect_headers_at(const ClusterName& name, uint64_t version) {
+  for (int n = 0; n < name.nodes(); ++n) {
+    for (const nlohmann::json& rank : read_manifest(name.dir(n))["ranks"]) {
+      const MappedRankFile file(name.dir(n) + "/" + rank["file"].get<std::string>());
+      EXPECT_EQ(file.version(), version) << "node " << n << " " << rank["file"];
+      EXPECT_EQ(file.update_in_progress(), 0u) << "node " << n << " " << rank["file"];
+      EXPECT_EQ(file.sequence() % 2, 0u) << "node " << n << " " << rank["file"];
+    }
+  }
+}
+
+// The commit protocol on several nodes: a commit that fails on one node is run again on every
+// node from the same staging, so the nodes end at one version with the new bytes; a manifest that
+// cannot be written after the commit is a warning naming the node, every header still publishes
+// the new version, and no flag stays set.
+TEST_F(ClusterTest, AFailureInsideOrAfterTheCommitEndsConsistentOnEveryNode) {
+  const ParallelConfig parallel = layout(kTp, kEp);
+  {
+    // A node that cannot begin (its manifest write fails) stops every node before any byte changes;
+    // node 0, which began, clears its flags again.
+    const ClusterName name("cluster-begin", 2);
+    ClusterServer server(name, first_, {}, "fail_at:begin_manifest", 1);
+    ASSERT_GT(server.port, 0) << server.output();
+    const HttpReply reply =
+        post(server.port, "/update_weights_from_disk", {{"model_path", second_}});
+    EXPECT_EQ(reply.status, 400) << reply.text;
+    EXPECT_NE(reply.body["message"].get<std::string>().find("nothing was changed"),
+              std::string::npos)
+        << reply.text;
+    EXPECT_EQ(cluster_checksums(name), expected_checksums(first_, parallel));
+    expect_nodes_at(name, 0);
+    stop_cluster(server, name);
+  }
+  {
+    const ClusterName name("cluster-commit", 2);
+    ClusterServer server(name, first_, {}, "fail_at:commit", 1);
+    ASSERT_GT(server.port, 0) << server.output();
+    const HttpReply reply =
+        post(server.port, "/update_weights_from_disk", {{"model_path", second_}});
+    ASSERT_EQ(reply.status, 200) << reply.text;
+    EXPECT_EQ(reply.body["version"], 1);
+    EXPECT_EQ(cluster_checksums(name), expected_checksums(second_, parallel));
+    expect_nodes_at(name, 1);
+    stop_cluster(server, name);
+  }
+  {
+    const ClusterName name("cluster-publish", 2);
+    ClusterServer server(name, first_, {}, "fail_every:publish_manifest", 1);
+    ASSERT_GT(server.port, 0) << server.output();
+    HttpReply reply = post(server.port, "/update_weights_from_disk", {{"model_path", second_}});
+    ASSERT_EQ(reply.status, 200) << reply.text;
+    EXPECT_EQ(reply.body["version"], 1);
+    ASSERT_EQ(reply.body["warnings"].size(), 1u) << reply.text;
+    EXPECT_TRUE(reply.body["warnings"][0].get<std::string>().starts_with("node 1: ")) << reply.text;
+    expect_headers_at(name, 1);
+    EXPECT_EQ(cluster_checksums(name), expected_checksums(second_, parallel));
+    EXPECT_EQ(read_manifest(name.dir(0))["version"], 1);
+    EXPECT_EQ(read_manifest(name.dir(1))["update_in_progress"], true);  // a restart reloads
+
+    LiveModel reference = load_live(second_, parallel);
+    rebalance_experts(reference, moved_map());
+    reply = post(server.port, "/rebalance", {{"physical_to_logical_map", moved_map()}});
+    ASSERT_EQ(reply.status, 200) << reply.text;
+    EXPECT_EQ(reply.body["version"], 2);
+    EXPECT_EQ(reply.body["warnings"].size(), 1u) << reply.text;
+    expect_headers_at(name, 2);
+    EXPECT_EQ(cluster_checksums(name), live_checksums(reference));
     stop_cluster(server, name);
   }
 }
