@@ -3,6 +3,7 @@ has it, views that share the server's memory and see updates in place, copies th
 by an update running beside them, and a /dev/shm where someone else planted files."""
 import gc
 import hashlib
+import fcntl
 import itertools
 import json
 import os
@@ -460,10 +461,13 @@ def test_a_copy_overtaken_by_an_update_is_retried(serve, models, exports):
 def _fake_directory(shared_server, spoil_header=None):
     """A copy of the shared server's directory under a new name, files and manifest as the server
     wrote them (the manifest's name made the new one); `spoil_header(rank, header bytearray)` may
-    change a rank file's header words."""
+    change a rank file's header words. Returns the name and a descriptor holding the directory's
+    lock as a running server does (the client maps only directories a live server holds)."""
     name = unique_name("fake")
     path = shm_path(name)
     os.mkdir(path, 0o700)
+    lock_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     for entry in os.listdir(shared_server.dir):
         data = bytearray(pathlib.Path(shared_server.dir, entry).read_bytes())
         if entry == "manifest.json":
@@ -475,20 +479,22 @@ def _fake_directory(shared_server, spoil_header=None):
         fd = os.open(os.path.join(path, entry), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, data)
         os.close(fd)
-    return name
+    return name, lock_fd
 
 
 @pytest.fixture
 def fake(shared_server):
-    """fake(spoil_header=None) -> name of a copied directory, removed when the test ends."""
+    """fake(spoil_header=None) -> name of a copied directory, held as a server holds it and removed
+    when the test ends."""
     made = []
 
     def make(spoil_header=None):
         made.append(_fake_directory(shared_server, spoil_header))
-        return made[-1]
+        return made[-1][0]
 
     yield make
-    for name in made:
+    for name, lock_fd in made:
+        os.close(lock_fd)
         remove_shm(name)
 
 
@@ -584,8 +590,8 @@ def test_a_directory_of_another_user_is_refused():
             shl.connect(name)
         assert f"uid {NOBODY}" in error.value.found and f"uid {os.geteuid()}" in error.value.expected
         # Naming that user as the owner (a --shm-group reader of another user's server) gets past
-        # the owner check, to the missing manifest.
-        with pytest.raises(IoError, match="manifest.json"):
+        # the owner check, to the next refusal: no running server holds that directory.
+        with pytest.raises(IoError, match="no running server holds"):
             shl.connect(name, owner=NOBODY)
     finally:
         remove_shm(name)
