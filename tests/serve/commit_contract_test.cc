@@ -15,22 +15,6 @@ namespace {
 
 class CommitContractTest : public TwoModelsTest<61, 62> {};
 
-// Every rank header of DIR: the version, no update in progress, an even sequence word.
-void expect_headers_at(const std::string& dir, uint64_t version) {
-  const nlohmann::json manifest = read_manifest(dir);
-  ASSERT_FALSE(manifest["ranks"].empty());
-  for (const nlohmann::json& rank : manifest["ranks"]) {
-    const MappedRankFile file(dir + "/" + rank["file"].get<std::string>());
-    EXPECT_EQ(file.version(), version) << rank["file"];
-    EXPECT_EQ(file.update_in_progress(), 0u) << rank["file"];
-    EXPECT_EQ(file.sequence() % 2, 0u) << rank["file"];
-  }
-}
-
-std::vector<std::vector<int>> moved_map() {
-  return {{7, 6, 5, 4, 3, 2, 1, 0}, {1, 0, 3, 2, 5, 4, 7, 6}, {0, 1, 2, 3, 4, 5, 6, 7}};
-}
-
 // The manifest cannot be written after the commit (as on a full /dev/shm): the update and the
 // rebalance still succeed, published in every header, and say what happened.
 TEST_F(CommitContractTest, AManifestThatCannotBeWrittenAfterTheCommitStillPublishesTheChange) {

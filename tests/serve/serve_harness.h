@@ -289,6 +289,27 @@ inline nlohmann::json read_manifest(const std::string& dir) {
   return nlohmann::json::parse(read_file(dir + "/manifest.json"));
 }
 
+// An expert map of the tiny MoE models (3 MoE layers, 8 experts) that sends every expert of the
+// first layer to another rank, reverses the second's pairs and keeps the third: at tp 2 x ep 2 or on
+// several nodes, slots move within ranks, between ranks and between nodes.
+inline std::vector<std::vector<int>> moved_map() {
+  return {{7, 6, 5, 4, 3, 2, 1, 0}, {1, 0, 3, 2, 5, 4, 7, 6}, {0, 1, 2, 3, 4, 5, 6, 7}};
+}
+
+// Every rank header of the server directory DIR as a reader sees it after a change ended: at
+// `version`, no update in progress, an even sequence word.
+inline void expect_headers_at(const std::string& dir, uint64_t version) {
+  const nlohmann::json manifest = read_manifest(dir);
+  ASSERT_FALSE(manifest["ranks"].empty()) << dir;
+  for (const nlohmann::json& rank : manifest["ranks"]) {
+    SCOPED_TRACE(dir + "/" + rank["file"].get<std::string>());
+    const MappedRankFile file(dir + "/" + rank["file"].get<std::string>());
+    EXPECT_EQ(file.version(), version);
+    EXPECT_EQ(file.update_in_progress(), 0u);
+    EXPECT_EQ(file.sequence() % 2, 0u);
+  }
+}
+
 // XXH3 of every tensor the manifest lists, read from the mapped files with the seqlock protocol: a
 // pass that saw an odd word, or a word that moved, is retried.
 inline Checksums mapped_checksums(const std::string& dir) {
