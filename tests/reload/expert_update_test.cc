@@ -12,7 +12,6 @@
 #include <span>
 
 #include "reload_fixture.h"
-#include "shardload/error.h"
 
 namespace shardload {
 namespace {
