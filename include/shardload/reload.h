@@ -75,14 +75,17 @@ LiveModel load_live(const std::string& model_path, const ParallelConfig& paralle
 
 // Updates the tensors of `model_path` selected by `filter` in place. The checkpoint must plan to
 // exactly the live layout (same rank tensors, dtypes, shapes, offsets) under the live parallel
-// config and expert map. Every module a selected tensor feeds is reloaded whole (a fused or
-// requantized module needs all its parts) and post-processed once; no other byte is touched. All
-// new bytes are read, converted, validated and post-processed into staging before any live byte
-// changes; any error (I/O, header, shape, dtype, a file changed while being read, cancellation)
-// leaves every live byte as it was. With `staging_bytes` set, the update commits in module groups,
-// each atomic; a failure after some groups committed leaves those groups new and the rest old, says
-// so in the error, and still counts as a version change (the bytes did change). A single (rank,
-// module) larger than the bound is an error before any change.
+// config and expert map. Every module a tensor selected by name (substring, regex, or an empty
+// filter) feeds is reloaded whole (a fused or requantized module needs all its parts) and
+// post-processed once. A tensor selected by its expert alone rewrites only the slots of that expert
+// (every replica) and reads only that expert's tensors; the merged static FP8 input scale of its
+// rank is recomputed from the per-expert scales kept in the rank since the load. No other byte is
+// touched. All new bytes are read, converted, validated and post-processed into staging before any
+// live byte changes; any error (I/O, header, shape, dtype, a file changed while being read,
+// cancellation) leaves every live byte as it was. With `staging_bytes` set, the update commits in
+// module groups, each atomic; a failure after some groups committed leaves those groups new and the
+// rest old, says so in the error, and still counts as a version change (the bytes did change). A
+// single (rank, module) larger than the bound is an error before any change.
 UpdateResult update_weights(LiveModel& live, const std::string& model_path,
                             const WeightFilter& filter, const UpdateOptions& options = {});
 

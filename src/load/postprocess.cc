@@ -118,9 +118,25 @@ class ScaleCheck {
   const Checkpoint* checkpoint_;
 };
 
-// Block FP8 keeps the checkpoint's scale grids as they are; every block is checked all the same.
-void check_block_scales(const PlanParam& scale, const ScaleCheck& check) {
+// The slots post-processing visits: `only` (an expert-filtered update rewrites those alone), or
+// all `slots`.
+std::vector<uint64_t> slot_list(uint64_t slots, const std::vector<uint64_t>* only) {
+  if (only != nullptr) return *only;
+  std::vector<uint64_t> all(slots);
+  for (uint64_t j = 0; j < slots; ++j) all[j] = j;
+  return all;
+}
+
+// Block FP8 keeps the checkpoint's scale grids as they are; every block is checked all the same
+// (with `only`, the blocks of those slots: the others were not read).
+void check_block_scales(const PlanParam& scale, const ScaleCheck& check,
+                        const std::vector<uint64_t>* only) {
+  const uint64_t slot_bytes = only != nullptr ? scale.nbytes / scale.shape[0] : 0;
   for (const PlanPiece& piece : scale.pieces) {
+    if (only != nullptr &&
+        std::find(only->begin(), only->end(), piece.dst_offset / slot_bytes) == only->end()) {
+      continue;
+    }
     for (uint64_t i = 0; i < piece.rows() * piece.cols(); ++i)
       check(scale, piece.dst_offset + i * sizeof(float));
   }
@@ -135,7 +151,7 @@ void fill_slot(std::span<float> merged, uint64_t slots, uint64_t j, float value)
 // Static per-tensor FP8: the parts of each slot (q/k/v, gate/up) are brought to their largest scale m,
 // x = float(q) * s_k then q' = fp8(x / m), each step in float32, through a 256-entry table per part.
 void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32_t module,
-                const ScaleCheck& check) {
+                const ScaleCheck& check, const std::vector<uint64_t>* only) {
   const std::vector<uint64_t>& part_rows = plan.modules[module].part_rows;
   const uint64_t slots = p.weight_scale_parts->shape[0];
   const uint64_t parts = p.weight_scale_parts->shape[1];
@@ -143,7 +159,7 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
   const uint64_t slot_bytes = p.weight->nbytes / slots;
   std::span<float> table = floats(base, *p.weight_scale_parts);
   std::span<float> merged = floats(base, *p.weight_scale);
-  for (uint64_t j = 0; j < slots; ++j) {
+  for (uint64_t j : slot_list(slots, only)) {
     float m = 0;
     for (uint64_t k = 0; k < parts; ++k)
       m = std::max(m, check(*p.weight_scale_parts, (j * parts + k) * sizeof(float)));
@@ -161,6 +177,8 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
     fill_slot(merged, slots, j, m);
   }
   if (p.input_scale != nullptr) {
+    // Over every slot of the rank, the ones `only` leaves out too (their rows of the table are the
+    // live ones).
     float m = 0;
     for (uint64_t i = 0; i < p.input_scale_parts->nbytes / sizeof(float); ++i) {
       m = std::max(m, check(*p.input_scale_parts, i * sizeof(float)));
@@ -172,15 +190,29 @@ void requantize(const Plan& plan, const ModuleParams& p, std::byte* base, uint32
 
 // Dynamic FP8: per slot (the whole rank tensor, or one expert), s = max(amax, kFp8AmaxFloor) /
 // kFp8E4m3Max and q = fp8(w / s) in float32.
-void quantize(const ModuleParams& p, std::byte* base) {
+void quantize(const ModuleParams& p, std::byte* base, const std::vector<uint64_t>* only) {
   const uint64_t slots = p.weight->shape.size() == 3 ? p.weight->shape[0] : 1;
   const uint64_t per_slot = p.weight->nbytes / slots;  // elements: one byte each
   std::span<float> source = floats(base, *p.dynamic_source);
   std::span<float> merged = floats(base, *p.weight_scale);
   auto* q = reinterpret_cast<uint8_t*>(base + p.weight->offset);
-  for (uint64_t j = 0; j < slots; ++j) {
+  for (uint64_t j : slot_list(slots, only)) {
     const float s = quantize_fp8_e4m3(source.subspan(j * per_slot, per_slot), {q + j * per_slot, per_slot});
     fill_slot(merged, slots, j, s);
+  }
+}
+
+// Post-processes one module of a rank (with `only`, only those expert slots of a routed-expert
+// module).
+void process_module(const Plan& plan, const RankPlan& rank, std::byte* base, uint32_t module,
+                    const ScaleCheck& check, const std::vector<uint64_t>* only) {
+  const PostProcess post = plan.modules[module].post;
+  if (post == PostProcess::kNone && plan.quantization != Quantization::kFp8Block) return;
+  const ModuleParams params = find_params(rank, module);
+  if (post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check, only);
+  if (post == PostProcess::kFp8Quantize) quantize(params, base, only);
+  if (plan.quantization == Quantization::kFp8Block && params.weight_scale != nullptr) {
+    check_block_scales(*params.weight_scale, check, only);
   }
 }
 
@@ -204,17 +236,15 @@ void postprocess_modules_at(const Plan& plan, int rank_index, std::byte* base,
   const ScaleCheck check(plan, rank_index, base, checkpoint);
   for (uint32_t module : modules) {
     if (mode == PostprocessMode::kOnce && processed[module] != 0) continue;
-    const PostProcess post = plan.modules[module].post;
-    if (post != PostProcess::kNone || plan.quantization == Quantization::kFp8Block) {
-      const ModuleParams params = find_params(rank, module);
-      if (post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check);
-      if (post == PostProcess::kFp8Quantize) quantize(params, base);
-      if (plan.quantization == Quantization::kFp8Block && params.weight_scale != nullptr) {
-        check_block_scales(*params.weight_scale, check);
-      }
-    }
+    process_module(plan, rank, base, module, check, nullptr);
     processed[module] = 1;
   }
+}
+
+void postprocess_expert_slots(const Plan& plan, int rank_index, std::byte* base, uint32_t module,
+                              const std::vector<uint64_t>& slots, const Checkpoint* checkpoint) {
+  const ScaleCheck check(plan, rank_index, base, checkpoint);
+  process_module(plan, plan.ranks.at(static_cast<size_t>(rank_index)), base, module, check, &slots);
 }
 
 }  // namespace load

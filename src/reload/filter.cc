@@ -56,17 +56,19 @@ CompiledFilter::CompiledFilter(const WeightFilter& filter)
   }
 }
 
-bool CompiledFilter::selects(std::string_view name) const {
-  if (filter_.selects_all()) return true;
+CompiledFilter::Match CompiledFilter::match(std::string_view name) const {
+  if (filter_.selects_all()) return Match::kName;
   for (const std::string& part : filter_.substrings) {
-    if (name.find(part) != std::string_view::npos) return true;
+    if (name.find(part) != std::string_view::npos) return Match::kName;
   }
-  if (regex_ && regexec(regex_.get(), std::string(name).c_str(), 0, nullptr, 0) == 0) return true;
+  if (regex_ && regexec(regex_.get(), std::string(name).c_str(), 0, nullptr, 0) == 0) {
+    return Match::kName;
+  }
   if (!experts_.empty()) {
     const auto expert = expert_of(name);
-    if (expert && experts_.count(*expert) != 0) return true;
+    if (expert && experts_.count(*expert) != 0) return Match::kExpert;
   }
-  return false;
+  return Match::kNone;
 }
 
 }  // namespace reload

@@ -17,7 +17,12 @@ namespace shardload::reload {
 class CompiledFilter {
  public:
   explicit CompiledFilter(const WeightFilter& filter);
-  bool selects(std::string_view name) const;
+  bool selects(std::string_view name) const { return match(name) != Match::kNone; }
+
+  // How a name is selected: by name (an empty filter, a substring or the regex: its modules are
+  // reloaded whole) or by its expert alone (only the slots that expert fills are rewritten).
+  enum class Match { kNone, kExpert, kName };
+  Match match(std::string_view name) const;
 
  private:
   struct RegexFree {

@@ -25,6 +25,9 @@ struct Unit {
   std::vector<ByteRange> ranges;
   uint64_t bytes = 0;    // sum of ranges
   uint64_t tensors = 0;  // exported rank tensors rewritten
+  // An expert-filtered update of a routed-expert module: the slots it rewrites (ascending); empty:
+  // the whole module.
+  std::vector<uint64_t> slots{};
 };
 
 void add_range(Unit& unit, uint64_t offset, uint64_t bytes);

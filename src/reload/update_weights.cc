@@ -8,59 +8,12 @@
 
 #include "core/parallel_for.h"
 #include "core/seconds_since.h"
-#include "reload/filter.h"
 #include "reload/staging.h"
 #include "reload/update_steps.h"
 #include "shardload/error.h"
 
 namespace shardload {
 namespace reload {
-
-std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
-                            const std::vector<bool>& selected) {
-  std::vector<Unit> units;
-  for (size_t i = 0; i < live.ranks.size(); ++i) {
-    const RankPlan& rank = plan.ranks[static_cast<size_t>(live.ranks[i].rank)];
-    std::vector<bool> touched(plan.modules.size(), false);
-    for (const PlanParam& param : rank.params) {
-      for (const PlanPiece& piece : param.pieces) {
-        if (selected[piece.source]) touched[param.module] = true;
-      }
-    }
-    for (const PlanParam& param : rank.params) {
-      if (!touched[param.module]) continue;
-      if (units.empty() || units.back().rank_index != i || units.back().module != param.module) {
-        units.push_back(
-            {.rank_index = i, .module = param.module, .ranges = {}, .bytes = 0, .tensors = 0});
-      }
-      Unit& unit = units.back();
-      // Params of a module are consecutive in the rank; the alignment gap between them is zero on
-      // both sides, so one range covers the module.
-      const uint64_t begin = unit.ranges.empty() ? param.offset : unit.ranges.front().offset;
-      unit.ranges.assign(1, {begin, param.offset + param.nbytes - begin});
-      unit.bytes = unit.ranges.front().bytes;
-      if (param.exported()) ++unit.tensors;
-    }
-  }
-  return units;
-}
-
-std::vector<bool> select_sources(const Plan& plan, const WeightFilter& filter,
-                                 const std::string& model_path) {
-  const CompiledFilter compiled(filter);
-  std::vector<bool> selected(plan.sources.size(), false);
-  bool any = false;
-  for (size_t s = 0; s < plan.sources.size(); ++s) {
-    selected[s] = compiled.selects(plan.sources[s].name);
-    any = any || selected[s];
-  }
-  if (!any) {
-    throw Error(ErrorKind::kTensorNotFound,
-                "the filter selects no tensor of the checkpoint; nothing was changed",
-                {.file = model_path});
-  }
-  return selected;
-}
 
 Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
                  const ParallelConfig& parallel) {
@@ -144,24 +97,25 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
   const auto start = std::chrono::steady_clock::now();
   const Checkpoint checkpoint = Checkpoint::open(model_path);
   const Plan plan = reload::plan_update(checkpoint, live, live.plan.parallel);
-  const std::vector<bool> selected = reload::select_sources(plan, filter, model_path);
-  const std::vector<reload::Unit> units = reload::units_for(live, plan, selected);
+  const reload::SourceSelection selection = reload::select_sources(plan, filter, model_path);
+  const std::vector<reload::Unit> units = reload::units_for(live, plan, selection);
   const reload::StageGroup stage = [&](reload::Staging& staging, const std::vector<size_t>& group) {
-    std::vector<std::vector<bool>> wanted(live.ranks.size(),
-                                          std::vector<bool>(plan.modules.size(), false));
-    for (size_t u : group) wanted[units[u].rank_index][units[u].module] = true;
+    // The unit of the group for each (rank, module), if any.
+    std::vector<std::vector<const reload::Unit*>> wanted(
+        live.ranks.size(), std::vector<const reload::Unit*>(plan.modules.size(), nullptr));
+    for (size_t u : group) wanted[units[u].rank_index][units[u].module] = &units[u];
     const uint64_t read = read_pieces(
         checkpoint, plan, staging.ranks(),
-        [&](int rank, const PlanParam& param, const PlanPiece&) {
-          return wanted[staging.index_of(rank)][param.module];
+        [&](int rank, const PlanParam& param, const PlanPiece& piece) {
+          const reload::Unit* unit = wanted[staging.index_of(rank)][param.module];
+          return unit != nullptr && reload::unit_reads(plan, *unit, param, piece);
         },
         options.threads, options.cancel);
     // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
     parallel_for(group.size(), options.threads, [&](size_t g, int) {
       const reload::Unit& unit = units[group[g]];
-      RankWeights& weights = staging.ranks()[unit.rank_index];
-      weights.processed[unit.module] = 0;
-      postprocess_modules(plan, weights, {unit.module}, PostprocessMode::kOnce, &checkpoint);
+      reload::postprocess_unit(plan, unit, live.ranks[unit.rank_index].buffer.data(),
+                               staging.ranks()[unit.rank_index], &checkpoint);
     });
     return read;
   };

@@ -16,28 +16,6 @@
 #include "shardload/error.h"
 
 namespace shardload::serve {
-namespace {
-
-// The plan with only the pieces of the (rank, module)s that a selected tensor feeds, on every rank
-// of the layout: what the striped reads of an update assign (the same on every node).
-Plan keep_selected_modules(const Plan& plan, const std::vector<bool>& selected) {
-  Plan out = plan;
-  for (RankPlan& rank : out.ranks) {
-    std::vector<bool> touched(out.modules.size(), false);
-    for (const PlanParam& param : rank.params) {
-      for (const PlanPiece& piece : param.pieces) {
-        if (selected[piece.source]) touched[param.module] = true;
-      }
-    }
-    for (PlanParam& param : rank.params) {
-      if (!touched[param.module]) param.pieces.clear();
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
                               const WeightFilter& filter) {
   const auto start = std::chrono::steady_clock::now();
@@ -53,9 +31,9 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
     fault::at("update_open");  // a node that cannot reach the checkpoint
     checkpoint.emplace(Checkpoint::open(model_path));
     plan = reload::plan_update(*checkpoint, live, live.plan.parallel);
-    const std::vector<bool> selected = reload::select_sources(plan, filter, model_path);
-    units = reload::units_for(live, plan, selected);
-    wanted = keep_selected_modules(plan, selected);
+    const reload::SourceSelection selection = reload::select_sources(plan, filter, model_path);
+    units = reload::units_for(live, plan, selection);
+    wanted = reload::pieces_to_read(plan, selection);
     reads = assign_reads(wanted, transport.nodes(), store.read_policy());
   });
   check_same_plan(transport, plan);
@@ -77,9 +55,9 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
       fault::at("stage");
       // Post-processing runs in staging, so that a bad scale fails before any live byte changes.
       parallel_for(units.size(), threads, [&](size_t u, int) {
-        RankWeights& weights = staging->ranks()[units[u].rank_index];
-        weights.processed[units[u].module] = 0;
-        postprocess_modules(plan, weights, {units[u].module}, PostprocessMode::kOnce, &*checkpoint);
+        const reload::Unit& unit = units[u];
+        reload::postprocess_unit(plan, unit, live.ranks[unit.rank_index].buffer.data(),
+                                 staging->ranks()[unit.rank_index], &*checkpoint);
       });
       watch.check();  // a file changed under the reader: its bytes may be a mix
       fault::at("agree");

@@ -116,20 +116,7 @@ TEST(FilteredUpdate, RegexFilterReloadsTheNormsOfOneLayer) {
             2u * 4u);  // input, post-attention, q and k norms, on each of 2 ranks
 }
 
-TEST(FilteredUpdate, ExpertFilterReloadsTheExpertModulesOfTheRanksHoldingIt) {
-  TempDir dir;
-  const std::string a = make_model(dir, "qwen3_moe", 1);
-  const std::string b = make_model(dir, "qwen3_moe", 2);
-  LiveModel live =
-      load_live(a, layout(2, 2));  // 8 experts: ep rank 0 holds 0-3, ep rank 1 holds 4-7
-  const Snapshot old_bytes = snapshot(live);
-  const Snapshot new_bytes = snapshot(load_live(b, layout(2, 2)));
-  update_weights(live, b, {.experts = {{1, 5}}});
-  expect_split(live, old_bytes, new_bytes, [&](size_t r, const PlanParam& p) {
-    // A fused module is reloaded whole: every expert of layer 1 on the ranks holding expert 5.
-    return live.plan.ranks[r].ep_rank == 1 && p.name.rfind("model.layers.1.mlp.experts.", 0) == 0;
-  });
-}
+// Expert filters (only the selected experts' slots): expert_update_test.cc.
 
 TEST(FilteredUpdate, BoundedStagingCommitsInGroupsWithTheSameResult) {
   TempDir dir;
