@@ -6,6 +6,7 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
+#include "cli/load_admission.h"
 #include "cli/distributed_load.h"
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
@@ -72,6 +73,8 @@ void run_export(const ExportCommandOptions& options) {
   const Checkpoint ckpt = Checkpoint::open(options.model);
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
+  // Every rank is loaded into memory before the files are written: all of them must fit.
+  admit_load(plan, {}, options.threads, IoMode::kAuto);
   LoadOptions load_options;
   load_options.threads = options.threads;
   load_options.progress = make_progress_bar();
