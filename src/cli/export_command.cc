@@ -65,6 +65,8 @@ void run_export(const ExportCommandOptions& options) {
   export_options.max_file_size =
       as_usage_error([&] { return parse_byte_size(options.max_file_size, "--max-file-size"); });
   export_options.overwrite = options.overwrite;
+  // What earlier exports to --out left behind: removed when their process is gone, else named.
+  export_options.note = [](const std::string& text) { std::cerr << "note: " + text + "\n"; };
   // Where the export goes is checked before the (long) load, and again by export_ranks before it
   // writes.
   as_usage_error([&] { check_export_target(options.model, export_options); });
