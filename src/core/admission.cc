@@ -129,8 +129,10 @@ std::optional<MemoryRoom> own_cgroup_room() {
 
 std::string bytes_text(uint64_t bytes) {
   const double b = static_cast<double>(bytes);
-  if (bytes >= (uint64_t{1} << 30)) return fmt::format("{} bytes ({:.2f} GiB)", bytes, b / (1 << 30));
-  if (bytes >= (uint64_t{1} << 20)) return fmt::format("{} bytes ({:.2f} MiB)", bytes, b / (1 << 20));
+  if (bytes >= (uint64_t{1} << 30))
+    return fmt::format("{} bytes ({:.2f} GiB)", bytes, b / (1 << 30));
+  if (bytes >= (uint64_t{1} << 20))
+    return fmt::format("{} bytes ({:.2f} MiB)", bytes, b / (1 << 20));
   return fmt::format("{} bytes", bytes);
 }
 
@@ -190,7 +192,8 @@ void admit_memory(uint64_t needed, const std::string& what, uint64_t charged) {
     refuse(needed, *room, what);
   if (std::optional<MemoryRoom> room = own_cgroup_room()) {
     room->bytes += charged;
-    if (charged > 0) room->limit += fmt::format(" ({} of it already this command's)", bytes_text(charged));
+    if (charged > 0)
+      room->limit += fmt::format(" ({} of it already this command's)", bytes_text(charged));
     if (needed > room->bytes) refuse(needed, *room, what);
   }
 }
@@ -198,7 +201,8 @@ void admit_memory(uint64_t needed, const std::string& what, uint64_t charged) {
 void admit_shm(uint64_t needed, uint64_t reusable, const fs::path& dir, const std::string& what) {
   MemoryRoom room = file_system_room(dir);
   room.bytes += reusable;
-  if (reusable > 0) room.limit += fmt::format(" (with {} of this server's files there)", bytes_text(reusable));
+  if (reusable > 0)
+    room.limit += fmt::format(" (with {} of this server's files there)", bytes_text(reusable));
   if (needed > room.bytes) refuse(needed, room, what);
 }
 

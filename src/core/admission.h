@@ -23,7 +23,8 @@ struct MemoryRoom {
 std::optional<MemoryRoom> memory_room();
 
 // The cgroup part of memory_room, read from `sys_cgroup` (normally /sys/fs/cgroup) for the cgroup
-// that `proc_cgroup` (the text of /proc/self/cgroup) names: v2 ("0::/path") or v1 ("N:memory:/path").
+// that `proc_cgroup` (the text of /proc/self/cgroup) names: v2 ("0::/path") or v1
+// ("N:memory:/path").
 std::optional<MemoryRoom> cgroup_room(const std::filesystem::path& sys_cgroup,
                                       const std::string& proc_cgroup);
 

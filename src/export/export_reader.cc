@@ -91,7 +91,8 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   // fit in what this process can get.
   uint64_t needed = 0;
   for (uint64_t size : sizes) needed += size;
-  admit_memory(needed, fmt::format("the buffers of {} of the export", count_of(sizes.size(), "rank")));
+  admit_memory(needed,
+               fmt::format("the buffers of {} of the export", count_of(sizes.size(), "rank")));
   for (size_t r = 0; r < sizes.size(); ++r) out.ranks[r].buffer = AlignedBuffer(sizes[r]);
   parallel_for(copies.size(), threads, [&](size_t i, int) {
     const Copy& copy = copies[i];

@@ -13,7 +13,6 @@
 
 #include <fmt/format.h>
 
-#include "core/fault_injection.h"
 #include "export/stale_staging.h"
 #include "format/posix_io.h"
 #include "shardload/error.h"
@@ -133,7 +132,6 @@ void StagingDir::release_lock() {
   const fs::path lock = path_ / kStagingLockName;
   if (::unlink(lock.c_str()) != 0 && errno != ENOENT) throw io_error("cannot remove", lock, errno);
   sync();
-  fault::at("export_before_move");  // complete and durable, not yet in place
 }
 
 void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name)) {

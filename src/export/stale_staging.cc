@@ -79,8 +79,8 @@ std::string remove_if_abandoned(int parent_fd, const fs::path& parent, const std
   const Fd lock(::openat(dir.get(), kStagingLockName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!lock.ok()) {
     return left(path,
-                "it holds no lock file, so nothing tells whether an export still uses it (an export "
-                "starting or finishing, an interrupted --overwrite's old files, or an older "
+                "it holds no lock file, so nothing tells whether an export still uses it (an "
+                "export starting or finishing, an interrupted --overwrite's old files, or an older "
                 "shardload's leftover); remove it by hand if no export to this --out is running");
   }
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {

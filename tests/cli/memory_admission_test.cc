@@ -45,7 +45,9 @@ CommandResult limited(const std::string& program, const std::vector<std::string>
 
 CommandResult limited(const std::vector<std::string>& args) { return limited(SHARDLOAD_BIN, args); }
 
-std::string serve_bin() { return (fs::path(SHARDLOAD_BIN).parent_path() / "shardload-serve").string(); }
+std::string serve_bin() {
+  return (fs::path(SHARDLOAD_BIN).parent_path() / "shardload-serve").string();
+}
 
 class MemoryAdmission : public ::testing::Test {
  protected:
