@@ -34,6 +34,7 @@ enum class ErrorKind {
   kConflict,          // an update does not fit the live weights (layout, file changed while read)
   kNode,              // another node of a distributed job failed to take part (gone, transport error)
   kDevice,            // --device cuda without a usable CUDA driver or GPU, or a CUDA call that failed
+  kMemory,            // the memory (or /dev/shm space) an operation needs is more than the process can get
   kInternal,          // shardload broke one of its own invariants: a bug, reported rather than crashed on
 };
 

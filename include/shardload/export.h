@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,9 @@ struct ExportOptions {
   std::string out;
   uint64_t max_file_size = uint64_t{5} << 30;  // a part is closed when the next tensor would pass it
   bool overwrite = false;
+  // Told of what earlier exports to `out` left behind: each staging directory removed because its
+  // process is gone (bytes freed), and each kept with why (an export still running holds it).
+  std::function<void(const std::string&)> note{};
 };
 
 // Throws Error(kInvalidArgument) when an export of `model` cannot go to options.out: --out is the
@@ -33,6 +37,10 @@ void check_export_target(const std::string& model, const ExportOptions& options)
 // OUT is replaced then, keeping its entries other than rank files and the manifest); on failure OUT
 // is left as it was. An OUT that is a mount point cannot be renamed over: the export is then staged
 // inside it and moved up with the manifest last. `ranks` holds every rank of the plan, in order.
+// Every file and directory is synced before the manifest is written and again after the move, so
+// that a power cut never leaves a manifest naming files that are not whole. The staging directory
+// is locked while the export runs; one that an export killed part-way left beside OUT is removed
+// by the next export to OUT (options.note is told).
 void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
                   const std::vector<RankWeights>& ranks, const ExportOptions& options);
 

@@ -6,6 +6,7 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
+#include "cli/load_admission.h"
 #include "cli/distributed_load.h"
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
@@ -64,6 +65,8 @@ void run_export(const ExportCommandOptions& options) {
   export_options.max_file_size =
       as_usage_error([&] { return parse_byte_size(options.max_file_size, "--max-file-size"); });
   export_options.overwrite = options.overwrite;
+  // What earlier exports to --out left behind: removed when their process is gone, else named.
+  export_options.note = [](const std::string& text) { std::cerr << "note: " + text + "\n"; };
   // Where the export goes is checked before the (long) load, and again by export_ranks before it
   // writes.
   as_usage_error([&] { check_export_target(options.model, export_options); });
@@ -72,6 +75,8 @@ void run_export(const ExportCommandOptions& options) {
   const Checkpoint ckpt = Checkpoint::open(options.model);
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
+  // Every rank is loaded into memory before the files are written: all of them must fit.
+  admit_load(plan, {}, options.threads, IoMode::kAuto);
   LoadOptions load_options;
   load_options.threads = options.threads;
   load_options.progress = make_progress_bar();

@@ -15,6 +15,7 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/checksum_lines.h"
 #include "cli/distributed_load.h"
+#include "cli/load_admission.h"
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
 #include "cli/read_options.h"
@@ -175,6 +176,12 @@ void run_load(const LoadCommandOptions& options) {
   if (options.rank >= static_cast<int>(plan.ranks.size())) {
     throw UsageError(fmt::format("--rank {} is outside the layout's {}", options.rank,
                                  count_of(plan.ranks.size(), "rank")));
+  }
+
+  // On GPUs the host holds only the staging buffers.
+  if (!device) {
+    admit_load(plan, options.rank >= 0 ? std::vector<int>{options.rank} : std::vector<int>{},
+               options.threads, options.io);
   }
 
   LoadOptions load_options;

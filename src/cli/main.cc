@@ -2,11 +2,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -25,14 +29,19 @@ namespace {
 // touch can cost ~20 us (measured here: `shardload plan` of such a model 0.25 s -> 0.09 s). The heap
 // grows in 64 MiB steps (untouched pages cost nothing) and its top region is advised once; brk
 // extends that region, advice included.
+// Not under an address-space limit (ulimit -v): there every heap growth would take the 64 MiB pad
+// too, and a tight limit failed even `--version` with std::bad_alloc.
 void back_heap_with_huge_pages() {
   constexpr uintptr_t kHuge = shardload::kHugePageBytes;
   constexpr size_t kBlock = 64 << 10;  // under the mmap threshold: comes from the heap
+  // Every thread and every block under 32 MiB allocates from that heap: worker threads (parsing
+  // headers in parallel) would otherwise get arenas of 4 KiB pages (each reserving 64 MiB of
+  // address space), and large blocks fresh mappings.
+  mallopt(M_ARENA_MAX, 1);
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur != RLIM_INFINITY) return;
   mallopt(M_TOP_PAD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  // Every thread and every block under 32 MiB allocates from that heap: worker threads (parsing
-  // headers in parallel) would otherwise get arenas of 4 KiB pages, and large blocks fresh mappings.
-  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   // Static initialisers already made the heap: allocate until it grows by the new pad.
   void* blocks[64];
@@ -58,9 +67,7 @@ int exec_serve(char** argv) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "serve") return exec_serve(argv);
   back_heap_with_huge_pages();
   CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards"};
@@ -77,4 +84,12 @@ int main(int argc, char** argv) {
   const int status = shardload::cli::run_app(app, argc, argv);
   shardload::cli::end_process_transport();
   return status;
+}
+
+}  // namespace
+
+// Building the commands allocates too, outside run_app: whatever escapes is one error line and
+// exit status 1, never an abort.
+int main(int argc, char** argv) {
+  return shardload::cli::run_guarded([&] { return run_main(argc, argv); });
 }

@@ -32,6 +32,7 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kConflict: return "conflict";
     case ErrorKind::kNode: return "node";
     case ErrorKind::kDevice: return "device";
+    case ErrorKind::kMemory: return "memory";
     case ErrorKind::kInternal: return "internal";
   }
   return "unknown";

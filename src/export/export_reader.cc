@@ -9,8 +9,10 @@
 
 #include <fmt/format.h>
 
+#include "core/admission.h"
 #include "core/json_input.h"
 #include "core/parallel_for.h"
+#include "core/plural.h"
 #include "export/export_checks.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -68,6 +70,7 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   };
   std::vector<SafetensorsFile> files;
   std::vector<Copy> copies;
+  std::vector<uint64_t> sizes;  // of each rank's buffer
   for (int rank = 0; rank < manifest.tp; ++rank) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), rank) == wanted.end()) continue;
     LoadedExport::Rank& loaded = out.ranks.emplace_back();
@@ -82,8 +85,15 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
         offset += (info.nbytes() + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
       }
     }
-    loaded.buffer = AlignedBuffer(offset);
+    sizes.push_back(offset);
   }
+  // Every rank's size is known from the headers: the buffers are allocated only when all of them
+  // fit in what this process can get.
+  uint64_t needed = 0;
+  for (uint64_t size : sizes) needed += size;
+  admit_memory(needed,
+               fmt::format("the buffers of {} of the export", count_of(sizes.size(), "rank")));
+  for (size_t r = 0; r < sizes.size(); ++r) out.ranks[r].buffer = AlignedBuffer(sizes[r]);
   parallel_for(copies.size(), threads, [&](size_t i, int) {
     const Copy& copy = copies[i];
     const SafetensorsFile& file = files[copy.file];

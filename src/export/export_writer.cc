@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fault_injection.h"
 #include "core/plural.h"
 #include "export/resolved_path.h"
 #include "export/export_steps.h"
@@ -93,6 +94,7 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     part_bytes += param.nbytes;
   }
   if (!part.empty() || files.empty()) flush();
+  fault::at("export_rank_written");  // an export killed with its staging directory half full
   return {{"rank", rank.rank}, {"files", files}};
 }
 
@@ -131,21 +133,28 @@ void finish_export(const Checkpoint& ckpt, const Plan& plan, const nlohmann::jso
         throw Error(ErrorKind::kIo, fmt::format("cannot copy: {}", ec.message()),
                     {.file = entry.path().string()});
       }
+      sync_path(out / entry.path().filename());
     }
   }
-  // The manifest last: it is what makes a directory an export.
+  // The manifest last: it is what makes a directory an export. Everything it names is durable
+  // first (the rank files were synced as they were written, their names here), so that after a
+  // power cut a manifest never names files that are not whole.
+  staging.sync();
   {
     std::ofstream file(out / kManifest, std::ios::binary | std::ios::trunc);
     file << manifest.dump(2) << "\n";
+    file.close();
     if (!file)
       throw Error(ErrorKind::kIo, "cannot write the manifest",
                   {.file = (out / kManifest).string()});
   }
+  sync_path(out / kManifest);
   staging.commit(overwrite, kept_on_overwrite);
 }
 
 std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options) {
-  return std::make_unique<StagingDir>(resolved_path(options.out), std::string(kManifest));
+  return std::make_unique<StagingDir>(resolved_path(options.out), std::string(kManifest),
+                                      options.note);
 }
 
 void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<RankWeights>& ranks,

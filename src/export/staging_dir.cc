@@ -1,6 +1,7 @@
 #include "export/staging_dir.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "export/stale_staging.h"
 #include "format/posix_io.h"
 #include "shardload/error.h"
 
@@ -64,9 +66,34 @@ bool is_empty_dir(const fs::path& path) {
   return fs::is_empty(path, ec) && !ec;
 }
 
+// The lock file of a new staging directory, locked before it appears under its name: an export
+// cleaning up (stale_staging.cc) takes a lock file it can lock for its dead holder's. Returns its
+// descriptor, whose lock lasts until it is closed or the process dies.
+int lock_staging(const fs::path& dir) {
+  const fs::path fresh = dir / (std::string(kStagingLockName) + ".new");
+  const int fd = ::open(fresh.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw io_error("cannot create the export's lock file", fresh, errno);
+  if (::flock(fd, LOCK_EX) != 0 || ::rename(fresh.c_str(), (dir / kStagingLockName).c_str()) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw io_error("cannot lock the directory of the export", dir, error);
+  }
+  return fd;
+}
+
 }  // namespace
 
-StagingDir::StagingDir(fs::path dest, std::string manifest)
+void sync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw io_error("cannot open to sync", path, errno);
+  const int failed = ::fsync(fd) != 0 ? errno : 0;
+  ::close(fd);
+  if (failed != 0) throw io_error("cannot sync", path, failed);
+}
+
+void StagingDir::sync() const { sync_path(path_); }
+
+StagingDir::StagingDir(fs::path dest, std::string manifest, const Note& note)
     : dest_(std::move(dest)), manifest_(std::move(manifest)) {
   std::error_code ec;
   fs::create_directories(dest_.parent_path(), ec);
@@ -78,15 +105,33 @@ StagingDir::StagingDir(fs::path dest, std::string manifest)
   // The mode a plain mkdir of the destination would give (0777 less the umask), set by mkdir
   // itself.
   in_place_ = is_mount_point(dest_);
+  remove_dead_staging(dest_, note);
   path_ =
       in_place_ ? make_unique_dir(dest_, ".shardload-tmp", 0777) : make_sibling(dest_, "tmp", 0777);
+  try {
+    lock_fd_ = lock_staging(path_);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    throw;
+  }
 }
 
 StagingDir::~StagingDir() {
-  if (committed_) return;
-  std::error_code ec;
-  fs::remove_all(path_,
-                 ec);  // does not follow symlinks; everything in it was written by this process
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(path_,
+                   ec);  // does not follow symlinks; everything in it was written by this process
+  }
+  ::close(lock_fd_);  // the lock goes last: until the directory is gone, nobody else removes it
+}
+
+void StagingDir::release_lock() {
+  // The lock file goes (its lock kept until the descriptor closes) before the directory becomes
+  // the export: an export is never taken for an abandoned staging directory.
+  const fs::path lock = path_ / kStagingLockName;
+  if (::unlink(lock.c_str()) != 0 && errno != ENOENT) throw io_error("cannot remove", lock, errno);
+  sync();
 }
 
 void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name)) {
@@ -94,9 +139,11 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
   struct stat old;
   if (::lstat(dest_.c_str(), &old) != 0) {
     if (errno != ENOENT) throw io_error("cannot stat the output directory", dest_, errno);
+    release_lock();
     if (::rename(path_.c_str(), dest_.c_str()) != 0)
       throw io_error("cannot move the export into place", dest_, errno);
     committed_ = true;
+    sync_path(dest_.parent_path());  // the rename itself
     return;
   }
   if (!S_ISDIR(old.st_mode)) {
@@ -107,15 +154,18 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
   if (::chmod(path_.c_str(), old.st_mode & 07777) != 0)
     throw io_error("cannot set the mode", path_, errno);
   if (is_empty_dir(dest_)) {  // rename replaces an empty directory in one step
+    release_lock();
     if (::rename(path_.c_str(), dest_.c_str()) != 0)
       throw io_error("cannot move the export into place", dest_, errno);
     committed_ = true;
+    sync_path(dest_.parent_path());
     return;
   }
   if (!replace) {
     throw Error(ErrorKind::kInvalidArgument, "the output directory is not empty (use --overwrite)",
                 {.file = dest_.string(), .field = "--out"});
   }
+  release_lock();
   // One atomic exchange where the file system has it, else two renames with the old one parked
   // beside.
   fs::path retired = path_;
@@ -135,6 +185,7 @@ void StagingDir::commit(bool replace, bool (*keep_old)(const std::string& name))
     }
   }
   committed_ = true;
+  sync_path(dest_.parent_path());
   // The new export is in place. What the old directory held beside its export (files a user put
   // there) moves over; a failure here loses nothing: the old directory then stays where it is, and
   // the error says where.
@@ -177,17 +228,20 @@ void StagingDir::commit_in_place(bool replace, bool (*keep_old)(const std::strin
       throw io_error("cannot remove a file of the old export", dest_ / name, errno);
     }
   }
+  release_lock();
   for (const std::string& name : entry_names(path_)) {
     if (name == manifest_) continue;
     if (::rename((path_ / name).c_str(), (dest_ / name).c_str()) != 0) {
       throw io_error("cannot move a file of the export into place", dest_ / name, errno);
     }
   }
+  sync_path(dest_);  // the rank files are in place before the manifest is
   if (::rename((path_ / manifest_).c_str(), manifest.c_str()) != 0) {
     throw io_error("cannot move the manifest into place", manifest, errno);
   }
   committed_ = true;
   ::rmdir(path_.c_str());
+  sync_path(dest_);
 }
 
 }  // namespace shardload

@@ -9,9 +9,12 @@
 #include "cli/serve/serve_command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{shardload::cli::kServeDescription, "shardload serve"};
-  shardload::cli::add_serve_options(app);
-  const int status = shardload::cli::run_app(app, argc, argv);
-  shardload::cli::end_process_transport();  // under mpirun: every node printed its outcome
-  return status;
+  // Building the options allocates too: anything thrown is one error line, never an abort.
+  return shardload::cli::run_guarded([&] {
+    CLI::App app{shardload::cli::kServeDescription, "shardload serve"};
+    shardload::cli::add_serve_options(app);
+    const int status = shardload::cli::run_app(app, argc, argv);
+    shardload::cli::end_process_transport();  // under mpirun: every node printed its outcome
+    return status;
+  });
 }

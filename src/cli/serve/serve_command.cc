@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -14,8 +15,10 @@
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
 #include "cli/read_options.h"
+#include "core/admission.h"
 #include "core/byte_size.h"
 #include "cli/usage_error.h"
+#include "core/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/device.h"
 #include "shardload/error.h"
@@ -95,6 +98,24 @@ std::string listen_address(const std::string& host, int port) {
                                              : fmt::format("[{}]:{}", host, port);
 }
 
+// The server holds every rank in a file of `dir` on /dev/shm, mapped into this process: the files
+// must fit on /dev/shm and in this process's memory limits, said before anything is created. What
+// `dir` holds already (a server kept with --keep, or killed) is reused or replaced, so it counts as
+// room on /dev/shm and, charged to the cgroup already, as room there.
+void admit_serve(const Plan& plan, const std::string& dir) {
+  uint64_t needed = 0;
+  for (const RankPlan& rank : plan.ranks) needed += kShmHeaderBytes + rank.bytes;
+  uint64_t held = 0;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file(ec) && !entry.is_symlink(ec)) held += entry.file_size(ec);
+  }
+  const std::string what = fmt::format("the rank files of {}", count_of(plan.ranks.size(), "rank"));
+  admit_shm(needed, held, std::filesystem::path(dir).parent_path(), what);
+  admit_memory(needed, what, held);
+}
+
 // SIGTERM and SIGINT are blocked in every thread (the mask is inherited, so it is set before any
 // thread exists) and taken by one thread with sigwait, which may call anything: a handler could not
 // safely stop the HTTP server.
@@ -172,7 +193,7 @@ void run_serve(const ServeCommandOptions& options) {
   // other commands; the server plans again from the same checkpoint. On several nodes every node
   // learns of one node's error (a checkpoint path missing there), so that none starts alone.
   if (transport == nullptr) {
-    plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+    admit_serve(plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel), dir);
   } else {
     try {
       run_on_every_node(*transport, [&] {
