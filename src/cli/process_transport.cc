@@ -1,5 +1,6 @@
 #include "cli/process_transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -25,8 +26,9 @@ double& stall_timeout_seconds() {
 Transport& process_transport() {
   if (!holder()) {
     holder() = make_mpi_transport();
-    holder()->set_stall_timeout(std::chrono::milliseconds(
-        static_cast<int64_t>(std::llround(stall_timeout_seconds() * 1000))));
+    const double seconds = stall_timeout_seconds();
+    const int64_t ms = seconds > 0 ? std::max<int64_t>(1, std::llround(seconds * 1000)) : 0;
+    holder()->set_stall_timeout(std::chrono::milliseconds(ms));
   }
   return *holder();
 }
