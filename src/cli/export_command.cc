@@ -110,6 +110,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   add_read_option(*cmd, options->read);
+  add_stall_timeout_option(*cmd);
   cmd->callback([options] { run_export(*options); });
 }
 

@@ -18,6 +18,7 @@
 #include "cli/load_admission.h"
 #include "cli/commands.h"
 #include "cli/parallel_options.h"
+#include "cli/process_transport.h"
 #include "cli/read_options.h"
 #include "core/plural.h"
 #include "cli/usage_error.h"
@@ -299,6 +300,7 @@ void add_load_command(CLI::App& app) {
       ->transform(
           CLI::CheckedTransformer(io_modes, CLI::ignore_case).description("{" + names + "}"));
   add_read_option(*cmd, options->read);
+  add_stall_timeout_option(*cmd);
   cmd->add_option("--device", options->device,
                   "Where the ranks go: cpu (host memory) or cuda (one GPU allocation per rank, "
                   "filled through pinned staging buffers; docs/gpu.md)")

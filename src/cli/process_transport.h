@@ -1,5 +1,7 @@
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include "shardload/transport.h"
 
 namespace shardload::cli {
@@ -10,5 +12,9 @@ namespace shardload::cli {
 // the others, maybe before they printed.
 Transport& process_transport();
 void end_process_transport();
+
+// --stall-timeout SECONDS (load, export and serve under mpirun; default 300): the transport's stall
+// timeout (shardload/transport.h), set when process_transport() makes it.
+void add_stall_timeout_option(CLI::App& cmd);
 
 }  // namespace shardload::cli

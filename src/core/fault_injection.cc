@@ -30,6 +30,7 @@ struct State {
   std::string kill_at;  // guarded by mutex
   std::string fail_at;  // guarded by mutex; fires once
   std::string fail_every;  // guarded by mutex; fires every time
+  std::string hang_at;     // guarded by mutex
 };
 
 State& state() {
@@ -44,6 +45,7 @@ void apply(State& s, std::string_view spec) {
   std::string kill_at;
   std::string fail_at;
   std::string fail_every;
+  std::string hang_at;
   while (!spec.empty()) {
     const size_t comma = spec.find(',');
     const std::string_view item = spec.substr(0, comma);
@@ -51,8 +53,11 @@ void apply(State& s, std::string_view spec) {
     const size_t colon = item.find(':');
     const std::string key(item.substr(0, colon));
     const std::string value(colon == std::string_view::npos ? "" : item.substr(colon + 1));
-    if (key == "kill_at" || key == "fail_at" || key == "fail_every") {
-      (key == "kill_at" ? kill_at : key == "fail_at" ? fail_at : fail_every) = value;
+    if (key == "kill_at" || key == "fail_at" || key == "fail_every" || key == "hang_at") {
+      (key == "kill_at"      ? kill_at
+       : key == "fail_at"    ? fail_at
+       : key == "fail_every" ? fail_every
+                             : hang_at) = value;
       continue;
     }
     char* end = nullptr;
@@ -73,7 +78,7 @@ void apply(State& s, std::string_view spec) {
       throw Error(ErrorKind::kInvalidArgument, "unknown fault injection key",
                   {.field = "SHARDLOAD_FAULT",
                    .expected = "read_error_after, kill_after_read, commit_pause_ms, kill_at, "
-                               "fail_at or fail_every",
+                               "fail_at, fail_every or hang_at",
                    .found = key});
     }
   }
@@ -84,8 +89,9 @@ void apply(State& s, std::string_view spec) {
   s.kill_at = kill_at;
   s.fail_at = fail_at;
   s.fail_every = fail_every;
+  s.hang_at = hang_at;
   s.enabled = read_error_after >= 0 || kill_after >= 0 || commit_pause_ms > 0 || s.has_after_read ||
-              !kill_at.empty() || !fail_at.empty() || !fail_every.empty();
+              !kill_at.empty() || !fail_at.empty() || !fail_every.empty() || !hang_at.empty();
 }
 
 State& configured() {
@@ -109,8 +115,12 @@ void configure(std::string_view spec) {
 void at(std::string_view point) {
   State& s = configured();
   if (!s.enabled.load(std::memory_order_relaxed)) return;
-  std::lock_guard lock(s.mutex);
+  std::unique_lock lock(s.mutex);
   if (s.kill_at == point) std::raise(SIGKILL);
+  if (s.hang_at == point) {
+    lock.unlock();  // other threads keep running: only this one hangs
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   if (s.fail_at == point || s.fail_every == point) {
     if (s.fail_at == point) s.fail_at.clear();
     throw Error(ErrorKind::kIo, fmt::format("injected failure at {} (SHARDLOAD_FAULT)", point));

@@ -25,6 +25,8 @@
 //                        injected Error(kIo) (one node of several failing an update)
 //   fail_every:POINT     every time the process reaches the named point it throws (a write that
 //                        keeps failing, e.g. the manifest on a full /dev/shm)
+//   hang_at:POINT        the thread that reaches the named point sleeps forever (a node that hangs
+//                        without dying: its peers' stall timeout ends the job)
 namespace shardload::fault {
 
 #ifdef SHARDLOAD_FAULT_INJECTION
@@ -44,7 +46,7 @@ void after_read(uint64_t bytes);
 // Called by a commit group once it began.
 void in_commit();
 
-// A named point of a multi-step operation (kill_at, fail_at).
+// A named point of a multi-step operation (kill_at, fail_at, fail_every, hang_at).
 void at(std::string_view point);
 
 #else  // production build: the hooks compile to nothing

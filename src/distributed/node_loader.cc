@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "core/fault_injection.h"
 #include "core/seconds_since.h"
 #include "distributed/striped_load.h"
 #include "shardload/distributed.h"
@@ -41,6 +42,7 @@ void load_node_into(const Checkpoint& ckpt, const Plan& plan, const ReadAssignme
   node_stats.node = transport.node();
   node_stats.policy = reads.policy;
   run_on_every_node(transport, [&] {
+    fault::at("node_load");  // a node that hangs before it sends anything
     if (reads.nodes != transport.nodes()) {
       throw Error(
           ErrorKind::kInvalidArgument, "the read assignment is for another node count",

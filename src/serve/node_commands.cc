@@ -52,7 +52,8 @@ std::vector<nlohmann::json> NodeCommands::run(const nlohmann::json& command) {
 void NodeCommands::follow() {
   for (;;) {
     std::array<std::byte, 8> wake{};
-    const Transport::Handle handle = transport_.receive(0, kWakeTag, wake);
+    // Idle for as long as node 0 has no command: no stall timeout on this wait.
+    const Transport::Handle handle = transport_.receive_idle(0, kWakeTag, wake);
     auto nap = std::chrono::microseconds(100);
     while (!transport_.done(handle)) {
       std::this_thread::sleep_for(nap);

@@ -24,7 +24,8 @@ class NodeCommands {
   // Node 0: runs `command` on every node; every node's answer, in node order. When the command
   // failed, throws the Error every node agreed on (its message names the node).
   std::vector<nlohmann::json> run(const nlohmann::json& command);
-  // The other nodes: runs node 0's commands until it sends "stop".
+  // The other nodes: runs node 0's commands until it sends "stop". Throws the stall error once a
+  // node stalled (shardload/transport.h): no command can run after that.
   void follow();
 
  private:

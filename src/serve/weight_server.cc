@@ -94,9 +94,11 @@ struct WeightServer::Impl {
   // /dev/shm alone.
   // On several nodes, node 0 alone serves HTTP; every node learns whether it could bind before any
   // loads, so that none waits on a node that gave up.
-  explicit Impl(const ServeOptions& options) : host(options.host), api_key(options.api_key) {
-    Transport* transport =
-        options.transport != nullptr && options.transport->nodes() > 1 ? options.transport : nullptr;
+  explicit Impl(const ServeOptions& options)
+      : host(options.host),
+        api_key(options.api_key),
+        transport(options.transport != nullptr && options.transport->nodes() > 1 ? options.transport
+                                                                                 : nullptr) {
     if (transport == nullptr) {
       route();
       bind(options.port);
@@ -164,6 +166,20 @@ struct WeightServer::Impl {
     return httplib::Server::HandlerResponse::Unhandled;
   }
 
+  // Answers a request that runs a command on every node. Once a node stalled no command can run
+  // again: node 0 answers this request (the stall error, naming the node) and stops serving, and
+  // run() then ends with that error, as the other nodes do.
+  template <class Command>
+  void answer_command(httplib::Response& res, const Command& command) {
+    struct StopIfStalled {
+      Impl& impl;
+      ~StopIfStalled() {
+        if (impl.transport != nullptr && impl.transport->stalled()) impl.http.stop();
+      }
+    } stop_if_stalled{*this};
+    send(res, command());
+  }
+
   static void send_too_large(httplib::Response& res) {
     send(res, {413,
                {{"success", false},
@@ -208,18 +224,20 @@ struct WeightServer::Impl {
       send(res, service->model_info());
     });
     http.Get("/weights_checksum", [this](const httplib::Request&, httplib::Response& res) {
-      send(res, service->weights_checksum());
+      answer_command(res, [&] { return service->weights_checksum(); });
     });
     http.Post("/update_weights_from_disk",
               [this](const httplib::Request&, httplib::Response& res,
                      const httplib::ContentReader& content) {
                 if (auto body = read_body(res, content)) {
-                  send(res, service->update_weights_from_disk(*body));
+                  answer_command(res, [&] { return service->update_weights_from_disk(*body); });
                 }
               });
     http.Post("/rebalance", [this](const httplib::Request&, httplib::Response& res,
                                    const httplib::ContentReader& content) {
-      if (auto body = read_body(res, content)) send(res, service->rebalance(*body));
+      if (auto body = read_body(res, content)) {
+        answer_command(res, [&] { return service->rebalance(*body); });
+      }
     });
     http.set_error_handler(httplib::Server::HandlerWithResponse(
         [](const httplib::Request&, httplib::Response& res) {
@@ -264,6 +282,7 @@ struct WeightServer::Impl {
 
   const std::string host;
   const std::string api_key;
+  Transport* const transport;  // on several nodes
   serve::HttpServer http{
       serve::HttpLimits{.max_connections = static_cast<size_t>(kServeMaxConnections)}};
   std::optional<serve::ShmStore> store;

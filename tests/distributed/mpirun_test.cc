@@ -42,8 +42,9 @@ class MpirunTest : public ::testing::Test {
 
 // mpirun -np N, with `shell` (run by sh -c, $NODE set to the process's node) as each process's
 // command: the way a test gives one node other files or a fault.
-CommandResult mpirun_shell(int np, const std::string& shell) {
-  return run_command({"/usr/bin/timeout", kTimeoutSeconds, kMpiexec, "--oversubscribe", "-np",
+CommandResult mpirun_shell(int np, const std::string& shell,
+                           const char* timeout_seconds = kTimeoutSeconds) {
+  return run_command({"/usr/bin/timeout", timeout_seconds, kMpiexec, "--oversubscribe", "-np",
                       std::to_string(np), "/bin/sh", "-c",
                       "NODE=$OMPI_COMM_WORLD_RANK; export NODE; " + shell});
 }
@@ -270,10 +271,10 @@ TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
 }
 
 // A failed run: every node printed the same error line, naming the failing node (counted in the
-// merged stderr of all nodes, whose lines the launcher may interleave).
+// merged stderr of all nodes, whose lines the launcher may interleave). `np`: the nodes that print.
 void expect_same_error_on_every_node(const CommandResult& run, int np, const std::string& error) {
   EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(run.exit_code, 124) << "timed out: a node waited on a failed peer";
+  EXPECT_NE(run.exit_code, 124) << "timed out: a node waited on a failed peer\n" << run.err;
   size_t count = 0;
   for (size_t at = run.err.find(error); at != std::string::npos; at = run.err.find(error, at + 1))
     ++count;
@@ -313,6 +314,25 @@ TEST_F(MpirunTest, ATruncatedShardIsTheSameErrorOnEveryNode) {
       mpirun(2, {"export", model, "--tp", "2", "--ep", "2", "--out", dir.file("out")});
   expect_same_error_on_every_node(run, 2, "node 0 of 2: file ends before the last tensor");
   EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
+// A node that hangs (alive, but taking no part) before it sends anything: the other two wait on
+// it in the striped transfers (and, reading locally, in the gather that ends the load), name it
+// after --stall-timeout, each printing the same error, and the job ends. The outer timeout is short:
+// a job that hangs fails the test (exit 124) in a minute.
+TEST_F(MpirunTest, ANodeThatHangsIsTheSameStallErrorOnEveryOtherNode) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none", 12);
+  for (const char* policy : {"striped", "local"}) {
+    SCOPED_TRACE(policy);
+    const CommandResult run = mpirun_shell(
+        3,
+        "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=hang_at:node_load; fi; exec " +
+            std::string(SHARDLOAD_BIN) + " load " + model +
+            " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head --stall-timeout 3 --read " + policy,
+        "60");
+    expect_same_error_on_every_node(run, 2, "error: node 1 of 3: stalled");
+  }
 }
 
 // A node that dies mid-load ends the job (the launcher stops the others) instead of hanging it.

@@ -53,9 +53,10 @@ class ClusterName {
 
 // mpirun -np N shardload serve MODEL ... under a deadline; `fault` (SHARDLOAD_FAULT) goes to node
 // `fault_node` only.
-std::vector<std::string> launcher(int nodes, const std::string& fault = {}, int fault_node = 1) {
+std::vector<std::string> launcher(int nodes, const std::string& fault = {}, int fault_node = 1,
+                                  const std::string& timeout_seconds = "300") {
   return {"/usr/bin/timeout",
-          "300",
+          timeout_seconds,
           kMpiexec,
           "--oversubscribe",
           "-np",
@@ -71,9 +72,9 @@ class ClusterServer : public ServerProcess {
  public:
   ClusterServer(const ClusterName& name, const std::string& model,
                 const std::vector<std::string>& more = {}, const std::string& fault = {},
-                int fault_node = 1)
+                int fault_node = 1, const std::string& timeout_seconds = "300")
       : ServerProcess(serve_args(model, name.name(), more, kTp, kEp), {},
-                      launcher(name.nodes(), fault, fault_node)),
+                      launcher(name.nodes(), fault, fault_node, timeout_seconds)),
         port(wait_for_port()) {}
   const int port;
 };
@@ -442,6 +443,30 @@ TEST_F(ClusterTest, ANodeKilledAtEachPhaseEndsTheJobAndARestartRecovers) {
     stop_cluster(restarted, name, /*kept=*/true);
     expect_nodes_at(name, version + 1);  // clean
   }
+}
+
+// A node that hangs while staging an update (alive, but taking no part) would hold every node
+// forever. With --stall-timeout the others name it: node 0 answers the update with that error, and
+// since no command can run on the cluster without that node the job ends, every live node printing
+// the same error. The outer timeout is short: a job that hangs fails the test in a minute.
+TEST_F(ClusterTest, ANodeThatHangsDuringAnUpdateEndsTheJobNamingIt) {
+  const ClusterName name("cluster-hang", 4);
+  ClusterServer server(name, first_, {"--stall-timeout", "3"}, "hang_at:stage", 1, "60");
+  ASSERT_GT(server.port, 0) << server.output();
+  const HttpReply reply =
+      post(server.port, "/update_weights_from_disk", {{"model_path", second_}});
+  EXPECT_NE(reply.status, 200) << reply.text;
+  EXPECT_NE(reply.status, 0) << "no answer: " << server.output();
+  EXPECT_NE(reply.text.find("node 1 of 4: stalled"), std::string::npos) << reply.text;
+  const std::optional<int> code = server.wait_exit(kRequestTimeout);
+  ASSERT_TRUE(code.has_value()) << "the job did not end: " << server.output();
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(*code, 124) << "timed out: the job hung on the stalled node\n" << server.output();
+  const std::string err = server.err();
+  const std::string error = "error: node 1 of 4: stalled";
+  size_t count = 0;
+  for (size_t at = err.find(error); at != std::string::npos; at = err.find(error, at + 1)) ++count;
+  EXPECT_EQ(count, 3u) << server.output();  // nodes 0, 2 and 3
 }
 
 // A reader on every node (the README's recipe over its node's files) never accepts a torn tensor

@@ -271,6 +271,7 @@ void add_serve_options(CLI::App& cmd) {
                  "count under mpirun, else 1")
       ->check(CLI::PositiveNumber);
   add_read_option(cmd, options->read);
+  add_stall_timeout_option(cmd);
   cmd.add_flag(
       "--keep", options->keep,
       "Keep the shared memory at exit; a later start with the same model and layout reuses it");
