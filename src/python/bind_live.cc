@@ -40,7 +40,7 @@ py::dict result_dict(const UpdateResult& r) {
 }
 
 // An empty filter would leave the WeightFilter with nothing set, which update_weights reads as no
-// filter: every tensor rewritten. Refused, as /update_weights_from_disk refuses [] and "".
+// filter: every tensor rewritten. Refused, as /update_weights_from_disk refuses [] and [""].
 [[noreturn]] void empty_filter(const std::string& field, const std::string& found) {
   throw Error(ErrorKind::kInvalidArgument, "an empty filter would update every tensor",
               {.field = field, .expected = "a non-empty filter (filter=None updates everything)",
