@@ -20,7 +20,8 @@ struct WeightMap;
 // A Hugging Face checkpoint: a directory with config.json and either one model.safetensors or shards named by
 // model.safetensors.index.json, or a single .safetensors file. Opening validates every file header, the index
 // (every weight_map tensor exists in the file it names, no tensor in two files) and collects warnings (e.g. a
-// .safetensors file the index does not name, which is ignored).
+// .safetensors file the index does not name, which is ignored). A shardload export is refused
+// (is_export_dir).
 class Checkpoint {
  public:
   struct Entry {
@@ -64,5 +65,11 @@ class Checkpoint {
   };
   std::unordered_map<std::string_view, Entry, NameHash, std::equal_to<>> entries_;
 };
+
+// Whether a directory is a shardload export (has shardload.json with format shardload/1). Here,
+// not in export.h's module, because Checkpoint::open refuses one: its rank files are not a
+// checkpoint (Error(kInvalidArgument) saying what the directory is, where the file listing alone
+// would only say that there is no index).
+bool is_export_dir(const std::string& path);
 
 }  // namespace shardload

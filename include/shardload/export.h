@@ -51,8 +51,7 @@ void export_ranks(const Checkpoint& checkpoint, const Plan& plan,
 void export_node_ranks(const Checkpoint& checkpoint, const Plan& plan, const std::vector<RankWeights>& ranks,
                        const ExportOptions& options, Transport& transport);
 
-// Whether a directory is a shardload export (has shardload.json with format shardload/1).
-bool is_export_dir(const std::string& path);
+// is_export_dir (whether a directory is an export) is in checkpoint.h.
 
 // DIR/shardload.json as JSON (not checked beyond being JSON). Throws Error.
 nlohmann::json read_export_manifest(const std::string& dir);

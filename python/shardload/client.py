@@ -30,6 +30,7 @@ rank R, and ranks are then named by their global numbers (`client.rank_ids`).
 A Client is meant for one thread at a time (views may be shared freely).
 """
 
+import bisect
 import errno
 import fcntl
 import json
@@ -412,6 +413,7 @@ class Client:
         return array
 
     def _copy_plan(self, targets, rank):
+        writable = _WritableMemory()
         if rank is not None:
             self._rank(rank)
             targets = {rank: targets}
@@ -427,7 +429,7 @@ class Client:
                 continue
             pairs = plan.setdefault(r, [])
             for name, target in named.items():
-                why = self._target_problem(r, name, target)
+                why = self._target_problem(r, name, target, writable)
                 if why:
                     problems.append((name, f"rank {r} '{name}': {why}"))
                     continue
@@ -441,7 +443,7 @@ class Client:
                                        file=self._manifest_path(), tensor=problems[0][0] or "", field="targets")
         return plan
 
-    def _target_problem(self, rank, name, target):
+    def _target_problem(self, rank, name, target, writable):
         entry = self._tables[self._index(rank)].get(name) if isinstance(name, str) else None
         if entry is None:
             return "no such tensor in the manifest"
@@ -459,6 +461,9 @@ class Client:
             base = self._rank(rank).bytes.ctypes.data
             if base <= target.data_ptr() < base + self._rank(rank).bytes.size:
                 problems.append("it is a view of the read-only mapping itself")
+            elif not writable.holds(target):
+                problems.append("its memory is not writable (a view of a read-only mapping, such as another "
+                                "client's tensor)")
         return "; ".join(problems)
 
     def _check_layout(self, version):
@@ -633,6 +638,47 @@ class Client:
         except BaseException:
             os.close(fd)
             raise
+
+
+class _WritableMemory:
+    """This process's writable memory, from /proc/self/maps as read once: a CPU target outside it
+    (a view of another client's read-only mapping, of a closed client's, of any PROT_READ mapping)
+    would kill the process at the first byte copied (SIGSEGV) instead of raising."""
+
+    def __init__(self):
+        self._starts = self._ends = None  # read at the first CPU target (a GPU copy needs none)
+
+    def _read(self):
+        self._starts, self._ends = [], []
+        try:
+            with open("/proc/self/maps", "rb") as maps:
+                lines = maps.read().splitlines()
+        except OSError:
+            return  # no /proc: nothing to check against
+        for line in lines:
+            fields = line.split(maxsplit=2)
+            if len(fields) < 2 or fields[1][1:2] != b"w":
+                continue
+            start, _, end = fields[0].partition(b"-")
+            start, end = int(start, 16), int(end, 16)
+            # The file is in address order; writable neighbours (a heap split by its flags) merge.
+            if self._ends and self._ends[-1] == start:
+                self._ends[-1] = end
+            else:
+                self._starts.append(start)
+                self._ends.append(end)
+
+    def holds(self, tensor):
+        """Whether every byte a CPU tensor spans lies in writable memory (its strides included)."""
+        if self._starts is None:
+            self._read()
+        if not self._starts:
+            return True
+        begin = tensor.data_ptr()
+        span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+        end = begin + span * tensor.element_size()
+        i = bisect.bisect_right(self._starts, begin) - 1
+        return i >= 0 and end <= self._ends[i]
 
 
 def _identity(st):

@@ -212,6 +212,12 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   }
   Shards shards;
   if (fs::is_directory(status)) {
+    if (is_export_dir(path)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "is a shardload export, not a checkpoint: load it as it is (`shardload load`, "
+                  "shardload.load_export) or give the checkpoint it was made from",
+                  {.file = path});
+    }
     ckpt.is_directory_ = true;
     shards.indexed = fs::exists(fs::path(path) / kIndexFile);
     ckpt.config_ =

@@ -72,6 +72,9 @@ NodeModel open_on_every_node(Transport& transport, const std::string& model,
     run_on_every_node(transport, [&] {
       out.checkpoint.emplace(Checkpoint::open(model));
       out.plan.emplace(make_plan(*out.checkpoint, parallel));
+      // A node count that does not divide the layout's ranks (mpirun -np 3 with --tp 4) is the
+      // command line's mistake, as a --tp that does not fit the model is: checked here, with it.
+      node_ranks(static_cast<int>(out.plan->ranks.size()), transport.nodes(), transport.node());
     });
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kInvalidArgument) throw UsageError(e.what());

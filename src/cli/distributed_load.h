@@ -21,7 +21,8 @@ struct DistributedLoadRequest {
 };
 
 // The checkpoint and its plan, opened on every node (each node's error the same on all: a
-// layout that does not fit the model is a usage error), checked to be the same plan everywhere.
+// layout that does not fit the model, or whose ranks the node count does not divide, is a usage
+// error), checked to be the same plan everywhere.
 struct NodeModel {
   std::optional<Checkpoint> checkpoint;
   std::optional<Plan> plan;

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -48,11 +49,18 @@ struct LoadCommandOptions {
 };
 
 // The ranks on GPUs when --device cuda, else nothing: a machine without a usable GPU is an
-// Error(kDevice) (exit 1) before anything is read.
-bool on_device(const LoadCommandOptions& options) {
+// Error(kDevice) (exit 1) before anything is read. A --device-map that is malformed or does not
+// name one GPU for each of the `ranks` loaded is the command line's mistake (exit 2), found first,
+// GPU or not; only its GPU indices need the GPUs to check (assign_devices).
+bool on_device(const LoadCommandOptions& options, size_t ranks) {
+  const std::vector<int> map = as_usage_error([&] { return parse_device_map(options.device_map); });
   if (parse_device_kind(options.device) == DeviceKind::kCpu) {
-    if (!options.device_map.empty()) throw UsageError("--device-map needs --device cuda");
+    if (!map.empty()) throw UsageError("--device-map needs --device cuda");
     return false;
+  }
+  if (!map.empty() && map.size() != ranks) {
+    throw UsageError(fmt::format("--device-map names {} for {}: it needs one GPU per rank loaded",
+                                 count_of(map.size(), "GPU"), count_of(ranks, "rank")));
   }
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error(ErrorKind::kDevice, fmt::format("--device cuda: {}", why));
@@ -93,8 +101,25 @@ ExportLayout asked_layout(const ParallelOptions& flags) {
   return layout;
 }
 
+// The flags with, when --tp is not given, the export's tp in its place: flags whose meaning
+// depends on tp (--moe-dense-tp-size, --enable-expert-parallel, --moe-a2a-backend) are resolved
+// against the export's layout, not the default tp of 1. A manifest without a usable tp_size is
+// left to load_export to report.
+ParallelOptions with_export_tp(const ParallelOptions& flags, const std::string& dir) {
+  ParallelOptions out = flags;
+  if (flags.given("--tp")) return out;
+  const nlohmann::json manifest = read_export_manifest(dir);
+  const auto tp = manifest.find("tp_size");
+  if (tp != manifest.end() && tp->is_number_integer() && tp->get<int64_t>() >= 1 &&
+      tp->get<int64_t>() <= std::numeric_limits<int>::max())
+    out.tp = static_cast<int>(tp->get<int64_t>());
+  return out;
+}
+
 void run_load_export(const LoadCommandOptions& options) {
-  const ExportLayout layout = asked_layout(options.parallel);
+  const ParallelOptions parallel = with_export_tp(options.parallel, options.model);
+  const ExportLayout layout = asked_layout(parallel);
+  const bool device = on_device(options, options.rank >= 0 ? 1 : static_cast<size_t>(parallel.tp));
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> ranks;
   if (options.rank >= 0) ranks.push_back(options.rank);
@@ -104,7 +129,7 @@ void run_load_export(const LoadCommandOptions& options) {
       as_usage_error([&] { return load_export(options.model, ranks, options.threads, layout); });
   // --device cuda: each rank file's buffer uploaded through pinned staging, and hashed from the GPU.
   std::vector<DeviceBuffer> device_ranks;
-  if (on_device(options)) {
+  if (device) {
     std::vector<std::span<const std::byte>> buffers;
     std::vector<int> rank_ids;
     for (const LoadedExport::Rank& rank : loaded.ranks) {
@@ -165,7 +190,8 @@ void run_load(const LoadCommandOptions& options) {
   const ParallelConfig parallel = options.parallel.to_config();
   // The load as an engine sees it: from opening the checkpoint to weights in place, without the
   // process's start and exit, which an engine pays once whatever it loads (bench/run times this).
-  const bool device = on_device(options);
+  // The layout's ranks are tp of them (make_plan checks that tp fits the model).
+  const bool device = on_device(options, options.rank >= 0 ? 1 : static_cast<size_t>(parallel.tp));
   const auto load_start = std::chrono::steady_clock::now();
   auto start = load_start;
   const Checkpoint ckpt = Checkpoint::open(options.model);

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/plural.h"
 #include "cli/usage_error.h"
+#include "core/byte_size.h"
 #include "shardload/tiny.h"
 
 namespace shardload::cli {
@@ -24,9 +25,24 @@ void add_make_tiny_command(CLI::App& app) {
   CLI::Option* experts =
       cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families only)")
           ->check(CLI::Range(1, 100000));
+  // A byte size as every other size flag takes it (K/M/G/T suffixes); 0 is the default, no growth.
   CLI::Option* size =
       cmd->add_option("--size", options->size_bytes,
-                      "Grow hidden and intermediate sizes to reach about this many bytes");
+                      "Grow hidden and intermediate sizes to reach about this many bytes (K/M/G "
+                      "suffixes, powers of 1024)")
+          ->transform(CLI::Validator(
+              [](std::string& text) {
+                if (text == "0") return std::string();
+                try {
+                  text = std::to_string(parse_byte_size(text, "--size"));
+                  return std::string();
+                } catch (const Error&) {
+                  // CLI11 names the option in front of the message.
+                  return fmt::format("expected a byte size such as 4096, 150M or 2G, found \"{}\"",
+                                     text);
+                }
+              },
+              "SIZE"));
   cmd->add_flag("--overwrite", options->overwrite, "Replace the checkpoint files of a non-empty --out");
   // Checked by make_tiny, so that a bad value gives the same Error(kInvalidArgument) as the API
   // (here a usage error).

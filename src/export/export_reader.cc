@@ -28,18 +28,6 @@ nlohmann::json read_manifest(const fs::path& path) {
 
 }  // namespace
 
-bool is_export_dir(const std::string& path) {
-  const fs::path manifest = fs::path(path) / "shardload.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(manifest, ec)) return false;
-  try {
-    const nlohmann::json json = read_manifest(manifest);
-    return json.is_object() && json.value("format", "") == "shardload/1";
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 nlohmann::json read_export_manifest(const std::string& dir) {
   return read_manifest(fs::path(dir) / "shardload.json");
 }

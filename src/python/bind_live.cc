@@ -10,6 +10,7 @@
 #include "python/json_value.h"
 #include "python/layout_kwargs.h"
 #include "python/rank_tensors.h"
+#include "shardload/error.h"
 #include "shardload/reload.h"
 
 namespace py = pybind11;
@@ -38,32 +39,54 @@ py::dict result_dict(const UpdateResult& r) {
   return out;
 }
 
+// An empty filter would leave the WeightFilter with nothing set, which update_weights reads as no
+// filter: every tensor rewritten. Refused, as /update_weights_from_disk refuses [] and [""].
+[[noreturn]] void empty_filter(const std::string& field, const std::string& found) {
+  throw Error(ErrorKind::kInvalidArgument, "an empty filter would update every tensor",
+              {.field = field, .expected = "a non-empty filter (filter=None updates everything)",
+               .found = found});
+}
+
+std::vector<std::string> substrings_from(const py::handle& value, const std::string& field) {
+  std::vector<std::string> out = py::cast<std::vector<std::string>>(value);
+  if (out.empty()) empty_filter(field, "[]");
+  for (const std::string& s : out) {
+    if (s.empty()) empty_filter(field, "an empty substring (it is in every name)");
+  }
+  return out;
+}
+
 // filter: None (everything), a str or list of str (substrings), or a dict with "substrings", "regex"
-// and "experts" ([[layer, expert], ...]), as /update_weights_from_disk takes them.
+// and "experts" ([[layer, expert], ...]), as /update_weights_from_disk takes them. Anything given
+// must select by itself: "", [], [""], {} and a key with an empty value are errors, not everything.
 WeightFilter filter_from(const py::object& filter) {
   WeightFilter out;
   if (filter.is_none()) return out;
   if (py::isinstance<py::str>(filter)) {
     out.substrings.push_back(py::cast<std::string>(filter));
+    if (out.substrings[0].empty()) empty_filter("filter", "\"\"");
   } else if (py::isinstance<py::dict>(filter)) {
     const py::dict d = py::reinterpret_borrow<py::dict>(filter);
+    if (d.empty()) empty_filter("filter", "{}");
     for (const auto& [key, value] : d) {
       const std::string name = py::cast<std::string>(key);
       if (name == "substrings") {
-        out.substrings = py::cast<std::vector<std::string>>(value);
+        out.substrings = substrings_from(value, "filter.substrings");
       } else if (name == "regex") {
         out.regex = py::cast<std::string>(value);
+        if (out.regex.empty()) empty_filter("filter.regex", "\"\"");
       } else if (name == "experts") {
         for (const auto& pair : py::cast<std::vector<std::vector<int>>>(value)) {
           if (pair.size() != 2) throw py::value_error("experts are [layer, expert] pairs");
           out.experts.emplace_back(pair[0], pair[1]);
         }
+        if (out.experts.empty()) empty_filter("filter.experts", "[]");
       } else {
         throw py::type_error("unknown filter key '" + name + "' (substrings, regex, experts)");
       }
     }
   } else {
-    out.substrings = py::cast<std::vector<std::string>>(filter);
+    out.substrings = substrings_from(filter, "filter");
   }
   return out;
 }

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "mpirun_env.h"
 #include "run_command.h"
 #include "shardload/tiny.h"
@@ -344,6 +346,29 @@ TEST_F(MpirunTest, ANodeThatDiesEndsTheJob) {
              std::string(SHARDLOAD_BIN) + " load " + model + " --tp 2 --ep 2");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.exit_code, 124) << "timed out: the job hung on a dead node";
+}
+
+// A node count that does not divide the layout's ranks is the command line's mistake: exit status 2,
+// as every usage error, from load, export and serve alike (it was 1), on every node, before
+// anything is read or started.
+TEST_F(MpirunTest, ANodeCountThatDoesNotDivideTheRanksIsAUsageError) {
+  TempDir dir;
+  const std::string model = make_model(dir, "qwen3_moe", "none");
+  const std::string name = "mpirun-usage-" + std::to_string(getpid());
+  const std::vector<std::vector<std::string>> commands = {
+      {"load", model, "--tp", "4"},
+      {"export", model, "--tp", "4", "--out", dir.file("out")},
+      {"serve", model, "--tp", "4", "--port", "0", "--name", name},
+  };
+  for (const std::vector<std::string>& args : commands) {
+    const CommandResult run = mpirun(3, args);
+    EXPECT_EQ(run.exit_code, 2) << args[0] << ": " << run.err;
+    expect_same_error_on_every_node(run, 3, "the node count must divide the rank count");
+  }
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+  for (int node = 0; node < 3; ++node) {
+    EXPECT_FALSE(fs::exists("/dev/shm/shardload-" + name + ".node-" + std::to_string(node)));
+  }
 }
 
 }  // namespace

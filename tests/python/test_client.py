@@ -359,6 +359,47 @@ def test_copy_into_one_rank_and_several(connected, models, exports):
     assert raw(param) == expected[0][name] and param.data_ptr() == pointer
 
 
+# Run in a child: before the check, a copy into read-only memory killed the interpreter (SIGSEGV).
+_READ_ONLY_TARGETS = r"""
+import mmap, sys, warnings
+import numpy as np, torch
+from shardload import client as shl
+from shardload.errors import InvalidArgumentError
+name = sys.argv[1]
+reader = shl.connect(name)
+tensor = reader.names(0)[0]
+view = reader.tensor(0, tensor)
+shape, dtype, nbytes = view.shape, view.dtype, view.numel() * view.element_size()
+other = shl.connect(name)
+closed = shl.connect(name)
+closed_view = closed.tensor(0, tensor)
+closed.close()
+anonymous = mmap.mmap(-1, nbytes, prot=mmap.PROT_READ)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # torch: the array is not writeable (the point)
+    read_only = torch.from_numpy(np.frombuffer(anonymous, dtype=np.uint8))
+cases = {"another client's view": other.tensor(0, tensor), "a closed client's view": closed_view,
+         "a PROT_READ mapping": read_only.view(dtype).reshape(shape)}
+for what, target in cases.items():
+    try:
+        reader.copy_into({tensor: target}, rank=0)
+        print(f"{what}: copied")
+    except InvalidArgumentError as e:
+        assert "not writable" in str(e), str(e)
+        print(f"{what}: refused")
+# A writable target beside them still copies.
+good = torch.empty(shape, dtype=dtype)
+print("writable:", reader.copy_into({tensor: good}, rank=0))
+"""
+
+
+def test_copy_into_read_only_memory_is_refused(shared_server):
+    child = subprocess.run([sys.executable, "-c", _READ_ONLY_TARGETS, shared_server.name], capture_output=True,
+                           text=True, timeout=REQUEST_TIMEOUT)
+    assert child.returncode == 0, f"exit {child.returncode}\n{child.stdout}\n{child.stderr}"
+    assert child.stdout.splitlines() == ["another client's view: refused", "a closed client's view: refused",
+                                         "a PROT_READ mapping: refused", "writable: 0"], child.stdout
+
 def test_an_update_rewrites_views_in_place(serve, models, exports):
     server = serve(models["first"])
     with shl.connect(server.name) as c:

@@ -17,10 +17,12 @@
 #include "cli/read_options.h"
 #include "core/admission.h"
 #include "core/byte_size.h"
+#include "core/plural.h"
 #include "cli/usage_error.h"
 #include "core/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/device.h"
+#include "shardload/distributed.h"
 #include "shardload/error.h"
 #include "shardload/mpi_transport.h"
 #include "shardload/serve.h"
@@ -157,6 +159,13 @@ class TerminationWatcher {
 
 void run_serve(const ServeCommandOptions& options) {
   TerminationWatcher watcher;  // first: every thread the server starts inherits the blocked mask
+  // An export given for the checkpoint: said as `plan` says it, a usage error, before anything starts.
+  if (is_export_dir(options.model)) {
+    throw UsageError(fmt::format(
+        "{} is a shardload export, not a checkpoint: `shardload serve` takes the checkpoint it was "
+        "made from (`shardload load {}` loads the export as it is)",
+        options.model, options.model));
+  }
   ServeOptions serve;
   serve.model_path = options.model;
   serve.parallel = options.parallel.to_config();
@@ -177,6 +186,13 @@ void run_serve(const ServeCommandOptions& options) {
   serve.device_map = parse_device_map(options.device_map);
   if (serve.device == "cpu" && !serve.device_map.empty())
     throw UsageError("--device-map needs --device cuda");
+  // Its length is the command line's to get right too (exit 2), GPU or not: one GPU per rank, and
+  // the server holds every rank of the layout (tp of them).
+  if (!serve.device_map.empty() && serve.device_map.size() != static_cast<size_t>(serve.parallel.tp)) {
+    throw UsageError(fmt::format("--device-map names {} for {}: it needs one GPU per rank",
+                                 count_of(serve.device_map.size(), "GPU"),
+                                 count_of(static_cast<uint64_t>(serve.parallel.tp), "rank")));
+  }
   // Not yet: each node would mirror its ranks, but no test has run it on several GPU nodes.
   if (serve.device == "cuda" && transport != nullptr && transport->nodes() > 1)
     throw UsageError("--device cuda runs on one node (not under mpirun with several processes)");
@@ -198,7 +214,10 @@ void run_serve(const ServeCommandOptions& options) {
     try {
       run_on_every_node(*transport, [&] {
         try {
-          plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+          const Plan plan = plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+          // A node count that does not divide the ranks (mpirun -np 3 with --tp 4): a usage error
+          // too, as for load and export.
+          node_ranks(static_cast<int>(plan.ranks.size()), transport->nodes(), node);
         } catch (const UsageError& e) {  // travels as an Error, is a usage error again below
           throw Error(ErrorKind::kInvalidArgument, e.what());
         }
