@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "../shard/handmade.h"
 #include "error_kind.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -379,6 +380,51 @@ TEST(ExportPlans, EveryUntouchedExportLoads) {
     fs::remove_all(out);
   }
   EXPECT_EQ(n, static_cast<int>(cases.size()));
+}
+
+// What no tiny family has: biases (row-parallel ones divided by 3 and 6), defaulted kv heads and
+// head_dim in a float16 checkpoint with a tied head, and checkpoints without the parameters a
+// family takes only when present (GLM's q/k norms, ERNIE's moe_statics): each export loads.
+TEST(ExportPlans, HandmadeCheckpointsAndOnesWithoutOptionalTensorsLoad) {
+  TempDir dir;
+  const std::string biased = dir.file("biased");
+  const nlohmann::json biased_config = testing::biased_llama_config();
+  testing::write_handmade(biased, biased_config, testing::handmade_tensors(biased_config), 5);
+  const std::string plain = dir.file("plain");
+  const nlohmann::json plain_config = testing::plain_llama_config();
+  testing::write_handmade(plain, plain_config, testing::handmade_tensors(plain_config, DType::kF16),
+                          5);
+  const std::string glm = tiny(dir, "glm", {.arch = "glm4_moe", .seed = 3});
+  testing::drop_tensors(glm, "self_attn.q_norm.");
+  testing::drop_tensors(glm, "self_attn.k_norm.");
+  const std::string ernie = tiny(dir, "ernie", {.arch = "ernie4_5_moe", .seed = 3});
+  testing::drop_tensors(ernie, "moe_statics");
+  const std::vector<std::pair<std::string, ParallelConfig>> cases = {
+      {biased, layout(3, 1)},
+      {biased, [] {
+         ParallelConfig p = layout(6, 1);
+         p.row_bias = RowBias::kDivided;
+         return p;
+       }()},
+      {plain, layout(3, 1)},
+      {plain, layout(6, 1)},
+      {glm, layout(4, 2)},
+      {ernie, layout(2, 2)},
+  };
+  int n = 0;
+  for (const auto& [model, parallel] : cases) {
+    SCOPED_TRACE(model + " tp " + std::to_string(parallel.tp));
+    const std::string out = dir.file("out" + std::to_string(n++));
+    export_model(model, parallel, out);
+    expect_loads(out);
+  }
+  // The parameters the checkpoints lacked are not in their exports, and not asked of them.
+  for (const std::string& out : {dir.file("out4"), dir.file("out5")}) {
+    for (const OwnedTensor& t : read_rank_file(rank_file(out, 0)).tensors) {
+      EXPECT_EQ(t.name.find("q_norm"), std::string::npos) << t.name;
+      EXPECT_FALSE(t.name.ends_with("e_score_correction_bias") && out == dir.file("out5")) << t.name;
+    }
+  }
 }
 
 }  // namespace
