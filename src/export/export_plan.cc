@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxRedundantExperts = 1 << 20;  // bounds what a manifest can make us plan
+constexpr int64_t kMaxRedundantExperts = 1 << 20;
 
 Error layout_error(const std::string& message, const std::string& file, const std::string& field,
                    std::string expected, std::string found) {
@@ -26,11 +26,15 @@ Error layout_error(const std::string& message, const std::string& file, const st
       {.file = file, .field = field, .expected = std::move(expected), .found = std::move(found)});
 }
 
+// A JSON value as it may appear in an error: short ones as they are, long ones by their length.
+std::string shown(const nlohmann::json& value) {
+  const std::string text = value.dump();
+  return text.size() <= 64 ? text : fmt::format("a {}-character value", text.size());
+}
+
 std::string field_text(const nlohmann::json& manifest, const char* name) {
   const auto it = manifest.find(name);
-  if (it == manifest.end()) return "nothing";
-  const std::string text = it->dump();
-  return text.size() <= 64 ? text : fmt::format("a {}-character value", text.size());
+  return it == manifest.end() ? "nothing" : shown(*it);
 }
 
 // The layout fields check_manifest leaves to the plan: row bias, dtype, dynamic FP8, redundant
@@ -75,7 +79,10 @@ ParallelConfig layout_of(const nlohmann::json& manifest, const ExportManifest& c
     }
     p.redundant_experts = redundant_experts;
   } else if (redundant_experts != 0) {
-    p.redundant_experts = redundant_experts;
+    // An export with experts writes their map: without one, the redundant experts would size a map
+    // of the manifest's making.
+    throw layout_error("redundant experts without an expert map", file, "redundant_experts", "0",
+                       std::to_string(redundant_experts));
   }
   return p;
 }
@@ -86,7 +93,7 @@ void check_planned(const nlohmann::json& manifest, const char* field, const nloh
   const auto it = manifest.find(field);
   if (it != manifest.end() && *it == planned) return;
   throw layout_error("shardload.json does not give what config.json plans with its layout", file,
-                     field, fmt::format("{} (planned from config.json)", planned.dump()),
+                     field, fmt::format("{} (planned from config.json)", shown(planned)),
                      field_text(manifest, field));
 }
 
@@ -121,6 +128,11 @@ Plan plan_of_export(const std::string& dir, const nlohmann::json& manifest,
   }
   check_planned(manifest, "architecture", plan.model.architecture, manifest_file);
   check_planned(manifest, "quantization", quantization_name(plan.quantization), manifest_file);
+  // A model with experts has their map, with as many redundant experts as it places.
+  const bool moe = plan.physical_experts > 0;
+  check_planned(manifest, "physical_to_logical_map",
+                moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array(),
+                manifest_file);
   if (plan.parallel.has_dp_fields() || checked.has_dp_fields) {
     check_planned(manifest, "scopes", scopes_json(plan.parallel), manifest_file);
   }

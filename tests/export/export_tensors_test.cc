@@ -260,7 +260,8 @@ TEST_F(ExportTensors, ManifestEditsTheRankFilesRecordAreRefused) {
 }
 
 // An export written before the rank files recorded the layout still loads, and its tensors are
-// still checked against its plan: a shardload.json quantization edit shows in the dtypes.
+// still checked against its plan: a shardload.json quantization edit shows in the dtypes, a map
+// taken away in the plan's. (A map permuted in place it cannot see: no tensor changes.)
 TEST_F(ExportTensors, AnExportWrittenBeforeTheLayoutWasRecordedLoadsAndIsChecked) {
   for (int r = 0; r < 4; ++r) rewrite(rank_file(out_, r), forget_recorded_layout);
   expect_loads(out_);
@@ -270,6 +271,14 @@ TEST_F(ExportTensors, AnExportWrittenBeforeTheLayoutWasRecordedLoadsAndIsChecked
   EXPECT_EQ(expect_refused(out_, {"model-rank-0-part-0.safetensors", "expected F8_E4M3",
                                   "found BF16"}),
             ErrorKind::kUnsupportedDtype);
+  // A model with experts has their map in shardload.json.
+  manifest = manifest_;
+  manifest["physical_to_logical_map"] = nlohmann::json::array();
+  write_manifest(manifest);
+  EXPECT_EQ(expect_refused(out_, {"shardload.json", "physical_to_logical_map"}), ErrorKind::kConfig);
+  manifest["redundant_experts"] = 1 << 20;
+  write_manifest(manifest);
+  EXPECT_EQ(expect_refused(out_, {"shardload.json", "redundant_experts"}), ErrorKind::kConfig);
 }
 
 // config.json is what the rank files are checked against: edited, the files no longer fit its
