@@ -97,12 +97,18 @@ struct LoadedExport {
   std::vector<Rank> ranks;
 };
 
-// Loads the pre-sharded files of an export directly (no planning). `ranks` empty: all. Before
+// Loads the pre-sharded files of an export directly (nothing converted). `ranks` empty: all. Before
 // reading any tensor it checks that shardload.json is whole (tp_size = ep_size x moe_tp_size, one
 // entry per rank 0..T-1 in order) and that the metadata of each rank file it reads names that rank
-// and the manifest's layout, architecture and dtype (Error(kConfig) or Error(kInvalidMetadata)
-// naming the file and both values), and that `expected` fits the export (Error(kInvalidArgument),
-// as is a rank outside the export).
+// and the manifest's layout, architecture and dtype, and (files that record them) its quantization,
+// row bias, shared experts, redundant experts, expert map (by hash), dp style and scopes
+// (Error(kConfig) or Error(kInvalidMetadata) naming the file and both values), and that `expected`
+// fits the export (Error(kInvalidArgument), as is a rank outside the export). Then it plans the
+// export's config.json with shardload.json's layout (Error(kConfig) when it has none or they do not
+// plan) and checks each rank file's tensors against that plan: a tensor the plan lacks
+// (kUnknownTensor), one it has that no file holds (kTensorNotFound), another dtype
+// (kUnsupportedDtype) or shape (kShapeMismatch), each naming the file, the tensor and both values;
+// a file holding another number of tensors than it records is Error(kInvalidMetadata).
 LoadedExport load_export(const std::string& dir, const std::vector<int>& ranks = {},
                          int threads = 0, const ExportLayout& expected = {});
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "export/recorded_layout.h"
 #include "shardload/error.h"
 
 namespace shardload {
@@ -131,22 +132,6 @@ void check_dp_fields(const nlohmann::json& manifest, const std::string& file, Ex
   }
 }
 
-// The layout the export was written with, as far as scopes go.
-ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::json& manifest) {
-  ParallelConfig p;
-  p.tp = checked.tp;
-  p.ep = checked.ep;
-  p.dp = checked.dp;
-  p.dp_style = checked.dp_style;
-  const auto no_split = manifest.find("no_split_shared_experts");
-  p.split_shared_experts = !(no_split != manifest.end() && *no_split == true);
-  if (checked.has_dp_fields) {
-    p.dp_lm_head = checked.dp > 1 && checked.scopes.at(ParamGroup::kLmHead) == Scope::kAttention;
-    p.replicate_dense_mlp = checked.scopes.at(ParamGroup::kDenseMlp) == Scope::kReplicated;
-  }
-  return p;
-}
-
 void check_expected_scopes(const nlohmann::json& manifest, const ExportManifest& checked,
                            const ExportLayout& expected, const std::string& file) {
   if (expected.dp && *expected.dp != checked.dp) {
@@ -166,6 +151,21 @@ void check_expected_scopes(const nlohmann::json& manifest, const ExportManifest&
 }
 
 }  // namespace
+
+ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::json& manifest) {
+  ParallelConfig p;
+  p.tp = checked.tp;
+  p.ep = checked.ep;
+  p.dp = checked.dp;
+  p.dp_style = checked.dp_style;
+  const auto no_split = manifest.find("no_split_shared_experts");
+  p.split_shared_experts = !(no_split != manifest.end() && *no_split == true);
+  if (checked.has_dp_fields) {
+    p.dp_lm_head = checked.dp > 1 && checked.scopes.at(ParamGroup::kLmHead) == Scope::kAttention;
+    p.replicate_dense_mlp = checked.scopes.at(ParamGroup::kDenseMlp) == Scope::kReplicated;
+  }
+  return p;
+}
 
 ExportManifest check_manifest(const nlohmann::json& manifest, const std::string& file) {
   if (!manifest.is_object())
@@ -200,6 +200,7 @@ ExportManifest check_manifest(const nlohmann::json& manifest, const std::string&
   std::set<std::string> seen;
   for (int r = 0; r < out.tp; ++r)
     out.files.push_back(rank_files((*ranks)[static_cast<size_t>(r)], r, file, seen));
+  out.recorded = recorded_layout(manifest);
   return out;
 }
 
@@ -282,6 +283,19 @@ void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest
   // A rank of a data-parallel export under a plain manifest: its tensors are cut differently.
   if (!manifest.has_dp_fields && metadata.contains("dp_size")) {
     throw mismatch("dp_size", "nothing (shardload.json has no dp_size)", shown(metadata.at("dp_size")));
+  }
+  // The fields no tensor shows (an expert map's order, divided row biases): an edit of
+  // shardload.json. A file of an earlier export records none of them.
+  if (!metadata.contains(std::string(kRecordedLayoutMarker))) return;
+  for (const std::string_view key : kRecordedLayoutKeys) {
+    const std::string name(key);
+    const auto in_manifest = manifest.recorded.find(name);
+    const auto in_file = metadata.find(name);
+    const bool manifest_has = in_manifest != manifest.recorded.end();
+    const bool file_has = in_file != metadata.end();
+    if (manifest_has == file_has && (!file_has || in_manifest->second == in_file->second)) continue;
+    throw mismatch(name.c_str(), manifest_has ? shown(in_manifest->second) : "nothing",
+                   file_has ? shown(in_file->second) : "nothing");
   }
 }
 

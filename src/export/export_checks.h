@@ -24,6 +24,8 @@ struct ExportManifest {
   DpStyle dp_style = DpStyle::kSglang;
   std::map<ParamGroup, Scope> scopes;
   std::vector<std::vector<std::string>> files;  // per rank r = 0..tp-1, its file names
+  // The fields each rank file records as well (recorded_layout.h), as its metadata spells them.
+  std::map<std::string, std::string> recorded;
 };
 
 // Checks shardload.json's format, layout and rank list (`file` names it in errors). Throws
@@ -35,8 +37,18 @@ ExportManifest check_manifest(const nlohmann::json& manifest, const std::string&
 void check_expected_layout(const nlohmann::json& manifest, const ExportManifest& checked,
                            const ExportLayout& expected, const std::string& file);
 
-// Checks that a rank file's metadata names `rank` and the manifest's layout. Throws
-// Error(kInvalidMetadata).
+// Checks that a rank file's metadata names `rank` and the manifest's layout, and (a file that
+// records them) the manifest's other layout fields. Throws Error(kInvalidMetadata).
 void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest, int rank);
+
+// The layout shardload.json describes, as far as scopes go (tp, ep, dp, dp_style, shared experts
+// split or not, lm_head and dense MLP scopes).
+ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::json& manifest);
+
+// Checks that one rank's files (in order) hold exactly the exported tensors `rank` plans, each in
+// one file with the planned dtype and shape, and as many tensors as each file records. Throws
+// Error naming the file and tensor: kUnknownTensor (one the plan lacks), kDuplicateTensor,
+// kUnsupportedDtype, kShapeMismatch, kTensorNotFound (one the plan has), kInvalidMetadata (count).
+void check_rank_tensors(const RankPlan& rank, const std::vector<const SafetensorsFile*>& files);
 
 }  // namespace shardload

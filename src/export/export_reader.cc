@@ -1,4 +1,5 @@
-// Loads an export's pre-sharded rank files directly: no config parsing, no planning.
+// Loads an export's pre-sharded rank files directly: the plan of the export's own layout only checks
+// them, and no byte is converted or moved between ranks.
 #include <unistd.h>
 
 #include <cerrno>
@@ -6,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -14,6 +17,7 @@
 #include "core/parallel_for.h"
 #include "core/plural.h"
 #include "export/export_checks.h"
+#include "export/export_plan.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
 
@@ -37,8 +41,8 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   const fs::path manifest_path = fs::path(dir) / "shardload.json";
   LoadedExport out;
   out.manifest = std::make_shared<const nlohmann::json>(read_manifest(manifest_path));
-  // Everything is checked before a tensor is read: the manifest, what was asked of it, then each
-  // rank file.
+  // Everything is checked before a tensor is read: the manifest, what was asked of it, each rank
+  // file's metadata, then each rank file's tensors against the plan of the export's layout.
   const ExportManifest manifest = check_manifest(*out.manifest, manifest_path.string());
   check_expected_layout(*out.manifest, manifest, expected, manifest_path.string());
   for (int rank : wanted) {
@@ -57,19 +61,43 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
     uint64_t offset;
   };
   std::vector<SafetensorsFile> files;
-  std::vector<Copy> copies;
-  std::vector<uint64_t> sizes;  // of each rank's buffer
+  std::vector<int> ranks;          // the ranks read, in order
+  std::vector<size_t> first_file;  // per rank read: its first file in `files`, then files.size()
   for (int rank = 0; rank < manifest.tp; ++rank) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), rank) == wanted.end()) continue;
-    LoadedExport::Rank& loaded = out.ranks.emplace_back();
-    loaded.rank = rank;
-    uint64_t offset = 0;
+    ranks.push_back(rank);
+    first_file.push_back(files.size());
     for (const std::string& name : manifest.files[static_cast<size_t>(rank)]) {
       files.push_back(SafetensorsFile::open((fs::path(dir) / name).string()));
       check_rank_file(files.back(), manifest, rank);
-      for (const TensorInfo& info : files.back().header().tensors) {
+    }
+  }
+  first_file.push_back(files.size());
+  // A parameter a checkpoint may lack (GLM's q/k norms, ERNIE's moe_statics) was exported when a
+  // rank file read has it: a rank that lacks it then is missing it, and a file it was dropped from
+  // alike on every rank records one tensor more than it holds.
+  std::unordered_set<std::string_view> present;
+  for (const SafetensorsFile& file : files) {
+    for (const TensorInfo& info : file.header().tensors) present.insert(info.name);
+  }
+  const Plan plan = plan_of_export(dir, *out.manifest, manifest, [&](std::string_view name) {
+    return present.contains(name);
+  });
+  std::vector<Copy> copies;
+  std::vector<uint64_t> sizes;  // of each rank's buffer
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::vector<const SafetensorsFile*> rank_files;
+    for (size_t f = first_file[i]; f < first_file[i + 1]; ++f) rank_files.push_back(&files[f]);
+    check_rank_tensors(plan.ranks[static_cast<size_t>(ranks[i])], rank_files);
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    LoadedExport::Rank& loaded = out.ranks.emplace_back();
+    loaded.rank = ranks[i];
+    uint64_t offset = 0;
+    for (size_t f = first_file[i]; f < first_file[i + 1]; ++f) {
+      for (const TensorInfo& info : files[f].header().tensors) {
         loaded.tensors.push_back({info.name, info.dtype, info.shape, offset, info.nbytes()});
-        copies.push_back({out.ranks.size() - 1, files.size() - 1, &info, offset});
+        copies.push_back({out.ranks.size() - 1, f, &info, offset});
         offset += (info.nbytes() + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
       }
     }

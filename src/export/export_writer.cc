@@ -13,6 +13,7 @@
 #include "core/plural.h"
 #include "export/resolved_path.h"
 #include "export/export_steps.h"
+#include "export/recorded_layout.h"
 #include "export/staging_dir.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
@@ -75,11 +76,15 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
     metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
   }
+  metadata.merge(recorded_layout(manifest_layout(plan)));
   nlohmann::json files = nlohmann::json::array();
   std::vector<TensorToWrite> part;
   uint64_t part_bytes = 0;
   auto flush = [&] {
     const std::string name = fmt::format("model-rank-{}-part-{}.safetensors", rank.rank, files.size());
+    // What the file held when written: a tensor a plan may or may not have (one the checkpoint
+    // lacked) and that is gone from every rank file shows on load only by this count.
+    metadata["tensor_count"] = std::to_string(part.size());
     write_safetensors((dir / name).string(), part, metadata);
     files.push_back(name);
     part.clear();
@@ -101,28 +106,8 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
 void finish_export(const Checkpoint& ckpt, const Plan& plan, const nlohmann::json& manifest_ranks,
                    StagingDir& staging, bool overwrite) {
   const fs::path& out = staging.path();
-  const bool moe = plan.physical_experts > 0;
-  nlohmann::json manifest = {
-      {"format", "shardload/1"},
-      {"architecture", plan.model.architecture},
-      {"tp_size", plan.parallel.tp},
-      {"ep_size", plan.parallel.ep},
-      {"moe_tp_size", plan.moe_tp},
-      {"dtype", dtype_name(plan.dtype)},
-      {"quantization", quantization_name(plan.quantization)},
-      {"postprocessed", true},
-      {"row_bias", row_bias_name(plan.parallel.row_bias)},
-      {"no_split_shared_experts", !plan.parallel.split_shared_experts},
-      {"redundant_experts", moe ? plan.physical_experts - static_cast<int>(plan.model.experts) : 0},
-      {"physical_to_logical_map",
-       moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array()},
-      {"ranks", manifest_ranks},
-  };
-  if (plan.parallel.has_dp_fields()) {
-    manifest["dp_size"] = plan.parallel.dp;
-    manifest["dp_style"] = dp_style_name(plan.parallel.dp_style);
-    manifest["scopes"] = scopes_json(plan.parallel);
-  }
+  nlohmann::json manifest = manifest_layout(plan);
+  manifest["ranks"] = manifest_ranks;
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
       if (!is_copied(entry) || entry.path().filename() == kManifest) continue;

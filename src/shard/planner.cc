@@ -9,6 +9,7 @@
 
 #include "core/shape_text.h"
 #include "model/arch_table.h"
+#include "shard/config_plan.h"
 #include "shard/vocab_padding.h"
 #include "shardload/error.h"
 #include "shardload/plan.h"
@@ -98,21 +99,19 @@ struct Block {
 
 class Planner {
  public:
-  Planner(const Checkpoint& ckpt, const ParallelConfig& parallel) : ckpt_(ckpt) {
+  Planner(const Checkpoint& ckpt, const ParallelConfig& parallel) : ckpt_(&ckpt) {
     if (!ckpt.has_config()) {
       throw Error(ErrorKind::kConfig, "a model directory with config.json is needed",
                   {.file = ckpt.path()});
     }
-    plan_.model = ModelConfig::from_json(ckpt.config());
-    plan_.quantization = plan_.model.quantization;
-    if (plan_.quantization == Quantization::kNone && parallel.quantize_fp8) {
-      plan_.quantization = Quantization::kFp8Dynamic;
-    }
-    plan_.parallel = parallel;
-    validate_layout(plan_.model, parallel);
-    plan_.moe_tp = parallel.tp / parallel.ep;
-    plan_.dtype = parallel.dtype.value_or(plan_.model.dtype);
-    build_expert_map();
+    start(ckpt.config(), parallel);
+  }
+
+  // Without a checkpoint (plan_from_config): every source is assumed, as config.json implies it.
+  Planner(const nlohmann::json& config, const ParallelConfig& parallel,
+          std::function<bool(std::string_view)> optional_present)
+      : optional_present_(std::move(optional_present)) {
+    start(config, parallel);
   }
 
   Plan run() {
@@ -124,6 +123,19 @@ class Planner {
   }
 
  private:
+  void start(const nlohmann::json& config, const ParallelConfig& parallel) {
+    plan_.model = ModelConfig::from_json(config);
+    plan_.quantization = plan_.model.quantization;
+    if (plan_.quantization == Quantization::kNone && parallel.quantize_fp8) {
+      plan_.quantization = Quantization::kFp8Dynamic;
+    }
+    plan_.parallel = parallel;
+    validate_layout(plan_.model, parallel);
+    plan_.moe_tp = parallel.tp / parallel.ep;
+    plan_.dtype = parallel.dtype.value_or(plan_.model.dtype);
+    build_expert_map();
+  }
+
   const ModelConfig& model() const { return plan_.model; }
 
   void build_expert_map() {
@@ -170,10 +182,12 @@ class Planner {
         }
       }
     }
-    if (rule.optional) {
+    if (rule.optional && ckpt_ == nullptr) {
+      if (!optional_present_(inst.target)) return;
+    } else if (rule.optional) {
       for (const auto& names : inst.sources) {
         for (const std::string& name : names) {
-          if (ckpt_.find(name) == nullptr) return;  // absent optional parameter: not exported
+          if (ckpt_->find(name) == nullptr) return;  // absent optional parameter: not exported
         }
       }
     }
@@ -203,7 +217,7 @@ class Planner {
   void check_consumed() {
     // First the checkpoint position of every name (one lookup each: a MoE model has tens of
     // thousands of sources), in the id tables; kMissing for a name the checkpoint lacks.
-    std::vector<bool> consumed(ckpt_.tensor_names().size(), false);
+    std::vector<bool> consumed(ckpt_ == nullptr ? 0 : ckpt_->tensor_names().size(), false);
     entry_of_tensor_.assign(consumed.size(), nullptr);
     const auto locate = [&](const std::vector<std::vector<std::string>>& table,
                             std::vector<std::vector<uint32_t>>& ids) {
@@ -212,7 +226,7 @@ class Planner {
         std::vector<uint32_t>& row = ids.emplace_back();
         row.reserve(names.size());
         for (const std::string& name : names) {
-          const Checkpoint::Entry* entry = ckpt_.find(name);
+          const Checkpoint::Entry* entry = ckpt_ == nullptr ? nullptr : ckpt_->find(name);
           row.push_back(entry == nullptr ? kMissing : entry->index);
           if (entry == nullptr) continue;
           consumed[entry->index] = true;
@@ -228,7 +242,7 @@ class Planner {
     const arch::ArchTable& table = arch::table_for(model().family);
     for (size_t i = 0; i < consumed.size(); ++i) {
       if (consumed[i]) continue;
-      const std::string& name = ckpt_.tensor_names()[i];
+      const std::string& name = ckpt_->tensor_names()[i];
       const auto skip = std::find_if(table.skips.begin(), table.skips.end(),
                                      [&](const arch::SkipRule& s) { return s.matches(name, model()); });
       if (skip == table.skips.end()) {
@@ -260,16 +274,19 @@ class Planner {
       // positions into source ids (and a source's name moves into its PlanSource).
       const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
-                               const std::vector<Shape>& part_shapes) {
+                               const std::vector<Shape>& part_shapes, DType assumed) {
         for (size_t x = 0; x < table.size(); ++x) {
           for (size_t k = 0; k < table[x].size(); ++k) {
-            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k]);
+            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed);
           }
         }
       };
-      resolve(inst.sources, inst.source_ids, shapes);
-      resolve(inst.weight_scales, inst.weight_scale_ids, scale_shapes);
-      resolve(inst.input_scales, inst.input_scale_ids, std::vector<Shape>(shapes.size()));  // scalars
+      // Without a checkpoint, the dtype a source is assumed to have: it decides no rank tensor.
+      const bool fp8_source = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
+      resolve(inst.sources, inst.source_ids, shapes, fp8_source ? DType::kF8E4M3 : model().dtype);
+      resolve(inst.weight_scales, inst.weight_scale_ids, scale_shapes, DType::kF32);
+      resolve(inst.input_scales, inst.input_scale_ids, std::vector<Shape>(shapes.size()),  // scalars
+              DType::kF32);
       if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
         for (const auto& ids : inst.source_ids) {
           for (const uint32_t id : ids) require_fp8(plan_.sources[id]);
@@ -279,22 +296,29 @@ class Planner {
   }
 
   std::string file_name(const std::string& tensor) const {
-    const Checkpoint::Entry* entry = ckpt_.find(tensor);
-    return entry == nullptr ? ckpt_.path() : ckpt_.files()[entry->file].path();
+    const Checkpoint::Entry* entry = ckpt_->find(tensor);
+    return entry == nullptr ? ckpt_->path() : ckpt_->files()[entry->file].path();
   }
 
   // The Plan::sources id of checkpoint tensor `tensor` (kMissing: absent), added at its first use,
   // which takes `name` (later uses of the tensor find its name in the PlanSource).
-  uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape) {
+  // Without a checkpoint the source is assumed: `expected_shape`, dtype `assumed`, in no file.
+  uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape,
+                        DType assumed) {
+    if (tensor == kMissing && ckpt_ == nullptr) {
+      plan_.sources.push_back(
+          matrix_view(PlanSource{std::move(name), 0, 0, assumed, expected_shape, 0, 0}));
+      return static_cast<uint32_t>(plan_.sources.size() - 1);
+    }
     if (tensor == kMissing) {
       throw Error(ErrorKind::kTensorNotFound, "missing from the checkpoint",
-                  {.file = ckpt_.path(), .tensor = name, .expected = shape_text(expected_shape)});
+                  {.file = ckpt_->path(), .tensor = name, .expected = shape_text(expected_shape)});
     }
     if (source_of_tensor_[tensor] != kMissing) return source_of_tensor_[tensor];
     source_of_tensor_[tensor] = static_cast<uint32_t>(plan_.sources.size());
     const Checkpoint::Entry* entry = entry_of_tensor_[tensor];
     const TensorInfo& info = *entry->info;
-    const SafetensorsFile& file = ckpt_.files()[entry->file];
+    const SafetensorsFile& file = ckpt_->files()[entry->file];
     const bool scalar_as_one = expected_shape.empty() && info.shape == Shape{1};
     if (info.shape != expected_shape && !scalar_as_one) {
       throw Error(ErrorKind::kShapeMismatch, "shape disagrees with config.json",
@@ -307,20 +331,25 @@ class Planner {
                    .expected = "F16, BF16, F32, F64, F8_E4M3 or F8_E5M2",
                    .found = std::string(dtype_name(info.dtype))});
     }
-    PlanSource source{std::move(name), entry->file, file.header().data_start + info.begin,
-                      info.dtype, info.shape, 0, 0};
-    source.rows = info.shape.empty() ? 1 : info.shape[0];
-    // Every dimension after the first; the header parser checked that the product fits in 64 bits.
-    const auto col_dims = info.shape.begin() + (info.shape.empty() ? 0 : 1);
-    source.cols = std::accumulate(col_dims, info.shape.end(), uint64_t{1}, std::multiplies<>());
-    plan_.sources.push_back(std::move(source));
+    plan_.sources.push_back(matrix_view(PlanSource{
+        std::move(name), entry->file, file.header().data_start + info.begin, info.dtype, info.shape, 0, 0}));
     return source_of_tensor_[tensor];
+  }
+
+  // The source as a matrix: its rows, and every dimension after the first as columns (the header
+  // parser, or the config's bounds, keep the product within 64 bits).
+  static PlanSource matrix_view(PlanSource source) {
+    source.rows = source.shape.empty() ? 1 : source.shape[0];
+    const auto col_dims = source.shape.begin() + (source.shape.empty() ? 0 : 1);
+    source.cols = std::accumulate(col_dims, source.shape.end(), uint64_t{1}, std::multiplies<>());
+    return source;
   }
 
   void require_fp8(const PlanSource& src) const {
     if (src.dtype != DType::kF8E4M3) {
       throw Error(ErrorKind::kUnsupportedDtype, "an FP8 checkpoint's linear weights must be F8_E4M3",
-                  {.file = ckpt_.files()[src.file].path(), .tensor = src.name, .field = "dtype",
+                  {.file = ckpt_ == nullptr ? std::string() : ckpt_->files()[src.file].path(),
+                   .tensor = src.name, .field = "dtype",
                    .expected = "F8_E4M3", .found = std::string(dtype_name(src.dtype))});
     }
   }
@@ -654,7 +683,8 @@ class Planner {
     }
   }
 
-  const Checkpoint& ckpt_;
+  const Checkpoint* ckpt_ = nullptr;  // null: plan_from_config
+  std::function<bool(std::string_view)> optional_present_;  // plan_from_config's
   Plan plan_;
   std::vector<Instance> instances_;
   // Checkpoint tensor (position in tensor_names()) -> Plan::sources id, kMissing until used.
@@ -666,6 +696,11 @@ class Planner {
 
 Plan make_plan(const Checkpoint& checkpoint, const ParallelConfig& parallel) {
   return Planner(checkpoint, parallel).run();
+}
+
+Plan plan_from_config(const nlohmann::json& config, const ParallelConfig& parallel,
+                      const std::function<bool(std::string_view)>& optional_present) {
+  return Planner(config, parallel, optional_present).run();
 }
 
 }  // namespace shardload
