@@ -23,7 +23,7 @@ GB = 1e9  # decimal, like storage and network vendors state bandwidth
 
 # (name, config path relative to the repo root)
 MODELS = [
-    ("DeepSeek-V3 (FP8 block)", "../shared/configs/deepseek-v3/config.json"),
+    ("DeepSeek-V3 (FP8 block)", "tests/data/configs/deepseek-v3/config.json"),
     ("Qwen3-235B-A22B (bf16)", "bench/configs/qwen3-235b-a22b/config.json"),
 ]
 RANKS = [16, 32, 64, 128]

@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  cmake make ninja-build g++ pkg-config time
+  cmake make ninja-build g++ pkg-config time curl
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev liburing-dev libcpp-httplib-dev

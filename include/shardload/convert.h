@@ -8,7 +8,7 @@
 namespace shardload {
 
 // Scalar conversions. Narrowing rounds to nearest, ties to even. FP8 e4m3fn saturates to +-448 (NaN stays NaN);
-// e5m2 saturates finite values to +-57344 and keeps infinities and NaN (../shared/spec/fp8.md).
+// e5m2 saturates finite values to +-57344 and keeps infinities and NaN (docs/fp8.md).
 float bf16_to_f32(uint16_t bits);
 uint16_t f32_to_bf16(float value);
 float f16_to_f32(uint16_t bits);

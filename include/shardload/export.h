@@ -31,7 +31,7 @@ struct ExportOptions {
 // caller that loads first calls it before the load.
 void check_export_target(const std::string& model, const ExportOptions& options);
 
-// Writes OUT/model-rank-{r}-part-{k}.safetensors and OUT/shardload.json as ../shared/spec/layout.md
+// Writes OUT/model-rank-{r}-part-{k}.safetensors and OUT/shardload.json as docs/layout.md
 // specifies, and copies the model directory's other top-level files beside them. All of it is
 // written into a new directory beside OUT, moved to OUT once complete (with overwrite, an earlier
 // OUT is replaced then, keeping its entries other than rank files and the manifest); on failure OUT

@@ -5,7 +5,7 @@
 
 namespace shardload {
 
-// FP8 e4m3fn (re)quantization kernels of ../shared/spec/fp8.md, used by post-processing.
+// FP8 e4m3fn (re)quantization kernels of docs/fp8.md, used by post-processing.
 
 // The largest finite e4m3fn value: a scale maps a tensor's amax to it.
 inline constexpr float kFp8E4m3Max = 448.0f;

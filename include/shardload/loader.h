@@ -87,7 +87,7 @@ enum class PostprocessMode {
 };
 
 // Post-processes the listed modules of a loaded rank in place (FP8 requantization and scale
-// merging, dynamic FP8 quantization; ../shared/spec/layout.md) and marks them processed. Every FP8
+// merging, dynamic FP8 quantization; docs/layout.md) and marks them processed. Every FP8
 // scale read from the checkpoint (per-tensor weight and input scales, block FP8 weight_scale_inv
 // grids) must be positive and finite: otherwise Error(kInvalidArgument) naming the checkpoint
 // tensor, the block, the expert and, with `checkpoint` (the one the plan was made from), the file.

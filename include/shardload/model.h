@@ -21,7 +21,7 @@ std::string_view family_name(const arch::Family* family);
 // config.json's spellings of the number of routed experts, one per family with experts, each once.
 const std::vector<std::string_view>& expert_count_fields();
 
-// The groups of parameters a layout splits on their own (../shared/spec/layout.md, "Data-parallel
+// The groups of parameters a layout splits on their own (docs/layout.md, "Data-parallel
 // attention"). Norms, q/k norms, routers and score biases are kReplicated: whole on every rank.
 enum class ParamGroup {
   kAttention,      // qkv / o, MLA q / q_b / kv_b / o, their biases
@@ -46,7 +46,7 @@ enum class Quantization {
 // "none", "fp8", "fp8-block", "fp8-dynamic" (the manifest's spelling).
 std::string_view quantization_name(Quantization quantization);
 
-// What the sharding tables need from config.json, with the defaults of ../shared/spec/layout.md applied.
+// What the sharding tables need from config.json, with the defaults of docs/layout.md applied.
 // Zero means "the model has no such thing".
 struct ModelConfig {
   std::string architecture;  // architectures[0]

@@ -188,7 +188,7 @@ struct PlanModule {
   ParamGroup group = ParamGroup::kReplicated;  // the group its rule belongs to (scales follow it)
 };
 
-// A rank tensor: its name, dtype and shape as ../shared/spec/layout.md gives them, its place in the rank's
+// A rank tensor: its name, dtype and shape as docs/layout.md gives them, its place in the rank's
 // allocation, and the pieces that fill it. Bytes no piece covers (vocab padding) are zero.
 struct PlanParam {
   std::string name;

@@ -13,7 +13,7 @@
 
 namespace shardload {
 
-// The shared-memory layout of ../shared/spec/layout.md "Weight server shared memory":
+// The shared-memory layout of docs/layout.md "Weight server shared memory":
 // /dev/shm/shardload-NAME/rank-{r}.bin holds a header page, then the rank's tensors at the offsets
 // that manifest.json lists (from the start of the file, 4096 + the plan offset).
 inline constexpr uint64_t kShmHeaderBytes = 4096;

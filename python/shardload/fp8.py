@@ -1,4 +1,4 @@
-"""FP8 e4m3fn decoding and dequantization in float64 (../shared/spec/fp8.md), for torch versions without
+"""FP8 e4m3fn decoding and dequantization in float64 (docs/fp8.md), for torch versions without
 float8 dtypes: codes are uint8 tensors and decode through a 256-entry table built from the bit layout."""
 import math
 

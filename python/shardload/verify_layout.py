@@ -1,4 +1,4 @@
-"""What `shardload.verify` needs to know of the layout contract (../shared/spec/layout.md): which group of
+"""What `shardload.verify` needs to know of the layout contract (docs/layout.md): which group of
 ranks splits each parameter (its scope: world, attention or replicated) and how each rank module maps to the
 checkpoint tensors it was made from."""
 import re

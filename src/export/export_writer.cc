@@ -1,4 +1,4 @@
-// Writes an export as ../shared/spec/layout.md specifies: vLLM sharded_state file names, per-file metadata,
+// Writes an export as docs/layout.md specifies: vLLM sharded_state file names, per-file metadata,
 // the shardload.json manifest, and the model directory's other top-level files copied unchanged.
 #include <filesystem>
 #include <fstream>

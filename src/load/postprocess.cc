@@ -1,4 +1,4 @@
-// Post-processing of loaded modules, in place (../shared/spec/layout.md "FP8", fp8.md). It runs once per
+// Post-processing of loaded modules, in place (docs/layout.md "FP8", fp8.md). It runs once per
 // module after every tensor of the module arrived and marks the module processed, so that a later partial
 // load cannot process untouched modules a second time (the engines' double-processing bug). Nothing is
 // reallocated and no shape or dtype changes: the merged scales have their final shapes from the plan.

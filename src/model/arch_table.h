@@ -1,7 +1,7 @@
 #pragma once
 
 // Architectures as data: for each family, a table from Hugging Face checkpoint names to the engine's rank
-// parameters and their split rules (../shared/spec/layout.md). The planner interprets the tables; adding an
+// parameters and their split rules (docs/layout.md). The planner interprets the tables; adding an
 // architecture means adding a file (src/model/arch/<family>.cc, with its table and the rest of its
 // descriptor, family.h) and one line in registry.cc, not a code path.
 

@@ -1,4 +1,4 @@
-// quantization_config of config.json: the FP8 formats of ../shared/spec/layout.md, anything else refused.
+// quantization_config of config.json: the FP8 formats of docs/layout.md, anything else refused.
 #include <fmt/format.h>
 
 #include "core/json_input.h"

@@ -1,4 +1,4 @@
-// shardload.export: a layout written as pre-sharded rank files (../shared/spec/layout.md).
+// shardload.export: a layout written as pre-sharded rank files (docs/layout.md).
 #include <pybind11/stl.h>
 
 #include "core/byte_size.h"

@@ -1,4 +1,4 @@
-// Which ranks split each parameter group under data-parallel attention (../shared/spec/layout.md,
+// Which ranks split each parameter group under data-parallel attention (docs/layout.md,
 // "Data-parallel attention"): the one place the engines' DP layouts are spelled out.
 #include <algorithm>
 

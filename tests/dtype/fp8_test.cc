@@ -1,4 +1,4 @@
-// Hand-checked FP8 values from the format definitions (../shared/spec/fp8.md): known codes,
+// Hand-checked FP8 values from the format definitions (docs/fp8.md): known codes,
 // saturation, infinities, NaN, signed zero and the subnormal ties. The exhaustive sweeps are in
 // narrow_format_test.
 

@@ -1,4 +1,4 @@
-// Exports of data-parallel layouts carry the fields ../shared/spec/layout.md ("Data-parallel attention")
+// Exports of data-parallel layouts carry the fields docs/layout.md ("Data-parallel attention")
 // names: each rank file dp_size, attn_tp_size and attn_tp_rank; shardload.json dp_size, dp_style and
 // scopes. Loading an export checks them against the rank files and against the layout asked for; a
 // plain export has none of them.

@@ -1,4 +1,4 @@
-// Data-parallel attention layouts (../shared/spec/layout.md, "Data-parallel attention"), loaded: every
+// Data-parallel attention layouts (docs/layout.md, "Data-parallel attention"), loaded: every
 // tensor of rank G equals the same tensor of the plain layout of its group's scope: rank G of --tp T
 // (scope world, and routed experts), rank G % A of --tp A (scope attention), rank 0 of --tp 1
 // (replicated). Every MoE family and Llama, bf16, static FP8, block FP8 and dynamic FP8, under SGLang's

@@ -1,4 +1,4 @@
-// Every architecture table's rules belong to the group ../shared/spec/layout.md ("Data-parallel
+// Every architecture table's rules belong to the group docs/layout.md ("Data-parallel
 // attention") puts them in: a rule that cuts a tensor names the group whose scope decides the cut,
 // and only norms, routers and other whole tensors are left in the replicated group.
 #include <gtest/gtest.h>

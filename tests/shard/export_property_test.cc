@@ -1,6 +1,6 @@
 // The property of an export: the rank files alone (with the manifest and the copied config.json)
 // give back every checkpoint tensor, for every architecture family and every kind of layout. The
-// inverse is reassemble.h, written from ../shared/spec/layout.md apart from the planner, so that a
+// inverse is reassemble.h, written from docs/layout.md apart from the planner, so that a
 // rule the engine gets wrong cannot be "confirmed" by the same code.
 #include <gtest/gtest.h>
 

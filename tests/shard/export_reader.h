@@ -1,7 +1,7 @@
 #pragma once
 
 // Reads a shardload export back into memory with nothing but the safetensors reader, checking the
-// "Files" section of ../shared/spec/layout.md on the way: the rank file names, one part list per
+// "Files" section of docs/layout.md on the way: the rank file names, one part list per
 // rank in the manifest, every tensor of a rank in exactly one part, and each file's __metadata__.
 // Header-only: the test programs are one .cc each (tests/CMakeLists.txt), so shared helpers live in
 // headers.

@@ -1,4 +1,4 @@
-// FP8 exports against ../shared/spec/layout.md ("FP8") and fp8.md, derived here from the checkpoint
+// FP8 exports against docs/layout.md ("FP8") and fp8.md, derived here from the checkpoint
 // alone (no planner code): static per-tensor (fused qkv and expert w13 requantized to the largest
 // part scale, merged weight and input scales), block FP8 (weights and scale grids cut together,
 // fused parts stacked, partial edge blocks), dynamic FP8 (per rank tensor and per expert). Codes

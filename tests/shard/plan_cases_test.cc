@@ -1,4 +1,4 @@
-// Hand-worked layouts: the numbers below were worked out on paper from ../shared/spec/layout.md for
+// Hand-worked layouts: the numbers below were worked out on paper from docs/layout.md for
 // the tiny models (hidden 128, 8 heads of 16 over 2 kv heads, vocabulary 1000, 8 experts of
 // intermediate 64), then compared with make_plan's rank parameters and pieces, and for a few with
 // the bytes of an actual export.

@@ -1,6 +1,6 @@
 #pragma once
 
-// ../shared/spec/layout.md run backwards, written apart from the planner: from the rank tensors of
+// docs/layout.md run backwards, written apart from the planner: from the rank tensors of
 // an export (and its manifest and copied config.json) rebuild every checkpoint tensor, in the
 // export's dtype. Whatever the spec says is equal across ranks (replicated tensors, kv-head
 // replicas, expert replicas) is checked to be equal on the way; padding is checked to be zero.

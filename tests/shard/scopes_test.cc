@@ -1,4 +1,4 @@
-// The scope of every parameter group under each data-parallel layout, as ../shared/spec/layout.md's
+// The scope of every parameter group under each data-parallel layout, as docs/layout.md's
 // table ("Data-parallel attention") writes it, and the group of ranks each scope cuts over.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// A float64 reference for e4m3fn, written from ../shared/spec/fp8.md apart from the library's
+// A float64 reference for e4m3fn, written from docs/fp8.md apart from the library's
 // converter: tests compare FP8 results code by code and accept at most one code of difference from
 // it.
 

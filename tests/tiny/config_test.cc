@@ -2,7 +2,7 @@
 // generator wrote itself (every family, bf16 and both FP8 formats), the sparse checkpoint has
 // exactly the tensors of the generated one; configs it cannot reproduce, and --config with a sizing
 // option or without --sparse, are refused before anything is written. The real configs of
-// ../shared/configs are in real_configs_test.cc.
+// tests/data/configs are in real_configs_test.cc.
 
 #include <sys/stat.h>
 

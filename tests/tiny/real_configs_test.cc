@@ -1,11 +1,13 @@
-// make-tiny --config --sparse on the real config.json files of ../shared/configs (DeepSeek-V3 block
-// FP8, Qwen3-30B-A3B, Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B): hundreds of GB of
-// tensors as holes, whose names, shapes and dtypes follow the config's numbers, and which
-// `shardload plan` plans at several layouts. CMake passes the folder's path
-// (SHARDLOAD_SHARED_CONFIGS); a checkout without the shared folder beside it skips these tests.
+// make-tiny --config --sparse on the real config.json files the repository carries in
+// tests/data/configs (DeepSeek-V3 block FP8, Qwen3-30B-A3B, Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B,
+// Qwen3-8B): hundreds of GB of tensors as holes, whose names, shapes and dtypes follow the config's
+// numbers, and which `shardload plan` plans at several layouts. CMake passes the folder's path
+// (SHARDLOAD_TEST_CONFIGS). SHARDLOAD_REFERENCE_CONFIGS, when set, names an outside copy of the same
+// files (one folder per model) that the carried ones must equal byte for byte.
 
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -26,19 +28,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::TempDir;
 
-const fs::path kConfigs = SHARDLOAD_SHARED_CONFIGS;
-
-#define SKIP_WITHOUT_SHARED_CONFIGS()                          \
-  if (!fs::is_directory(kConfigs))                             \
-  GTEST_SKIP() << "no shared configs at " << kConfigs.string() \
-               << " (the shared folder is cloned beside the repository)"
+const fs::path kConfigs = SHARDLOAD_TEST_CONFIGS;
 
 struct Header {
   DType dtype;
   Shape shape;
 };
 
-// A sparse checkpoint of ../shared/configs/NAME, with its config and every tensor's header.
+// A sparse checkpoint of tests/data/configs/NAME, with its config and every tensor's header.
 struct Real {
   explicit Real(const std::string& name)
       : config_path((kConfigs / name / "config.json").string()),
@@ -83,7 +80,6 @@ struct Real {
 uint64_t blocks_of(uint64_t n) { return (n + 127) / 128; }
 
 TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
-  SKIP_WITHOUT_SHARED_CONFIGS();
   int configs = 0;
   for (const fs::directory_entry& entry : fs::directory_iterator(kConfigs)) {
     if (!fs::exists(entry.path() / "config.json")) continue;
@@ -133,7 +129,6 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
 }
 
 TEST(TinyRealConfigs, DeepSeekV3IsBlockFp8WithItsShapes) {
-  SKIP_WITHOUT_SHARED_CONFIGS();
   const Real r("deepseek-v3");
   const uint64_t hidden = r.n("hidden_size");
   const uint64_t layers = r.n("num_hidden_layers");
@@ -194,7 +189,6 @@ TEST(TinyRealConfigs, DeepSeekV3IsBlockFp8WithItsShapes) {
 // which keep attention on small groups and replicate the dense MLP and shared experts; the plain
 // tp 32 cuts the dense MLP inside 128-blocks and is refused naming that group.
 TEST(TinyRealConfigs, DeepSeekV3PlansAtLargeEpWithDataParallelAttention) {
-  SKIP_WITHOUT_SHARED_CONFIGS();
   const Real r("deepseek-v3");
   const auto plan = [&](std::vector<std::string> layout) {
     layout.insert(layout.begin(), {"plan", r.out});
@@ -222,7 +216,6 @@ TEST(TinyRealConfigs, DeepSeekV3PlansAtLargeEpWithDataParallelAttention) {
 }
 
 TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {
-  SKIP_WITHOUT_SHARED_CONFIGS();
   {
     const Real r("qwen3-30b-a3b");
     const uint64_t layers = r.n("num_hidden_layers");
@@ -254,7 +247,6 @@ TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {
 }
 
 TEST(TinyRealConfigs, DenseModelsHaveTheirBiasesAndNorms) {
-  SKIP_WITHOUT_SHARED_CONFIGS();
   struct Case {
     const char* name;
     uint64_t extra_per_layer;  // Qwen2: q/k/v biases; Qwen3: q/k norms
@@ -279,6 +271,26 @@ TEST(TinyRealConfigs, DenseModelsHaveTheirBiasesAndNorms) {
       r.expect(last + "self_attn.k_norm.weight", DType::kBF16, {head_dim});
     }
   }
+}
+
+// The carried files are the published ones, byte for byte, where an outside copy is at hand.
+TEST(TinyRealConfigs, TheCarriedConfigsEqualAReferenceCopy) {
+  const char* reference = std::getenv("SHARDLOAD_REFERENCE_CONFIGS");
+  if (reference == nullptr || *reference == '\0') {
+    GTEST_SKIP() << "SHARDLOAD_REFERENCE_CONFIGS is not set: no outside copy to compare "
+                 << kConfigs.string() << " with";
+  }
+  size_t compared = 0;
+  for (const fs::directory_entry& model : fs::directory_iterator(kConfigs)) {
+    if (!model.is_directory()) continue;
+    const fs::path theirs = fs::path(reference) / model.path().filename() / "config.json";
+    ASSERT_TRUE(fs::is_regular_file(theirs)) << theirs.string() << " is missing";
+    EXPECT_EQ(testing::read_file((model.path() / "config.json").string()),
+              testing::read_file(theirs.string()))
+        << model.path().filename().string();
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6u);
 }
 
 }  // namespace
