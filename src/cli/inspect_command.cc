@@ -14,6 +14,7 @@
 #include "cli/export_note.h"
 #include "core/plural.h"
 #include "core/shape_text.h"
+#include "model/config_fields.h"
 #include "shardload/checkpoint.h"
 #include "shardload/export.h"
 #include "shardload/model.h"
@@ -64,14 +65,16 @@ std::string describe_config(const nlohmann::json& config) {
   add("hidden", {"hidden_size"});
   add("heads", {"num_attention_heads"});
   add("kv heads", {"num_key_value_heads"});
-  for (std::string_view name : expert_count_fields()) {  // each family's spelling (src/model/arch/)
-    if (auto* value = config_field(config, {std::string(name).c_str()})) {
+  // Each family's name for the expert count, read as plan and load read it: any of its spellings,
+  // and two that disagree are an error (model/config_fields.h).
+  for (std::string_view name : expert_count_fields()) {
+    if (auto* value = config::field(config, std::string(name).c_str())) {
       out += fmt::format(", experts {}", value->dump());
       break;
     }
   }
   add("vocab", {"vocab_size"});
-  add("dtype", {"torch_dtype", "dtype"});
+  if (auto* dtype = config::field(config, "torch_dtype")) out += fmt::format(", dtype {}", dtype->dump());
   return out;
 }
 

@@ -46,9 +46,32 @@ Error config_error(std::string message, std::string field, std::string expected,
                 .found = std::move(found)});
 }
 
-const json* field(const json& config, const char* name) {
+namespace {
+
+const json* present(const json& config, const char* name) {
   auto it = config.find(name);
   return it == config.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace
+
+const json* field(const json& config, const char* name) {
+  const json* value = present(config, name);
+  for (const Spelling& spelling : kSpellings) {
+    if (spelling.name != name) continue;
+    for (const char* other : spelling.also) {
+      const json* also = present(config, other);
+      if (also == nullptr) continue;
+      if (value != nullptr && *value != *also) {
+        throw config_error(
+            "two spellings of one field disagree", name,
+            fmt::format("{} equal to {}", other, name),
+            fmt::format("{} {}, {} {}", name, brief_json(*value), other, brief_json(*also)));
+      }
+      if (value == nullptr) value = also;
+    }
+  }
+  return value;
 }
 
 uint64_t get_uint(const json& config, const char* name, std::optional<uint64_t> fallback) {

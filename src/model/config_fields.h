@@ -5,6 +5,7 @@
 // never quotes more of a bad value than brief_json does.
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -23,8 +24,27 @@ inline constexpr uint64_t kMaxExpertGroups = uint64_t{1} << 16;
 Error config_error(std::string message, std::string field, std::string expected = {},
                    std::string found = {});
 
-// The field, or nullptr when it is absent or null.
+// The field, or nullptr when it is absent or null. A field that producers spell several ways
+// (kSpellings) is found under any of them: every reader of config.json (plan, load, export,
+// inspect, make-tiny --config) takes a checkpoint saved by transformers 5 as one saved before. Two
+// spellings present with different values are an error naming both.
 const nlohmann::json* field(const nlohmann::json& config, const char* name);
+
+// The other names of a field, as transformers' config classes accept them (attribute_map) and as
+// checkpoints of each generation write them (docs/config_fields.md).
+struct Spelling {
+  std::string_view name;                  // the name shardload's messages use
+  std::initializer_list<const char*> also;  // the same field under other names
+};
+inline constexpr Spelling kSpellings[] = {
+    // The routed expert count: transformers 5 writes num_local_experts for every MoE family.
+    {"num_experts", {"num_local_experts"}},                  // Qwen2-MoE, Qwen3-MoE
+    {"num_local_experts", {"num_experts"}},                  // Mixtral
+    {"n_routed_experts", {"num_local_experts"}},             // DeepSeek-V2/V3, GLM-4-MoE
+    {"moe_num_experts", {"num_local_experts", "num_experts"}},  // ERNIE-4.5-MoE
+    // The model dtype: transformers 5 writes dtype, earlier versions torch_dtype.
+    {"torch_dtype", {"dtype"}},
+};
 
 // A non-negative integer no larger than `max` (by default the bound of its name, 2^24 for a name
 // with none); `fallback` when absent, else an error.

@@ -20,8 +20,7 @@ using config::get_positive;
 using config::get_uint;
 
 DType parse_torch_dtype(const json& config) {
-  const json* value = field(config, "torch_dtype");
-  if (value == nullptr) value = field(config, "dtype");
+  const json* value = field(config, "torch_dtype");  // or dtype (kSpellings)
   if (value == nullptr) return DType::kBF16;
   const std::string name = value->is_string() ? value->get<std::string>() : brief_json(*value);
   if (const std::optional<DType> dtype = torch_dtype_from_name(name)) return *dtype;
