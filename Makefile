@@ -30,29 +30,16 @@ demo: build
 	build/shardload export $(DEMO_MODEL) --tp 4 --ep 2 --out build/tiny-qwen3-moe-tp4-ep2 --overwrite
 	PYTHONPATH=build/python /usr/bin/python3 python/examples/demo.py $(DEMO_MODEL)
 
-# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzz targets. The
-# fuzz targets build at the lowest priority while ctest runs: ctest keeps about half a core idle
-# (its mpirun and server tests wait), which the build takes without slowing a test. The campaigns run
-# after, with every core.
-test: deps
-	$(MAKE) --no-print-directory asan-build
-	$(MAKE) --no-print-directory --output-sync=target -j 2 asan-ctest fuzz-build FUZZ_BUILD_PREFIX="nice -n 19"
-	$(MAKE) --no-print-directory fuzz-runs
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzz targets.
+test: test-asan fuzz
 
 # -O1 and line tables only (file:line in sanitizer reports, no variable info): ASan's recommended
 # optimization, and on 2 cores the build took 527 s against 840 s with -O2 -g, the tests 46 s against 41 s.
 SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
 test-asan: deps
-	$(MAKE) --no-print-directory asan-build
-	$(MAKE) --no-print-directory asan-ctest
-
-.PHONY: asan-build asan-ctest fuzz-build fuzz-runs
-asan-build:
 	cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
 	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
 	cmake --build build-asan -j $(JOBS)
-
-asan-ctest:
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 
 # Every entry point that parses untrusted bytes has a libFuzzer target: the safetensors header
@@ -61,15 +48,9 @@ JSON_FUZZ_SECONDS ?= 12
 JSON_FUZZ_TARGETS := config_json_fuzz expert_map_fuzz expert_load_fuzz request_body_fuzz shm_manifest_fuzz \
   export_manifest_fuzz
 fuzz: deps
-	$(MAKE) --no-print-directory fuzz-build
-	$(MAKE) --no-print-directory fuzz-runs
-
-fuzz-build:
 	CXX=clang++ cmake -S . -B build-fuzz $(call generator,build-fuzz) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_FUZZ=ON \
 	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF
-	$(FUZZ_BUILD_PREFIX) cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz $(JSON_FUZZ_TARGETS)
-
-fuzz-runs:
+	cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz $(JSON_FUZZ_TARGETS)
 	$(MAKE) --no-print-directory -j $(JOBS) $(addprefix fuzz-run-,safetensors_header_fuzz $(JSON_FUZZ_TARGETS))
 
 # Each campaign is one process on one core: JOBS of them at once (the same seconds each as one by one).
