@@ -40,7 +40,8 @@ def test_the_next_steps_run_from_a_clone(tmp_path):
     name = f"readme-{uuid.uuid4().hex[:8]}"
     port = str(free_port())
     script = "\n".join(next_steps_blocks())
-    script = script.replace("build/shardload", shardload_bin())
+    # The script runs from the repository root: a relative $SHARDLOAD_BIN is taken from here first.
+    script = script.replace("build/shardload", os.path.abspath(shardload_bin()))
     script = script.replace("build/tiny-qwen3-moe", str(model))
     script = script.replace("/tmp/shardload-readme", str(tmp_path / "out"))
     script = script.replace("shardload-readme", f"shardload-{name}").replace("--name readme", f"--name {name}")
