@@ -39,32 +39,22 @@ std::string human_bytes(uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
 
-// The first of several spellings families use for the same config field.
-const nlohmann::json* config_field(const nlohmann::json& config,
-                                   std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    auto it = config.find(name);
-    if (it != config.end() && !it->is_null()) return &*it;
-  }
-  return nullptr;
-}
-
 std::string describe_config(const nlohmann::json& config) {
   std::string out;
-  if (auto* archs = config_field(config, {"architectures"}); archs && archs->is_array() &&
+  if (auto* archs = config::field(config, "architectures"); archs && archs->is_array() &&
                                                                !archs->empty()) {
     out += archs->front().is_string() ? archs->front().get<std::string>() : archs->front().dump();
   }
-  if (auto* type = config_field(config, {"model_type"}); type && type->is_string()) {
+  if (auto* type = config::field(config, "model_type"); type && type->is_string()) {
     out += fmt::format(" ({})", type->get<std::string>());
   }
-  auto add = [&](std::string_view label, std::initializer_list<const char*> names) {
-    if (auto* value = config_field(config, names)) out += fmt::format(", {} {}", label, value->dump());
+  auto add = [&](std::string_view label, const char* name) {
+    if (auto* value = config::field(config, name)) out += fmt::format(", {} {}", label, value->dump());
   };
-  add("layers", {"num_hidden_layers"});
-  add("hidden", {"hidden_size"});
-  add("heads", {"num_attention_heads"});
-  add("kv heads", {"num_key_value_heads"});
+  add("layers", "num_hidden_layers");
+  add("hidden", "hidden_size");
+  add("heads", "num_attention_heads");
+  add("kv heads", "num_key_value_heads");
   // Each family's name for the expert count, read as plan and load read it: any of its spellings,
   // and two that disagree are an error (model/config_fields.h).
   for (std::string_view name : expert_count_fields()) {
@@ -73,8 +63,8 @@ std::string describe_config(const nlohmann::json& config) {
       break;
     }
   }
-  add("vocab", {"vocab_size"});
-  if (auto* dtype = config::field(config, "torch_dtype")) out += fmt::format(", dtype {}", dtype->dump());
+  add("vocab", "vocab_size");
+  add("dtype", "torch_dtype");  // or dtype
   return out;
 }
 
