@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "core/json_input.h"
+#include "model/arch_table.h"
 #include "model/quantization_config.h"
 #include "shardload/error.h"
 
@@ -17,6 +18,31 @@ Error quant_error(std::string message, std::string field, std::string expected, 
   return Error(ErrorKind::kConfig, std::move(message),
                {.file = "config.json", .field = "quantization_config." + field,
                 .expected = std::move(expected), .found = std::move(found)});
+}
+
+// The modules a checkpoint says it left in the model dtype: vLLM's `ignored_layers`, or the
+// `modules_to_not_convert` of Qwen's and MiniMax's FP8 checkpoints (vLLM reads the second when the
+// first is absent). shardload reads every linear projection (`*_proj`) of an FP8 checkpoint as FP8
+// and every other weight (routers, gates, the LM head) in the model dtype, so a list naming only the
+// latter says what shardload assumes; one naming a projection is a checkpoint with unquantized
+// projections, which shardload refuses instead of reading its bf16 bytes as FP8 codes.
+void check_unquantized_modules(const json& q) {
+  for (const char* field : {"ignored_layers", "modules_to_not_convert"}) {
+    const auto list = q.find(field);
+    if (list == q.end() || list->is_null()) continue;
+    if (!list->is_array()) throw quant_error("not a list of module names", field, "array", list->type_name());
+    for (const json& entry : *list) {
+      if (!entry.is_string()) {
+        throw quant_error("not a module name", field, "strings", brief_json(entry));
+      }
+      const std::string& module = entry.get_ref<const std::string&>();
+      if (arch::is_linear_weight(module + ".weight")) {
+        throw quant_error("a linear projection left unquantized in an FP8 checkpoint is not supported",
+                          field, "only routers, gates and lm_head (modules shardload keeps unquantized)",
+                          brief_json(entry));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -53,6 +79,7 @@ void read_quantization(const json& config, ModelConfig& m) {
   if (const auto fmt_it = q.find("fmt"); fmt_it != q.end() && *fmt_it != "e4m3") {
     throw quant_error("unsupported FP8 format", "fmt", "e4m3", brief_json(*fmt_it));
   }
+  check_unquantized_modules(q);
   const auto block = q.find("weight_block_size");
   if (block == q.end() || block->is_null()) {
     m.quantization = Quantization::kFp8;

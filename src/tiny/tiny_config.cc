@@ -35,16 +35,37 @@ json common(const TinyModel& m) {
   };
 }
 
+// The linear layers the generator leaves in the model dtype (routers, shared-expert gates, the LM
+// head): every 2-D weight but the embeddings that is not FP8. Real FP8 checkpoints (Qwen3's) list
+// them in modules_to_not_convert; an engine that is not told builds them as FP8 linears and reads
+// their bf16 bytes as FP8 codes.
+json unquantized_linears(const TinyModel& m) {
+  json modules = json::array();
+  for (const TensorSpec& spec : model_tensors(m)) {
+    if (spec.quant != Quant::kNone || spec.shape.size() != 2 || !spec.name.ends_with(".weight") ||
+        spec.name.find("embed_tokens.") != std::string::npos) {
+      continue;
+    }
+    modules.push_back(spec.name.substr(0, spec.name.size() - std::string_view(".weight").size()));
+  }
+  return modules;
+}
+
 // The quantization_config of AutoFP8 / vLLM "fp8" checkpoints, or of DeepSeek-V3's block FP8.
 json quantization_config(const TinyModel& m) {
+  json q;
   if (m.quant == Quant::kFp8Block) {
-    return {{"quant_method", "fp8"},
-            {"activation_scheme", "dynamic"},
-            {"fmt", "e4m3"},
-            {"weight_block_size", json::array({kFp8Block, kFp8Block})}};
+    q = {{"quant_method", "fp8"},
+         {"activation_scheme", "dynamic"},
+         {"fmt", "e4m3"},
+         {"weight_block_size", json::array({kFp8Block, kFp8Block})}};
+  } else {
+    q = {{"quant_method", "fp8"}, {"activation_scheme", m.static_activations ? "static" : "dynamic"}};
   }
-  return {{"quant_method", "fp8"},
-          {"activation_scheme", m.static_activations ? "static" : "dynamic"}};
+  if (json modules = unquantized_linears(m); !modules.empty()) {
+    q["modules_to_not_convert"] = std::move(modules);
+  }
+  return q;
 }
 
 }  // namespace

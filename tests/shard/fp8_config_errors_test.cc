@@ -111,5 +111,38 @@ TEST(Fp8ConfigErrors, OtherQuantizationMethodsAreRefused) {
   }
 }
 
+// Qwen3's FP8 checkpoints list their routers and LM head in modules_to_not_convert (vLLM reads
+// ignored_layers, then that): what shardload keeps unquantized anyway plans; a projection listed there
+// would be bf16 bytes where shardload reads FP8 codes, and is refused naming the field and the module.
+TEST(Fp8ConfigErrors, UnquantizedModulesListedAreRoutersOrHeadsOnly) {
+  testing::TempDir tmp;
+  nlohmann::json config = block_fp8_llama();
+  config["quantization_config"]["modules_to_not_convert"] = {"lm_head"};
+  const std::string listed = tmp.file("listed");
+  testing::write_handmade(listed, config, with_fp8_projections(config, true), 1);
+  EXPECT_EQ(plan_at(listed, 1).quantization, Quantization::kFp8Block);
+
+  for (const char* field : {"ignored_layers", "modules_to_not_convert"}) {
+    nlohmann::json bad = block_fp8_llama();
+    bad["quantization_config"][field] = {"lm_head", "model.layers.0.self_attn.o_proj"};
+    const std::string dir = tmp.file(std::string("bad-") + field);
+    testing::write_handmade(dir, bad, with_fp8_projections(bad, true), 1);
+    try {
+      plan_at(dir, 1);
+      ADD_FAILURE() << field << " naming a projection must be refused";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << what;
+      EXPECT_NE(what.find(std::string("quantization_config.") + field), std::string::npos) << what;
+      EXPECT_NE(what.find("model.layers.0.self_attn.o_proj"), std::string::npos) << what;
+    }
+  }
+  nlohmann::json malformed = block_fp8_llama();
+  malformed["quantization_config"]["ignored_layers"] = "lm_head";
+  const std::string dir = tmp.file("malformed");
+  testing::write_handmade(dir, malformed, with_fp8_projections(malformed, true), 1);
+  EXPECT_THROW(plan_at(dir, 1), Error);
+}
+
 }  // namespace
 }  // namespace shardload

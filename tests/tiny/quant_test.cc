@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -194,6 +195,35 @@ TEST_P(Quantized, ProjectionsAreFp8WithScalesAndTheRestKeepsItsDtype) {
     if (f.has(never)) {
       EXPECT_EQ(f.tensors.at(never).dtype, DType::kBF16) << never;
     }
+  }
+}
+
+// The routers and the LM head stay bf16, and the config says so as Qwen3's FP8 checkpoints do
+// (modules_to_not_convert): an engine not told so builds them as FP8 linears over bf16 bytes.
+TEST_P(Quantized, ConfigListsEveryLinearItLeftUnquantized) {
+  const Fixture& f = fixture();
+  std::set<std::string> expected;
+  for (const auto& [name, info] : f.tensors) {
+    if (info.shape.size() == 2 && info.dtype != DType::kF8E4M3 && name.ends_with(".weight") &&
+        name.find("embed_tokens") == std::string::npos) {
+      expected.insert(name.substr(0, name.size() - 7));
+    }
+  }
+  EXPECT_TRUE(expected.count("lm_head") || f.config.at("tie_word_embeddings") == true);
+  const json& q = f.config.at("quantization_config");
+  ASSERT_TRUE(q.contains("modules_to_not_convert")) << q.dump();
+  const auto listed = q.at("modules_to_not_convert").get<std::set<std::string>>();
+  EXPECT_EQ(listed, expected);
+  for (const std::string& m : listed) {
+    EXPECT_TRUE(m == "lm_head" || m.ends_with(".gate") || m.ends_with("shared_expert_gate") ||
+                m.ends_with("shared_head.head"))
+        << m;
+  }
+  if (f.config.contains("num_experts") || f.config.contains("n_routed_experts") ||
+      f.config.contains("num_local_experts")) {
+    EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [](const std::string& m) {
+      return m.ends_with(".gate");
+    })) << "a MoE lists its routers";
   }
 }
 
