@@ -6,8 +6,8 @@ packages=(
   cmake make ninja-build g++ pkg-config time curl
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev liburing-dev libcpp-httplib-dev
-  clang libclang-rt-14-dev   # libFuzzer for the header fuzz target
+  libxxhash-dev liburing-dev libcpp-httplib-dev libre2-dev
+  clang libclang-rt-14-dev   # the sanitized suite's compiler, and libFuzzer
   libopenmpi-dev openmpi-bin  # distributed loads over MPI (mpirun) and their tests
   # The Python package: its extension, its tests and `pip install .` into a venv.
   python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-numpy python3-torch python3-pytest

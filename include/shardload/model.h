@@ -46,6 +46,17 @@ enum class Quantization {
 // "none", "fp8", "fp8-block", "fp8-dynamic" (the manifest's spelling).
 std::string_view quantization_name(Quantization quantization);
 
+// Who wrote the FP8 checkpoint: the "fp8" quant_method (AutoFP8, DeepSeek, Qwen), or llm-compressor's
+// "compressed-tensors" (docs/layout.md "compressed-tensors FP8"), whose scales are all `weight_scale`.
+enum class QuantFormat { kFp8, kCompressedTensors };
+// compressed-tensors weights.strategy: one scale per tensor, per output row, or per block.
+enum class WeightStrategy { kTensor, kChannel, kBlock };
+std::string_view weight_strategy_name(WeightStrategy strategy);  // "tensor", "channel", "block"
+
+// block_cols of per-channel scales, planned as blocks of one row by a whole row: larger than any
+// dimension (config values stop at 2^20), so a row is always one block wide.
+inline constexpr uint64_t kWholeRow = uint64_t{1} << 40;
+
 // What the sharding tables need from config.json, with the defaults of docs/layout.md applied.
 // Zero means "the model has no such thing".
 struct ModelConfig {
@@ -83,6 +94,15 @@ struct ModelConfig {
   bool static_activations = false;  // activation_scheme "static": input_scale tensors
   uint64_t block_rows = 0;          // weight_block_size, block FP8 only
   uint64_t block_cols = 0;
+  // compressed-tensors: tensor is kFp8, block is kFp8Block, channel is kFp8Block with 1 x kWholeRow
+  // blocks; the modules quantized are those a config group targets and `ignore` does not name.
+  QuantFormat quant_format = QuantFormat::kFp8;
+  WeightStrategy weight_strategy = WeightStrategy::kTensor;
+  std::vector<std::string> quant_targets;
+  std::vector<std::string> quant_ignore;
+  // Whether the checkpoint quantizes linear module `module` (e.g. model.layers.0.mlp.down_proj):
+  // always for the "fp8" format; by targets and ignore for compressed-tensors.
+  bool module_quantized(std::string_view module) const;
 
   bool is_moe() const { return experts > 0; }
   // Multi-head latent attention: one latent KV for all heads, so no kv head is split.
@@ -92,5 +112,9 @@ struct ModelConfig {
   // Throws Error(kConfig) naming the field for a missing or malformed one, or an unknown architecture.
   static ModelConfig from_json(const nlohmann::json& config);
 };
+
+// The quantization an export's shardload.json names: "compressed-tensors" for that format (with
+// weight_strategy and activation_scheme beside it), else quantization_name(loaded).
+std::string_view quantization_label(const ModelConfig& model, Quantization loaded);
 
 }  // namespace shardload

@@ -66,7 +66,7 @@ def load_export(export_dir):
 
 # The plan fields verify reads, as an export's shardload.json spells them.
 _LAYOUT_FIELDS = ("tp_size", "ep_size", "moe_tp_size", "dp_size", "dp_style", "scopes", "physical_to_logical_map",
-                  "quantization", "row_bias", "no_split_shared_experts")
+                  "quantization", "weight_strategy", "row_bias", "no_split_shared_experts")
 
 
 def load_with_library(model_dir, layout_kwargs):

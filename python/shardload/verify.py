@@ -130,7 +130,9 @@ class _Verifier:
         if rd == "F8_E4M3":
             if any(d != "F8_E4M3" for d in ckpt_dtypes):
                 return "fp8"  # dynamic quantization
-            return "fp8" if self.lay.quantization == "fp8" and n_parts > 1 else "exact"  # static fused requant
+            requantized = self.lay.quantization == "fp8" or (
+                self.lay.quantization == "compressed-tensors" and self.lay.weight_strategy == "tensor")
+            return "fp8" if requantized and n_parts > 1 else "exact"  # static fused requant
         return "cast" if any(narrowing(rd, d) for d in ckpt_dtypes) else "exact"
 
     def _tol(self, kind, rank_weight, bound_sq=None, ref_sq=None):

@@ -31,6 +31,8 @@ class Layout:
                 v not in ("world", "attention", "replicated") for v in self.scopes.values()):
             raise VerifyError(f"scopes must map groups to world, attention or replicated: {self.scopes}")
         self.quantization = layout.get("quantization", "none")
+        # compressed-tensors: tensor, channel or block (only per-tensor scales are requantized).
+        self.weight_strategy = layout.get("weight_strategy")
 
     def scope(self, group):
         if group == "replicated":

@@ -81,8 +81,15 @@ def dequant(codes, what, part_rows, scale=None, scale_inv=None):
         return codes.double(), None
     if sum(part_rows) != codes.shape[0]:
         raise VerifyError(f"{what}: parts {list(part_rows)} do not cover {codes.shape[0]} rows")
+    if scale is not None and scale.dim() == 2:
+        # compressed-tensors: weight_scale [rows, 1] is one scale per row (channel); any other 2-D
+        # weight_scale is a 128x128 block grid under the name the "fp8" format gives weight_scale_inv.
+        if tuple(scale.shape) == (codes.shape[0], 1):
+            scale, scale_inv, s = None, None, scale.double().expand(codes.shape[0], codes.shape[1])
+            return decode_e4m3(codes) * s, s
+        scale, scale_inv = None, scale
     if scale_inv is not None:
-        s = _expand_block_rows(scale_inv, part_rows, codes.shape[1])
+        s = _expand_block_rows(scale_inv.double(), part_rows, codes.shape[1])
     elif scale is not None:
         s = _per_part_scale(scale, part_rows, codes.shape[1], what)
     else:

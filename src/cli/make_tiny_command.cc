@@ -49,12 +49,13 @@ void add_make_tiny_command(CLI::App& app) {
   CLI::Option* quant =
       cmd->add_option(
              "--quant", options->quant,
-             "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM) or fp8-block "
-             "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size)")
+             "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM), fp8-block "
+             "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size), or "
+             "llm-compressor's compressed-tensors FP8: ct-fp8-tensor, ct-fp8-channel, ct-fp8-block")
           ->capture_default_str();
   CLI::Option* scheme = cmd->add_option(
       "--activation-scheme", options->activation_scheme,
-      "With --quant fp8: static (default; an input_scale per projection) or dynamic");
+      "With --quant fp8 or ct-fp8-tensor: static (default; an input_scale per projection) or dynamic");
   CLI::Option* sparse = cmd->add_flag(
       "--sparse", options->sparse,
       "Write headers and index only: tensor data are holes (zeros, no disk blocks), for planning");

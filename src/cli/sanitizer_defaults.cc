@@ -1,6 +1,15 @@
 // The sanitizer runtime's defaults for both programs (linked into shardload and shardload-serve only;
 // ASAN_OPTIONS and LSAN_OPTIONS still override them). A build without AddressSanitizer has nothing here.
+// g++ says __SANITIZE_ADDRESS__; clang before 16 only __has_feature(address_sanitizer).
 #if defined(__SANITIZE_ADDRESS__)
+#define SHARDLOAD_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHARDLOAD_ADDRESS_SANITIZER 1
+#endif
+#endif
+
+#if defined(SHARDLOAD_ADDRESS_SANITIZER)
 #include <sanitizer/asan_interface.h>
 
 // intercept_tls_get_addr=0: the runtime of GCC up to 13 (and LLVM up to 16) takes a dynamic TLS block

@@ -127,7 +127,7 @@ Plan plan_of_export(const std::string& dir, const nlohmann::json& manifest,
                 std::move(details));
   }
   check_planned(manifest, "architecture", plan.model.architecture, manifest_file);
-  check_planned(manifest, "quantization", quantization_name(plan.quantization), manifest_file);
+  check_planned(manifest, "quantization", quantization_label(plan.model, plan.quantization), manifest_file);
   // A model with experts has their map, with as many redundant experts as it places.
   const bool moe = plan.physical_experts > 0;
   check_planned(manifest, "physical_to_logical_map",

@@ -90,11 +90,15 @@ class ScaleCheck {
       if (checkpoint_ != nullptr && source.file < checkpoint_->files().size()) {
         details.file = checkpoint_->files()[source.file].path();
       }
-      if (plan_.quantization == Quantization::kFp8Block) {  // the grid of weight_scale_inv
+      if (plan_.quantization == Quantization::kFp8Block) {  // the grid of weight_scale(_inv)
         const uint64_t index = (at - piece->dst_offset) / sizeof(float);
-        where.push_back(fmt::format("block (row {}, column {})",
-                                    piece->row_begin + index / piece->cols(),
-                                    piece->col_begin + index % piece->cols()));
+        const uint64_t row = piece->row_begin + index / piece->cols();
+        if (plan_.model.block_cols == kWholeRow) {  // per-channel: one scale per weight row
+          where.push_back(fmt::format("row {}", row));
+        } else {
+          where.push_back(fmt::format("block (row {}, column {})", row,
+                                      piece->col_begin + index % piece->cols()));
+        }
       }
     }
     const PlanModule& module = plan_.modules[param.module];

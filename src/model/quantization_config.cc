@@ -57,16 +57,36 @@ std::string_view quantization_name(Quantization quantization) {
   return "?";
 }
 
+std::string_view quantization_label(const ModelConfig& model, Quantization loaded) {
+  return model.quant_format == QuantFormat::kCompressedTensors ? "compressed-tensors"
+                                                                : quantization_name(loaded);
+}
+
+std::string_view weight_strategy_name(WeightStrategy strategy) {
+  switch (strategy) {
+    case WeightStrategy::kTensor: return "tensor";
+    case WeightStrategy::kChannel: return "channel";
+    case WeightStrategy::kBlock: return "block";
+  }
+  return "?";
+}
+
 void read_quantization(const json& config, ModelConfig& m) {
-  const auto it = config.find("quantization_config");
+  auto it = config.find("quantization_config");
+  // Checkpoints of compressed-tensors before it was a transformers quantizer call it so.
+  if (it == config.end() || it->is_null()) it = config.find("compression_config");
   if (it == config.end() || it->is_null()) return;
   const json& q = *it;
   if (!q.is_object()) throw quant_error("not a JSON object", "", "object", q.type_name());
   const auto method = q.find("quant_method");
   const std::string name = method == q.end() ? "(missing)" : method->is_string() ? method->get<std::string>()
                                                                                   : brief_json(*method);
+  if (name == "compressed-tensors") {
+    read_compressed_tensors(q, m);
+    return;
+  }
   if (name != "fp8") {
-    throw quant_error("unsupported quantization method", "quant_method", "fp8", name);
+    throw quant_error("unsupported quantization method", "quant_method", "fp8 or compressed-tensors", name);
   }
   const auto scheme = q.find("activation_scheme");
   const std::string activations =

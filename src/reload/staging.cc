@@ -195,12 +195,25 @@ void check_same_layout(const Plan& live, const Plan& next, const std::string& mo
                  .expected = fmt::format("{}", live.ranks.size()),
                  .found = fmt::format("{}", next.ranks.size())});
   }
-  if (live.quantization != next.quantization) {
+  // The same scheme, down to the scales' grid: a channel-wise update of per-tensor weights would
+  // change the scales' shapes under captured graphs.
+  const auto scheme = [](const Plan& plan) {
+    const ModelConfig& m = plan.model;
+    std::string text(quantization_label(m, plan.quantization));
+    if (m.quant_format == QuantFormat::kCompressedTensors) {
+      text += fmt::format(" ({} weights)", weight_strategy_name(m.weight_strategy));
+    }
+    if (plan.quantization == Quantization::kFp8Block) {
+      text += fmt::format(" blocks {}x{}", m.block_rows, m.block_cols == kWholeRow ? 0 : m.block_cols);
+    }
+    return text;
+  };
+  if (scheme(live) != scheme(next)) {
     throw Error(ErrorKind::kConflict, "the update has another quantization than the live weights",
                 {.file = model_path,
                  .field = "quantization_config",
-                 .expected = std::string(quantization_name(live.quantization)),
-                 .found = std::string(quantization_name(next.quantization))});
+                 .expected = scheme(live),
+                 .found = scheme(next)});
   }
   for (size_t r = 0; r < live.ranks.size(); ++r) {
     const RankPlan& a = live.ranks[r];

@@ -48,7 +48,7 @@ nlohmann::json static_info(const ShmStore& store) {
                          {"tp_size", plan.parallel.tp},
                          {"ep_size", plan.parallel.ep},
                          {"dtype", dtype_name(plan.dtype)},
-                         {"quantization", quantization_name(plan.quantization)},
+                         {"quantization", quantization_label(plan.model, plan.quantization)},
                          {"shm_dir", store.dir()}};
   add_dp_fields(plan.parallel, info);
   return info;

@@ -154,16 +154,38 @@ class Planner {
         plan_.physical_to_logical.empty() ? 0 : static_cast<int>(plan_.physical_to_logical[0].size());
   }
 
+  // Whether the checkpoint holds this linear layer in FP8: always for the "fp8" format; for
+  // compressed-tensors, as its targets and ignore lists say, alike for every part and expert (a
+  // fused layer half FP8 and half not cannot be one rank tensor).
+  bool checkpoint_quantizes(const Instance& inst) const {
+    if (model().quant_format != QuantFormat::kCompressedTensors) return true;
+    std::optional<bool> all;
+    std::string first;
+    for (const auto& names : inst.sources) {
+      for (const std::string& name : names) {
+        const std::string_view module = std::string_view(name).substr(0, name.rfind('.'));
+        const bool quantized = model().module_quantized(module);
+        if (all && *all != quantized) {
+          throw Error(ErrorKind::kConfig,
+                      "the parts of one fused layer must all be quantized alike (quantization_config "
+                      "targets and ignore)",
+                      {.file = "config.json", .tensor = name, .field = inst.target,
+                       .expected = fmt::format("{} like {}", *all ? "FP8" : "unquantized", first),
+                       .found = quantized ? "FP8" : "unquantized"});
+        }
+        if (!all) first = std::string(module);
+        all = quantized;
+      }
+    }
+    return all.value_or(true);
+  }
+
   void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix) {
     Instance inst;
     inst.rule = &rule;
     inst.layer = layer;
     inst.moe_layer = moe_layer;
     inst.target = prefix + rule.target;
-    inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target);
-    const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
-    const std::string_view scale_suffix =
-        plan_.quantization == Quantization::kFp8Block ? "weight_scale_inv" : "weight_scale";
     const size_t experts = rule.group == Group::kExperts ? model().experts : 1;
     inst.sources.reserve(experts);
     for (size_t x = 0; x < experts; ++x) {
@@ -172,7 +194,17 @@ class Planner {
       for (const Part& part : rule.parts) {
         names.push_back(source_name(prefix, part.source, x));
       }
-      if (!checkpoint_scales) continue;
+    }
+    inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target) &&
+                     checkpoint_quantizes(inst);
+    const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
+    // compressed-tensors names every scale weight_scale; the "fp8" format's blocks weight_scale_inv.
+    const std::string_view scale_suffix = plan_.quantization == Quantization::kFp8Block &&
+                                                  model().quant_format == QuantFormat::kFp8
+                                              ? "weight_scale_inv"
+                                              : "weight_scale";
+    for (size_t x = 0; checkpoint_scales && x < experts; ++x) {
+      const std::vector<std::string>& names = inst.sources[x];
       std::vector<std::string>& scales = inst.weight_scales.emplace_back();
       std::vector<std::string>& inputs = inst.input_scales.emplace_back();
       for (const std::string& name : names) {
@@ -604,6 +636,7 @@ class Planner {
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
                      const char* dim) {
       if (begin == 0 && end == full) return;
+      if (block == kWholeRow) return;  // per-channel scales: one column for the whole row, never cut
       if (begin % block != 0 || (end % block != 0 && end != full)) {
         throw Error(ErrorKind::kInvalidArgument,
                     fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide FP8 "
@@ -627,7 +660,8 @@ class Planner {
       grid_cols = ceil_div(b.col_end - b.col_begin, bc);
     }
     PlanParam scale;
-    scale.name = with_suffix(inst.target, "weight_scale_inv");
+    scale.name = with_suffix(inst.target, model().quant_format == QuantFormat::kFp8 ? "weight_scale_inv"
+                                                                                    : "weight_scale");
     scale.module = module;
     scale.role = ParamRole::kWeightScale;
     scale.dtype = DType::kF32;

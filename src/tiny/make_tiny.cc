@@ -148,10 +148,11 @@ tiny::Quant parse_quant_options(const TinyOptions& options, bool& static_activat
                  .found = options.quant});
   }
   const std::string& scheme = options.activation_scheme;
-  if (!scheme.empty() && *quant != tiny::Quant::kFp8) {
-    throw Error(ErrorKind::kInvalidArgument, "an activation scheme needs --quant fp8",
+  // Static activation scales go with per-tensor weights only (the engines refuse the others).
+  if (!scheme.empty() && *quant != tiny::Quant::kFp8 && *quant != tiny::Quant::kCtTensor) {
+    throw Error(ErrorKind::kInvalidArgument, "an activation scheme needs --quant fp8 or ct-fp8-tensor",
                 {.field = "activation-scheme",
-                 .expected = "--quant fp8",
+                 .expected = "--quant fp8 or ct-fp8-tensor",
                  .found = fmt::format("--quant {}", options.quant)});
   }
   if (!scheme.empty() && scheme != "static" && scheme != "dynamic") {
@@ -189,8 +190,8 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
   }
   bool static_activations = true;
   const tiny::Quant quant = parse_quant_options(options, static_activations);
-  tiny::TinyModel model = quant == tiny::Quant::kFp8Block ? tiny::block_fp8_model(*family)
-                                                          : tiny::default_model(*family);
+  tiny::TinyModel model = tiny::is_block_quant(quant) ? tiny::block_fp8_model(*family)
+                                                      : tiny::default_model(*family);
   tiny::apply_counts(model, options.layers, options.experts);
   if (options.size_bytes > kMaxSizeBytes) {
     throw Error(ErrorKind::kInvalidArgument, "size too large",
@@ -198,7 +199,7 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
                  .expected = fmt::format("at most {} bytes", kMaxSizeBytes),
                  .found = std::to_string(options.size_bytes)});
   }
-  if (options.size_bytes > 0 && quant == tiny::Quant::kFp8Block) {
+  if (options.size_bytes > 0 && tiny::is_block_quant(quant)) {
     // Growing the sizes would break the 128-multiples that every TP split of block FP8 needs.
     throw Error(ErrorKind::kInvalidArgument, "--size cannot be combined with --quant fp8-block",
                 {.field = "size",

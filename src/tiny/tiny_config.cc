@@ -3,6 +3,7 @@
 
 #include "tiny/tiny_config.h"
 
+#include <algorithm>
 #include <string>
 
 #include "tiny/tiny_quant.h"
@@ -51,8 +52,65 @@ json unquantized_linears(const TinyModel& m) {
   return modules;
 }
 
+// An `ignore` entry for an unquantized linear as llm-compressor's examples write them: lm_head by
+// name, a layer's module by a pattern over every layer (re:.*mlp\.gate$).
+std::string ignore_entry(const std::string& module) {
+  const std::string_view layers = "model.layers.";
+  if (!module.starts_with(layers)) return module;
+  const size_t dot = module.find('.', layers.size());
+  std::string pattern = "re:.*";
+  for (char c : std::string_view(module).substr(dot + 1)) {
+    if (c == '.') pattern += '\\';
+    pattern += c;
+  }
+  return pattern + "$";
+}
+
+// llm-compressor's quantization_config for FP8_DYNAMIC (channel), FP8_BLOCK and static FP8 (tensor).
+json compressed_tensors_config(const TinyModel& m) {
+  const bool block = m.quant == Quant::kCtBlock;
+  const char* strategy = m.quant == Quant::kCtTensor ? "tensor" : block ? "block" : "channel";
+  json weights = {{"num_bits", 8},         {"type", "float"},         {"symmetric", true},
+                  {"strategy", strategy},  {"dynamic", false},        {"group_size", nullptr},
+                  {"block_structure", block ? json::array({kFp8Block, kFp8Block}) : json(nullptr)},
+                  {"actorder", nullptr},   {"observer", "minmax"},    {"observer_kwargs", json::object()}};
+  const bool static_inputs = m.quant == Quant::kCtTensor && m.static_activations;
+  json inputs = {{"num_bits", 8},
+                 {"type", "float"},
+                 {"symmetric", true},
+                 {"strategy", static_inputs ? "tensor" : block ? "group" : "token"},
+                 {"dynamic", !static_inputs},
+                 {"group_size", block ? json(kFp8Block) : json(nullptr)},
+                 {"block_structure", nullptr},
+                 {"actorder", nullptr},
+                 {"observer", static_inputs ? json("minmax") : json(nullptr)},
+                 {"observer_kwargs", json::object()}};
+  json ignore = json::array();
+  for (const json& module : unquantized_linears(m)) {
+    const std::string entry = ignore_entry(module.get<std::string>());
+    if (std::find(ignore.begin(), ignore.end(), entry) == ignore.end()) ignore.push_back(entry);
+  }
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", json::array({"Linear"})},
+              {"weights", std::move(weights)},
+              {"input_activations", std::move(inputs)},
+              {"output_activations", nullptr},
+              {"format", "float-quantized"}}}}},
+          {"ignore", std::move(ignore)},
+          {"kv_cache_scheme", nullptr},
+          {"sparsity_config", json::object()},
+          {"transform_config", json::object()},
+          {"global_compression_ratio", nullptr},
+          {"version", "0.12.2"}};
+}
+
 // The quantization_config of AutoFP8 / vLLM "fp8" checkpoints, or of DeepSeek-V3's block FP8.
 json quantization_config(const TinyModel& m) {
+  if (is_compressed_tensors(m.quant)) return compressed_tensors_config(m);
   json q;
   if (m.quant == Quant::kFp8Block) {
     q = {{"quant_method", "fp8"},

@@ -72,6 +72,16 @@ bool fit_moe_layers(TinyModel& m, const std::vector<bool>& want) {
 }
 
 Quant quant_of(const ModelConfig& c, const std::string& file) {
+  if (c.quant_format == QuantFormat::kCompressedTensors) {
+    if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
+    if (c.weight_strategy == WeightStrategy::kChannel) return Quant::kCtChannel;
+    if (c.block_rows != kFp8Block || c.block_cols != kFp8Block) {
+      throw config_error(file, "make-tiny writes 128 x 128 FP8 blocks only",
+                         "quantization_config.config_groups.*.weights.block_structure", "[128, 128]",
+                         fmt::format("[{}, {}]", c.block_rows, c.block_cols));
+    }
+    return Quant::kCtBlock;
+  }
   switch (c.quantization) {
     case Quantization::kNone:
       return Quant::kNone;
@@ -116,7 +126,8 @@ std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig
       {"qk_nope_head_dim", std::to_string(c.qk_nope_head_dim)},
       {"qk_rope_head_dim", std::to_string(c.qk_rope_head_dim)},
       {"v_head_dim", std::to_string(c.v_head_dim)},
-      {"quantization_config", std::string(quantization_name(c.quantization))},
+      {"quantization_config", std::string(quantization_label(c, c.quantization))},
+      {"quantization_config weights.strategy", std::string(weight_strategy_name(c.weight_strategy))},
       {"quantization_config.activation_scheme", c.static_activations ? "static" : "dynamic"},
       {"quantization_config.weight_block_size",
        fmt::format("[{}, {}]", c.block_rows, c.block_cols)},

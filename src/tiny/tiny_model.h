@@ -14,7 +14,14 @@ namespace shardload::tiny {
 
 // The weight format of the checkpoint (--quant): bf16 throughout, FP8 projections with a float32
 // scale per tensor (AutoFP8 / vLLM "fp8"), or with a float32 scale per 128x128 block (DeepSeek-V3).
-enum class Quant { kNone, kFp8, kFp8Block };
+// The "fp8" format's per-tensor and 128-block FP8, and llm-compressor's compressed-tensors FP8 by
+// weight strategy (per tensor, per output row, per 128-block).
+enum class Quant { kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock };
+// 128 x 128 blocks: the geometry every tp split must respect.
+inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
+inline bool is_compressed_tensors(Quant q) {
+  return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock;
+}
 
 // Every dimension and count of a generated model (arch::TinySizes), its family and its weight
 // format; the config.json fields and the tensor shapes both come from here, so they cannot disagree.

@@ -96,8 +96,8 @@ Grid grid_of(const std::string& weight, const Shape& shape, Quant quant) {
                 {.tensor = weight});
   }
   Grid g{.rows = shape[0], .cols = shape[1]};
-  g.block_rows = quant == Quant::kFp8Block ? kFp8Block : g.rows;
-  g.block_cols = quant == Quant::kFp8Block ? kFp8Block : g.cols;
+  g.block_rows = is_block_quant(quant) ? kFp8Block : quant == Quant::kCtChannel ? 1 : g.rows;
+  g.block_cols = is_block_quant(quant) ? kFp8Block : g.cols;
   g.grid_rows = (g.rows + g.block_rows - 1) / g.block_rows;
   g.grid_cols = (g.cols + g.block_cols - 1) / g.block_cols;
   return g;
@@ -115,9 +115,10 @@ std::vector<float> reference_values(const std::string& weight, const Shape& shap
   return values;
 }
 
-// One scale per block, row-major over the grid: amax / kFp8E4m3Max times the block's factor.
+// One scale per block, row-major over the grid: amax / kFp8E4m3Max times the block's factor (in
+// the scales' stored dtype, so that codes and scales dequantize to what was meant).
 std::vector<float> block_scales(const std::vector<float>& w, const Grid& g, uint64_t seed,
-                                std::string_view module) {
+                                std::string_view module, DType stored) {
   std::vector<float> amax(g.grid_rows * g.grid_cols, 0.0f);
   for (uint64_t r = 0; r < g.rows; ++r) {
     float* row_amax = amax.data() + (r / g.block_rows) * g.grid_cols;
@@ -130,6 +131,11 @@ std::vector<float> block_scales(const std::vector<float>& w, const Grid& g, uint
   for (uint64_t b = 0; b < amax.size(); ++b) {
     // An all-zero block would give 0/0; the dynamic quantizer uses the same floor.
     amax[b] = std::max(amax[b], kFp8AmaxFloor) / kFp8E4m3Max * scale_factor(seed, module, b);
+  }
+  if (stored != DType::kF32) {
+    std::vector<std::byte> rounded(amax.size() * dtype_bits(stored) / 8);
+    convert(DType::kF32, amax.data(), stored, rounded.data(), amax.size());
+    convert(stored, rounded.data(), DType::kF32, amax.data(), amax.size());
   }
   return amax;
 }
@@ -145,11 +151,12 @@ void write_codes(const std::vector<float>& w, const std::vector<float>& scales, 
   }
 }
 
-void write_floats(const std::vector<float>& values, std::span<std::byte> out) {
-  if (out.size() != values.size() * sizeof(float)) {
+// Scales in their stored dtype: F32, or the model's BF16 as llm-compressor writes them.
+void write_floats(const std::vector<float>& values, DType dtype, std::span<std::byte> out) {
+  if (out.size() != values.size() * dtype_bits(dtype) / 8) {
     throw Error(ErrorKind::kInvalidArgument, "scale tensor size does not match its weight's grid");
   }
-  std::memcpy(out.data(), values.data(), out.size());
+  convert(DType::kF32, values.data(), dtype, out.data(), values.size());
 }
 
 // The tensors of one module in this call; any may be absent (in another shard).
@@ -162,7 +169,8 @@ struct Group {
 void fill_group(const Group& group, uint64_t seed) {
   if (group.input != nullptr) {
     const std::string& name = group.input->spec->name;
-    write_floats({0.01f + 0.09f * uniform(seed, name, kInputSalt, 0)}, group.input->out);
+    write_floats({0.01f + 0.09f * uniform(seed, name, kInputSalt, 0)}, group.input->spec->dtype,
+                 group.input->out);
   }
   if (group.weight == nullptr && group.scale == nullptr) return;
   const TensorSpec& any = group.weight != nullptr ? *group.weight->spec : *group.scale->spec;
@@ -171,22 +179,27 @@ void fill_group(const Group& group, uint64_t seed) {
   const Shape& shape = group.weight != nullptr ? any.shape : any.weight_shape;
   const Grid grid = grid_of(weight, shape, any.quant);
   const std::vector<float> values = reference_values(weight, shape, seed);
-  const std::vector<float> scales = block_scales(values, grid, seed, module);
+  const DType stored = is_compressed_tensors(any.quant) ? DType::kBF16 : DType::kF32;
+  const std::vector<float> scales = block_scales(values, grid, seed, module, stored);
   if (group.weight != nullptr) write_codes(values, scales, grid, group.weight->out);
-  if (group.scale != nullptr) write_floats(scales, group.scale->out);
+  if (group.scale != nullptr) write_floats(scales, stored, group.scale->out);
 }
 
 }  // namespace
 
 const std::vector<std::string>& quant_names() {
-  static const std::vector<std::string> names = {"none", "fp8", "fp8-block"};
+  static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
+                                                 "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block"};
   return names;
 }
 
 std::optional<Quant> parse_quant(std::string_view name) {
-  if (name == "none") return Quant::kNone;
-  if (name == "fp8") return Quant::kFp8;
-  if (name == "fp8-block") return Quant::kFp8Block;
+  static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
+                                       Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock};
+  const auto& names = quant_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return kInOrder[i];
+  }
   return std::nullopt;
 }
 
@@ -195,6 +208,17 @@ std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shap
   const Grid g = grid_of(module + ".weight", shape, quant);
   std::vector<TensorSpec> specs;
   specs.push_back({module + ".weight", DType::kF8E4M3, shape, ValueKind::kWeight, quant});
+  if (is_compressed_tensors(quant)) {
+    // llm-compressor: every scale is weight_scale, in the model dtype; per tensor it is [1].
+    const Shape scale_shape =
+        quant == Quant::kCtTensor ? Shape{1} : Shape{g.grid_rows, g.grid_cols};
+    specs.push_back({module + ".weight_scale", DType::kBF16, scale_shape, ValueKind::kWeightScale,
+                     quant, shape});
+    if (quant == Quant::kCtTensor && static_activations) {
+      specs.push_back({module + ".input_scale", DType::kBF16, {1}, ValueKind::kInputScale, quant});
+    }
+    return specs;
+  }
   if (quant == Quant::kFp8Block) {
     specs.push_back({module + ".weight_scale_inv",
                      DType::kF32,

@@ -15,7 +15,8 @@ namespace shardload::tiny {
 // Rows and columns of a DeepSeek-V3 FP8 block (weight_block_size [128, 128]).
 inline constexpr uint64_t kFp8Block = arch::kFp8BlockSize;
 
-// --quant spellings: "none", "fp8", "fp8-block", in that order.
+// --quant spellings: "none", "fp8", "fp8-block", "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
+// in that order.
 const std::vector<std::string>& quant_names();
 std::optional<Quant> parse_quant(std::string_view name);
 

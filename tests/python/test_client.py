@@ -783,6 +783,26 @@ def test_fp8_tensors_are_bytes_with_their_dtype_name(serve, models, exports):
             shl.as_float8(c.tensor(0, bf16))
 
 
+def test_compressed_tensors_fp8_is_served_and_updated_in_place(serve, tiny, exports):
+    # llm-compressor's per-channel FP8: the served ranks are the export's, an update from a second such
+    # checkpoint rewrites them in place, and a checkpoint of another scheme (per-tensor scales, whose
+    # weight_scale shapes differ) is refused with nothing changed.
+    first, second = tiny("qwen3_moe", "ct-fp8-channel", seed=51), tiny("qwen3_moe", "ct-fp8-channel", seed=52)
+    server = serve(first)
+    with shl.connect(server.name) as c:
+        views = {r: c.tensors(r) for r in range(c.ranks)}
+        pointers = {(r, n): v.data_ptr() for r in views for n, v in views[r].items()}
+        assert any(n.endswith("w13_weight_scale") for n in views[0])
+        assert digest(views) == digest(exports(first))
+        assert server.update(second) == 1
+        assert digest(views) == digest(exports(second))
+        assert {(r, n): v.data_ptr() for r in views for n, v in views[r].items()} == pointers
+        status, body = server.post("/update_weights_from_disk",
+                                   {"model_path": tiny("qwen3_moe", "ct-fp8-tensor", seed=53)})
+        assert status == 400 and "another quantization" in json.dumps(body), body
+        assert c.version == 1 and digest(views) == digest(exports(second))
+
+
 def test_a_restarted_server_is_mapped_again_by_refresh(serve, models, exports):
     name = unique_name("restart")
     first = serve(models["first"], name=name)

@@ -59,6 +59,33 @@ def test_every_family_and_format_passes(tiny, arch, quant):
     assert "model.embed_tokens.weight" in modules
 
 
+# llm-compressor's compressed-tensors FP8 for a dense, a MoE and an MLA family: per-tensor scales
+# requantized where parts fuse, channel and block scales cut with their rows.
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("quant", ["ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block"])
+def test_compressed_tensors_fp8_passes(tiny, arch, quant):
+    report, layout = check(tiny(arch, quant), layout_args(arch))
+    assert layout["quantization"] == "compressed-tensors"
+    assert layout["weight_strategy"] == quant.rsplit("-", 1)[-1]
+    modules = {c.module.split(" ", 2)[-1] for c in report.checks}
+    assert any("experts.w2" in m for m in modules) == (arch in MOE)
+
+
+def test_compressed_tensors_channel_rows_out_of_place_fail(tiny, tmp_path):
+    # Two rows of a per-channel FP8 weight swapped under their unchanged scales: caught, named.
+    model = tiny("llama", "ct-fp8-channel")
+    out = export(model, tmp_path / "export", "--tp", "2")
+
+    def swap(tensors):
+        w = tensors["model.layers.0.self_attn.o_proj.weight"]
+        w[[0, 1]] = w[[1, 0]].clone()
+
+    rewrite_rank_file(os.path.join(out, "model-rank-1-part-0.safetensors"), swap)
+    ranks, layout = rank_source.load_export(out)
+    report = verify(model, ranks, layout)
+    assert [c.module for c in report.failures] == ["layer 0 self_attn.o_proj"]
+
+
 def test_data_parallel_layout_passes(tiny):
     report, layout = check(tiny("deepseek_v3"), ["--tp", "4", "--dp", "2", "--ep", "2"])
     assert layout["scopes"]["attention"] == "attention"

@@ -76,10 +76,13 @@ TEST_P(Rebalance, EqualsAFreshLoadUnderTheNewMap) {
 INSTANTIATE_TEST_SUITE_P(Quantization, Rebalance,
                          ::testing::Values(Case{"none", "", false}, Case{"fp8", "", false},
                                            Case{"fp8", "dynamic", false}, Case{"none", "", true},
-                                           Case{"fp8-block", "", false}),
+                                           Case{"fp8-block", "", false}, Case{"ct-fp8-channel", "", false},
+                                           Case{"ct-fp8-tensor", "", false}),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) +
+                           std::string quant = c.quant;
+                           std::erase(quant, '-');
+                           return quant +
                                   c.activation + (c.dynamic ? "_dynamic" : "");
                          });
 

@@ -61,10 +61,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FullUpdate,
                                            Case{"qwen3_moe", "none", "", 2, 2, true},
                                            Case{"deepseek_v3", "fp8-block", "", 2, 2, false},
                                            Case{"llama", "none", "", 2, 1, false},
-                                           Case{"mixtral", "fp8", "", 2, 2, false}),
+                                           Case{"mixtral", "fp8", "", 2, 2, false},
+                                           Case{"qwen3_moe", "ct-fp8-tensor", "", 4, 2, false},
+                                           Case{"deepseek_v3", "ct-fp8-channel", "", 4, 2, false},
+                                           Case{"llama", "ct-fp8-block", "", 2, 1, false}),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return c.arch + "_" + (c.quant == "fp8-block" ? "fp8block" : c.quant) +
+                           std::string quant = c.quant;
+                           std::erase(quant, '-');
+                           return c.arch + "_" + quant +
                                   c.activation + "_tp" + std::to_string(c.tp) + "ep" +
                                   std::to_string(c.ep) + (c.dynamic ? "_dynamic" : "");
                          });

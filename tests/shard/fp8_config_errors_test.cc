@@ -1,6 +1,8 @@
 // FP8 checkpoints the planner must refuse, with a message naming the layer and the sizes: block-FP8 shards
 // that do not fall on whole blocks, FP8 layers stored in another dtype, quantization methods shardload does
 // not load.
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -142,6 +144,82 @@ TEST(Fp8ConfigErrors, UnquantizedModulesListedAreRoutersOrHeadsOnly) {
   const std::string dir = tmp.file("malformed");
   testing::write_handmade(dir, malformed, with_fp8_projections(malformed, true), 1);
   EXPECT_THROW(plan_at(dir, 1), Error);
+}
+
+// llm-compressor's quantization_config for channel-wise FP8 weights, targets and ignore as given.
+nlohmann::json ct_channel_config(nlohmann::json ignore) {
+  nlohmann::json config = block_fp8_llama();
+  config["quantization_config"] = {
+      {"quant_method", "compressed-tensors"},
+      {"format", "float-quantized"},
+      {"config_groups",
+       {{"group_0",
+         {{"targets", {"Linear"}},
+          {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}, {"dynamic", false},
+                       {"symmetric", true}}},
+          {"input_activations", {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}},
+      {"ignore", std::move(ignore)}};
+  return config;
+}
+
+// FP8 projections with [rows, 1] BF16 scales, except those `keep` names (left bf16, no scale).
+std::vector<HandTensor> ct_channel_tensors(const nlohmann::json& config, const std::vector<std::string>& keep) {
+  std::vector<HandTensor> out;
+  for (HandTensor t : testing::handmade_tensors(config)) {
+    const bool projection = t.name.find("_proj.weight") != std::string::npos &&
+                            std::none_of(keep.begin(), keep.end(), [&](const std::string& k) {
+                              return t.name.find(k) != std::string::npos;
+                            });
+    if (projection) t.dtype = DType::kF8E4M3;
+    out.push_back(t);
+    if (projection) {
+      out.push_back({t.name.substr(0, t.name.size() - 6) + "weight_scale", {t.shape[0], 1},
+                     HandTensor::Kind::kNorm, DType::kBF16});
+    }
+  }
+  return out;
+}
+
+// An ignored projection (`ignore` by pattern) stays bf16 with no scale and plans as in a bf16 checkpoint;
+// the rest are FP8 with per-row scales.
+TEST(CompressedTensorsConfig, IgnoredProjectionsStayInTheModelDtype) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  const nlohmann::json config = ct_channel_config({"lm_head", "re:.*self_attn\\.o_proj$"});
+  testing::write_handmade(dir, config, ct_channel_tensors(config, {"o_proj"}), 1);
+  const Plan plan = plan_at(dir, 2);
+  EXPECT_EQ(plan.model.quant_format, QuantFormat::kCompressedTensors);
+  EXPECT_EQ(plan.model.weight_strategy, WeightStrategy::kChannel);
+  std::map<std::string, const PlanParam*> params;
+  for (const PlanParam& p : plan.ranks[0].params) params[p.name] = &p;
+  ASSERT_TRUE(params.count("model.layers.0.self_attn.o_proj.weight"));
+  EXPECT_EQ(params["model.layers.0.self_attn.o_proj.weight"]->dtype, DType::kBF16);
+  EXPECT_FALSE(params.count("model.layers.0.self_attn.o_proj.weight_scale"));
+  ASSERT_TRUE(params.count("model.layers.0.self_attn.qkv_proj.weight_scale"));
+  EXPECT_EQ(params["model.layers.0.self_attn.qkv_proj.weight"]->dtype, DType::kF8E4M3);
+  EXPECT_EQ(params["model.layers.0.self_attn.qkv_proj.weight_scale"]->dtype, DType::kF32);
+  const Shape& qkv = params["model.layers.0.self_attn.qkv_proj.weight"]->shape;
+  EXPECT_EQ(params["model.layers.0.self_attn.qkv_proj.weight_scale"]->shape, (Shape{qkv[0], 1}));
+  // The row-parallel down_proj keeps every row's scale.
+  EXPECT_EQ(params["model.layers.0.mlp.down_proj.weight_scale"]->shape, (Shape{128, 1}));
+}
+
+// A pattern that ignores one part of a fused layer (k_proj but not q_proj, v_proj) cannot make one rank
+// tensor: refused naming the layer and the disagreeing part.
+TEST(CompressedTensorsConfig, APartlyIgnoredFusedLayerIsRefusedNamingIt) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  const nlohmann::json config = ct_channel_config({"lm_head", "re:.*k_proj"});
+  testing::write_handmade(dir, config, ct_channel_tensors(config, {"k_proj"}), 1);
+  try {
+    plan_at(dir, 1);
+    FAIL() << "q/v FP8 with k bf16 must be refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << what;
+    EXPECT_NE(what.find("model.layers.0.self_attn.qkv_proj.weight"), std::string::npos) << what;
+    EXPECT_NE(what.find("model.layers.0.self_attn.k_proj"), std::string::npos) << what;
+  }
 }
 
 }  // namespace
