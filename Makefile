@@ -53,7 +53,7 @@ JSON_FUZZ_TARGETS := config_json_fuzz expert_map_fuzz expert_load_fuzz request_b
   export_manifest_fuzz
 fuzz: deps
 	CXX=clang++ cmake -S . -B build-fuzz $(call generator,build-fuzz) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_FUZZ=ON \
-	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF
+	  -DSHARDLOAD_TESTS=OFF -DSHARDLOAD_BENCH=OFF -DSHARDLOAD_DEMO_MODEL=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
 	cmake --build build-fuzz -j $(JOBS) --target safetensors_header_fuzz $(JSON_FUZZ_TARGETS)
 	$(MAKE) --no-print-directory -j $(JOBS) $(addprefix fuzz-run-,safetensors_header_fuzz $(JSON_FUZZ_TARGETS))
 
