@@ -83,10 +83,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama", "fp8", "", 1, 1}, Case{"qwen3_moe", "fp8", "", 4, 2},
                       Case{"qwen3_moe", "fp8", "dynamic", 4, 2},
                       Case{"deepseek_v3", "fp8-block", "", 1, 1},
-                      Case{"deepseek_v3", "fp8-block", "", 4, 2}),
+                      Case{"deepseek_v3", "fp8-block", "", 4, 2},
+                      Case{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
+                      Case{"deepseek_v3", "ct-fp8-block", "", 4, 2},
+                      Case{"llama", "ct-fp8-tensor", "", 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
-      return c.arch + "_" + (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) +
+      std::string quant = c.quant;
+      std::erase(quant, '-');
+      return c.arch + "_" + quant +
              c.scheme + "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
     });
 
