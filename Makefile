@@ -47,9 +47,14 @@ test: test-asan
 # (CMakeLists.txt: which code is -O0). SANITIZE_CXX=g++ builds it with g++.
 SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
 SANITIZE_CXX ?= clang++
+# The real producers' PyPI environment (transformers, torch, the official safetensors), made once per
+# lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no network), its
+# test says it skipped.
+PRODUCERS_LOCK := tests/producers/requirements.lock
 test-asan: deps
+	producers=$$(bash scripts/pypi-env.sh $(PRODUCERS_LOCK) || echo ""); \
 	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
-	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)"
+	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers"
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 
