@@ -116,5 +116,8 @@ struct ModelConfig {
 // The quantization an export's shardload.json names: "compressed-tensors" for that format (with
 // weight_strategy and activation_scheme beside it), else quantization_name(loaded).
 std::string_view quantization_label(const ModelConfig& model, Quantization loaded);
+// Sets out["quantization"] to that label and, for compressed-tensors, out["weight_strategy"] and
+// out["activation_scheme"]: the fields shardload.json and the plan JSON both carry.
+void add_quantization_fields(nlohmann::json& out, const ModelConfig& model, Quantization loaded);
 
 }  // namespace shardload

@@ -85,7 +85,7 @@ def dequant(codes, what, part_rows, scale=None, scale_inv=None):
         # compressed-tensors: weight_scale [rows, 1] is one scale per row (channel); any other 2-D
         # weight_scale is a 128x128 block grid under the name the "fp8" format gives weight_scale_inv.
         if tuple(scale.shape) == (codes.shape[0], 1):
-            scale, scale_inv, s = None, None, scale.double().expand(codes.shape[0], codes.shape[1])
+            s = scale.double().expand(codes.shape[0], codes.shape[1])
             return decode_e4m3(codes) * s, s
         scale, scale_inv = None, scale
     if scale_inv is not None:

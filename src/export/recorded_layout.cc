@@ -15,7 +15,6 @@ nlohmann::json manifest_layout(const Plan& plan) {
       {"ep_size", plan.parallel.ep},
       {"moe_tp_size", plan.moe_tp},
       {"dtype", dtype_name(plan.dtype)},
-      {"quantization", quantization_label(plan.model, plan.quantization)},
       {"postprocessed", true},
       {"row_bias", row_bias_name(plan.parallel.row_bias)},
       {"no_split_shared_experts", !plan.parallel.split_shared_experts},
@@ -23,10 +22,7 @@ nlohmann::json manifest_layout(const Plan& plan) {
       {"physical_to_logical_map",
        moe ? nlohmann::json(plan.physical_to_logical) : nlohmann::json::array()},
   };
-  if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
-    manifest["weight_strategy"] = weight_strategy_name(plan.model.weight_strategy);
-    manifest["activation_scheme"] = plan.model.static_activations ? "static" : "dynamic";
-  }
+  add_quantization_fields(manifest, plan.model, plan.quantization);
   if (plan.parallel.has_dp_fields()) {
     manifest["dp_size"] = plan.parallel.dp;
     manifest["dp_style"] = dp_style_name(plan.parallel.dp_style);

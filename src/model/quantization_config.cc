@@ -1,6 +1,8 @@
 // quantization_config of config.json: the FP8 formats of docs/layout.md, anything else refused.
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include "core/json_input.h"
 #include "model/arch_table.h"
 #include "model/quantization_config.h"
@@ -10,15 +12,6 @@ namespace shardload {
 namespace {
 
 using json = nlohmann::json;
-
-// Real checkpoints use 128; a block larger than any tensor dimension would make no sense.
-constexpr uint64_t kMaxBlockSize = uint64_t{1} << 20;
-
-Error quant_error(std::string message, std::string field, std::string expected, std::string found) {
-  return Error(ErrorKind::kConfig, std::move(message),
-               {.file = "config.json", .field = "quantization_config." + field,
-                .expected = std::move(expected), .found = std::move(found)});
-}
 
 // The modules a checkpoint says it left in the model dtype: vLLM's `ignored_layers`, or the
 // `modules_to_not_convert` of Qwen's and MiniMax's FP8 checkpoints (vLLM reads the second when the
@@ -47,6 +40,26 @@ void check_unquantized_modules(const json& q) {
 
 }  // namespace
 
+Error quant_error(std::string message, const std::string& field, std::string expected, std::string found) {
+  return Error(ErrorKind::kConfig, std::move(message),
+               {.file = "config.json", .field = "quantization_config." + field,
+                .expected = std::move(expected), .found = std::move(found)});
+}
+
+std::pair<uint64_t, uint64_t> read_block_size(const json* block, const std::string& field) {
+  // Real checkpoints use 128; a block larger than any tensor dimension would make no sense.
+  constexpr uint64_t kMaxBlockSize = uint64_t{1} << 20;
+  const auto size_ok = [](const json& v) {
+    return v.is_number_integer() && v.get<int64_t>() > 0 && v.get<uint64_t>() <= kMaxBlockSize;
+  };
+  if (block == nullptr || !block->is_array() || block->size() != 2 || !size_ok((*block)[0]) ||
+      !size_ok((*block)[1])) {
+    throw quant_error("not two positive integers", field, fmt::format("[rows, cols], each 1-{}", kMaxBlockSize),
+                      block == nullptr ? "(missing)" : brief_json(*block));
+  }
+  return {(*block)[0].get<uint64_t>(), (*block)[1].get<uint64_t>()};
+}
+
 std::string_view quantization_name(Quantization quantization) {
   switch (quantization) {
     case Quantization::kNone: return "none";
@@ -60,6 +73,14 @@ std::string_view quantization_name(Quantization quantization) {
 std::string_view quantization_label(const ModelConfig& model, Quantization loaded) {
   return model.quant_format == QuantFormat::kCompressedTensors ? "compressed-tensors"
                                                                 : quantization_name(loaded);
+}
+
+void add_quantization_fields(json& out, const ModelConfig& model, Quantization loaded) {
+  out["quantization"] = quantization_label(model, loaded);
+  if (model.quant_format == QuantFormat::kCompressedTensors) {
+    out["weight_strategy"] = weight_strategy_name(model.weight_strategy);
+    out["activation_scheme"] = model.static_activations ? "static" : "dynamic";
+  }
 }
 
 std::string_view weight_strategy_name(WeightStrategy strategy) {
@@ -105,14 +126,8 @@ void read_quantization(const json& config, ModelConfig& m) {
     m.quantization = Quantization::kFp8;
     return;
   }
-  if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_unsigned() ||
-      !(*block)[1].is_number_unsigned() || (*block)[0] == 0 || (*block)[1] == 0 ||
-      (*block)[0].get<uint64_t>() > kMaxBlockSize || (*block)[1].get<uint64_t>() > kMaxBlockSize) {
-    throw quant_error("not two positive integers", "weight_block_size", fmt::format("[rows, cols], each 1-{}", kMaxBlockSize), brief_json(*block));
-  }
   m.quantization = Quantization::kFp8Block;
-  m.block_rows = (*block)[0].get<uint64_t>();
-  m.block_cols = (*block)[1].get<uint64_t>();
+  std::tie(m.block_rows, m.block_cols) = read_block_size(&*block, "weight_block_size");
 }
 
 }  // namespace shardload

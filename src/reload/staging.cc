@@ -208,12 +208,12 @@ void check_same_layout(const Plan& live, const Plan& next, const std::string& mo
     }
     return text;
   };
-  if (scheme(live) != scheme(next)) {
+  if (std::string live_scheme = scheme(live), next_scheme = scheme(next); live_scheme != next_scheme) {
     throw Error(ErrorKind::kConflict, "the update has another quantization than the live weights",
                 {.file = model_path,
                  .field = "quantization_config",
-                 .expected = scheme(live),
-                 .found = scheme(next)});
+                 .expected = std::move(live_scheme),
+                 .found = std::move(next_scheme)});
   }
   for (size_t r = 0; r < live.ranks.size(); ++r) {
     const RankPlan& a = live.ranks[r];

@@ -51,11 +51,7 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
   out["dp_style"] = dp_style_name(parallel.dp_style);
   out["scopes"] = scopes_json(parallel);
   out["dtype"] = dtype_name(dtype);
-  out["quantization"] = quantization_label(model, quantization);
-  if (model.quant_format == QuantFormat::kCompressedTensors) {
-    out["weight_strategy"] = weight_strategy_name(model.weight_strategy);
-    out["activation_scheme"] = model.static_activations ? "static" : "dynamic";
-  }
+  add_quantization_fields(out, model, quantization);
   out["physical_experts"] = physical_experts;
   out["physical_to_logical_map"] = physical_to_logical;
   out["skipped"] = skipped;

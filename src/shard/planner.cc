@@ -154,6 +154,14 @@ class Planner {
         plan_.physical_to_logical.empty() ? 0 : static_cast<int>(plan_.physical_to_logical[0].size());
   }
 
+  // The weight scales' name, in the checkpoint and in the ranks: compressed-tensors names every scale
+  // weight_scale; the "fp8" format names its block grids weight_scale_inv.
+  std::string_view weight_scale_suffix() const {
+    return plan_.quantization == Quantization::kFp8Block && model().quant_format == QuantFormat::kFp8
+               ? "weight_scale_inv"
+               : "weight_scale";
+  }
+
   // Whether the checkpoint holds this linear layer in FP8: always for the "fp8" format; for
   // compressed-tensors, as its targets and ignore lists say, alike for every part and expert (a
   // fused layer half FP8 and half not cannot be one rank tensor).
@@ -198,11 +206,7 @@ class Planner {
     inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target) &&
                      checkpoint_quantizes(inst);
     const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
-    // compressed-tensors names every scale weight_scale; the "fp8" format's blocks weight_scale_inv.
-    const std::string_view scale_suffix = plan_.quantization == Quantization::kFp8Block &&
-                                                  model().quant_format == QuantFormat::kFp8
-                                              ? "weight_scale_inv"
-                                              : "weight_scale";
+    const std::string_view scale_suffix = weight_scale_suffix();
     for (size_t x = 0; checkpoint_scales && x < experts; ++x) {
       const std::vector<std::string>& names = inst.sources[x];
       std::vector<std::string>& scales = inst.weight_scales.emplace_back();
@@ -660,8 +664,7 @@ class Planner {
       grid_cols = ceil_div(b.col_end - b.col_begin, bc);
     }
     PlanParam scale;
-    scale.name = with_suffix(inst.target, model().quant_format == QuantFormat::kFp8 ? "weight_scale_inv"
-                                                                                    : "weight_scale");
+    scale.name = with_suffix(inst.target, weight_scale_suffix());
     scale.module = module;
     scale.role = ParamRole::kWeightScale;
     scale.dtype = DType::kF32;

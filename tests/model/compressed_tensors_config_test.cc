@@ -128,6 +128,8 @@ TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kConfig) << bad.what << ": " << e.what();
       EXPECT_NE(std::string(e.what()).find(bad.field), std::string::npos) << bad.what << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("quantization_config.quantization_config"), std::string::npos)
+          << bad.what << ": " << e.what();
     }
   }
 }

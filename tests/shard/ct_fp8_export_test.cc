@@ -18,6 +18,7 @@
 
 #include "export_reader.h"
 #include "fp8_reference.h"
+#include "poke.h"
 #include "shard_test_util.h"
 #include "shardload/checkpoint.h"
 #include "shardload/convert.h"
@@ -213,22 +214,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"deepseek_v3", "ct-fp8-block", "", 2, 2}),
     case_name);
 
-// Overwrites element `index` of bf16 checkpoint tensor `tensor` in place (llm-compressor's scales
-// are bf16).
-void poke_bf16(const std::string& model, const std::string& tensor, uint64_t index, float value) {
-  const Checkpoint ckpt = Checkpoint::open(model);
-  const Checkpoint::Entry& entry = ckpt.at(tensor);
-  ASSERT_EQ(entry.info->dtype, DType::kBF16) << tensor;
-  ASSERT_LT(index * 2, entry.info->nbytes()) << tensor;
-  std::byte bf16[2];
-  convert(DType::kF32, &value, DType::kBF16, bf16, 1);
-  const SafetensorsFile& file = ckpt.files()[entry.file];
-  std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(static_cast<std::streamoff>(file.header().data_start + entry.info->begin + index * 2));
-  f.write(reinterpret_cast<const char*>(bf16), 2);
-  ASSERT_TRUE(f.good()) << file.path();
-}
-
 // A scale that is zero, negative or not finite is refused before any weight goes live, naming the
 // checkpoint tensor and where in it: the row (channel), the block (block), the expert.
 TEST(CtFp8Scales, ABadScaleIsRefusedNamingTheTensorAndItsRowOrBlock) {
@@ -249,7 +234,7 @@ TEST(CtFp8Scales, ABadScaleIsRefusedNamingTheTensorAndItsRowOrBlock) {
     TempDir tmp;
     const std::string model = tmp.file("model");
     make_tiny({.arch = bad.arch, .out = model, .seed = test_seed(), .quant = bad.quant});
-    poke_bf16(model, bad.tensor, bad.index, bad.value);
+    poke_value(model, bad.tensor, bad.index, bad.value, DType::kBF16);  // llm-compressor: bf16 scales
     const CommandResult result = shardload_cli({"export", model, "--tp", "2", "--out", tmp.file("export")});
     EXPECT_NE(result.exit_code, 0) << bad.tensor;
     EXPECT_NE(result.err.find(bad.tensor), std::string::npos) << result.err;
