@@ -47,9 +47,9 @@ test: test-asan
 # (CMakeLists.txt: which code is -O0). SANITIZE_CXX=g++ builds it with g++.
 SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
 SANITIZE_CXX ?= clang++
-# The real producers' PyPI environment (transformers, torch, the official safetensors), made once per
-# lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no network), its
-# test says it skipped.
+# The real producers' PyPI environment (transformers, llm-compressor, torch, the official safetensors),
+# made once per lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no
+# network), its tests say they skipped.
 PRODUCERS_LOCK := tests/producers/requirements.lock
 test-asan: deps
 	producers=$$(bash scripts/pypi-env.sh $(PRODUCERS_LOCK) || echo ""); \

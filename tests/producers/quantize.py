@@ -1,0 +1,30 @@
+"""Quantizes tiny random models to FP8 with llm-compressor's `oneshot`, as its FP8 examples do: every Linear
+but lm_head and the MoE routers, saved in the compressed-tensors format. Static `FP8` calibrates its input
+scales on a handful of random token sequences made here. Arguments: SCHEME SEED CONFIG_DIR OUT [...]
+(SCHEME: FP8_DYNAMIC, FP8_BLOCK or FP8). Run by the producers' environment (scripts/pypi-env.sh)."""
+import sys
+
+import torch
+import transformers
+from datasets import Dataset
+from llmcompressor import oneshot
+from llmcompressor.modifiers.quantization import QuantizationModifier
+
+SAMPLES, TOKENS = 4, 32
+scheme, seed, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+for src, out in zip(args[::2], args[1::2]):
+    config = transformers.AutoConfig.from_pretrained(src)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    recipe = QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"])
+    calibration = {}
+    if scheme == "FP8":
+        tokens = torch.randint(0, config.vocab_size, (SAMPLES, TOKENS), generator=torch.Generator().manual_seed(seed))
+        calibration = dict(dataset=Dataset.from_dict({"input_ids": tokens.tolist(),
+                                                      "attention_mask": torch.ones_like(tokens).tolist()}),
+                           num_calibration_samples=SAMPLES, max_seq_length=TOKENS)
+    oneshot(model=model, recipe=recipe, **calibration)
+    model.save_pretrained(out, max_shard_size="1MB")
+    print(scheme, type(model).__name__, out)

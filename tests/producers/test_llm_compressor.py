@@ -1,0 +1,77 @@
+"""FP8 checkpoints as llm-compressor writes them (compressed-tensors): `oneshot` with FP8_DYNAMIC, FP8_BLOCK
+and static FP8 on tiny random models of a dense, a MoE and an MLA family. Each loads, exports, verifies,
+and a live model updates in place from a second such checkpoint (and rebalances its experts)."""
+import json
+
+import pytest
+import shardload
+import torch
+from shardload.verify import main as verify
+
+from producers import cli, layout, needs_producers, open_with_official_safetensors, producer
+
+pytestmark = needs_producers
+
+FAMILIES = ["llama", "qwen3_moe", "deepseek_v3"]
+SCHEMES = {"FP8_DYNAMIC": ("channel", True), "FP8_BLOCK": ("block", True), "FP8": ("tensor", False)}
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """{(arch, scheme, seed): checkpoint}: two random models per family (seeds 1 and 2), each quantized by
+    llm-compressor with each scheme. The geometry is make-tiny's block-aligned one, so that 128x128 blocks
+    split at tp 2."""
+    root = tmp_path_factory.mktemp("llm-compressor")
+    for arch in FAMILIES:
+        cli("make-tiny", "--arch", arch, "--quant", "ct-fp8-block", "--out", root / f"config-{arch}")
+    models = {}
+    for scheme in SCHEMES:
+        for seed in (1, 2):
+            args = []
+            for arch in FAMILIES:
+                models[(arch, scheme, seed)] = root / f"{arch}-{scheme}-{seed}"
+                args += [root / f"config-{arch}", models[(arch, scheme, seed)]]
+            producer("quantize.py", scheme, seed, *args)
+    return models
+
+
+def rank_bytes(tensors):
+    return {name: torch.from_dlpack(t).view(torch.uint8).clone() for name, t in tensors.items()}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_path, arch, scheme):
+    a, b = quantized[(arch, scheme, 1)], quantized[(arch, scheme, 2)]
+    quant = json.loads((a / "config.json").read_text())["quantization_config"]
+    assert quant["quant_method"] == "compressed-tensors" and quant["format"] == "float-quantized"
+    weights = quant["config_groups"]["group_0"]["weights"]
+    assert (weights["strategy"], quant["config_groups"]["group_0"]["input_activations"]["dynamic"]) == SCHEMES[scheme]
+
+    flags = layout(arch, 2)
+    out = tmp_path / "export"
+    cli("export", a, *flags, "--out", out)
+    assert verify([str(a), "--export", str(out)]) == 0
+    open_with_official_safetensors(a, out)
+
+    kwargs = {"tp": 2} if arch == "llama" else {"tp": 2, "ep": 2}
+    live = shardload.LiveModel(a, **kwargs)
+    views = {rank: live.tensors(rank) for rank in (0, 1)}
+    addresses = {(rank, name): t.data_ptr for rank in views for name, t in views[rank].items()}
+    result = live.update_weights(b)
+    assert result["version"] == 1 and result["updated_tensors"] > 0
+    fresh = shardload.load(b, **kwargs)
+    for rank in (0, 1):
+        expected = rank_bytes(fresh.tensors(rank))
+        got = rank_bytes(live.tensors(rank))
+        assert expected.keys() == got.keys()
+        for name in expected:
+            assert torch.equal(got[name], expected[name]), f"rank {rank} {name} after the update"
+            assert live.tensors(rank)[name].data_ptr == addresses[(rank, name)], f"{name} moved"
+    if arch != "llama":
+        rows = [list(reversed(row)) for row in live.expert_map]
+        assert live.rebalance(rows)["read_bytes"] == 0
+        moved = shardload.load(b, expert_map=rows, **kwargs)
+        for rank in (0, 1):
+            expected, got = rank_bytes(moved.tensors(rank)), rank_bytes(live.tensors(rank))
+            assert all(torch.equal(got[n], expected[n]) for n in expected), f"rank {rank} after the rebalance"

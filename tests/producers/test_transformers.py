@@ -1,0 +1,68 @@
+"""Checkpoints as Hugging Face transformers writes them (save_pretrained: every fine-tune and RL step)."""
+import filecmp
+import json
+
+import pytest
+from shardload.verify import main as verify
+
+from producers import DENSE, MOE, cli, layout, needs_producers, open_with_official_safetensors, producer
+
+pytestmark = needs_producers
+
+
+@pytest.fixture(scope="module")
+def resaved(tmp_path_factory):
+    """{arch: (make-tiny dir, the same weights loaded and saved again by transformers' save_pretrained)}."""
+    root = tmp_path_factory.mktemp("resaved")
+    pairs = {}
+    for arch in DENSE + MOE:
+        tiny = root / f"tiny-{arch}"
+        cli("make-tiny", "--arch", arch, "--out", tiny)
+        pairs[arch] = (tiny, root / f"saved-{arch}")
+    producer("save_pretrained.py", *[p for pair in pairs.values() for p in pair])
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def random_init(tmp_path_factory):
+    """{arch: a tiny random model built by transformers from make-tiny's config and saved by it}."""
+    root = tmp_path_factory.mktemp("random")
+    models = {}
+    for arch in DENSE + MOE:
+        cli("make-tiny", "--arch", arch, "--out", root / f"config-{arch}")
+        models[arch] = root / f"random-{arch}"
+    producer("random_init.py", 3, *[p for arch in models for p in (root / f"config-{arch}", models[arch])])
+    return models
+
+
+@pytest.mark.parametrize("arch", DENSE + MOE)
+def test_transformers_save_pretrained_exports_byte_identical(resaved, tmp_path, arch):
+    tiny, saved = resaved[arch]
+    config = json.loads((saved / "config.json").read_text())
+    assert "dtype" in config, "transformers 5 writes dtype (torch_dtype before)"
+    assert len(list(saved.glob("*.safetensors"))) > 1, "sharded, with an index"
+    exports = []
+    for model in (tiny, saved):
+        out = tmp_path / f"export-{model.name}"
+        cli("export", model, *layout(arch), "--out", out)
+        exports.append(out)
+    files = sorted(p.name for p in exports[0].glob("*.safetensors"))
+    assert files and files == sorted(p.name for p in exports[1].glob("*.safetensors"))
+    match, mismatch, errors = filecmp.cmpfiles(exports[0], exports[1], files, shallow=False)
+    assert not mismatch and not errors, (mismatch, errors)
+
+
+@pytest.mark.parametrize("arch", DENSE + MOE)
+def test_a_random_model_transformers_built_plans_loads_exports_and_verifies(random_init, tmp_path, arch):
+    model = random_init[arch]
+    config = json.loads((model / "config.json").read_text())
+    assert "dtype" in config and "transformers_version" in config
+    assert len(list(model.glob("*.safetensors"))) > 1, "sharded, with an index"
+    assert arch in cli("inspect", model)
+    assert "rank 1" in cli("plan", model, *layout(arch, 2))
+    cli("load", model, *layout(arch, 4))
+    for tp in (1, 2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, *layout(arch, tp), "--out", out)
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, *(tmp_path / f"tp{tp}" for tp in (1, 2, 4)))
