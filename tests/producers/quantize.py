@@ -1,7 +1,8 @@
 """Quantizes tiny random models to FP8 with llm-compressor's `oneshot`, as its FP8 examples do: every Linear
 but lm_head and the MoE routers, saved in the compressed-tensors format. Static `FP8` calibrates its input
-scales on a handful of random token sequences made here. Arguments: SCHEME SEED CONFIG_DIR OUT [...]
-(SCHEME: FP8_DYNAMIC, FP8_BLOCK or FP8). Run by the producers' environment (scripts/pypi-env.sh)."""
+scales on a handful of random token sequences made here. Arguments: SCHEME SEED CONFIG_DIR OUT, repeated
+(SCHEME: FP8_DYNAMIC, FP8_BLOCK or FP8; one interpreter start for all). Run by the producers' environment
+(scripts/pypi-env.sh)."""
 import sys
 
 import torch
@@ -11,8 +12,8 @@ from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import QuantizationModifier
 
 SAMPLES, TOKENS = 4, 32
-scheme, seed, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-for src, out in zip(args[::2], args[1::2]):
+args = sys.argv[1:]
+for scheme, seed, src, out in zip(args[0::4], map(int, args[1::4]), args[2::4], args[3::4]):
     config = transformers.AutoConfig.from_pretrained(src)
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -24,14 +24,13 @@ def quantized(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm-compressor")
     for arch in FAMILIES:
         cli("make-tiny", "--arch", arch, "--quant", "ct-fp8-block", "--out", root / f"config-{arch}")
-    models = {}
+    models, args = {}, []
     for scheme in SCHEMES:
         for seed in (1, 2):
-            args = []
             for arch in FAMILIES:
                 models[(arch, scheme, seed)] = root / f"{arch}-{scheme}-{seed}"
-                args += [root / f"config-{arch}", models[(arch, scheme, seed)]]
-            producer("quantize.py", scheme, seed, *args)
+                args += [scheme, seed, root / f"config-{arch}", models[(arch, scheme, seed)]]
+    producer("quantize.py", *args)
     return models
 
 
