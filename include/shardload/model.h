@@ -88,6 +88,9 @@ struct ModelConfig {
   uint64_t qk_rope_head_dim = 0;
   uint64_t v_head_dim = 0;
   uint64_t n_group = 0;
+  // DeepSeek-V3.2's sparse-attention indexer (every layer): index_n_heads x index_head_dim queries.
+  uint64_t index_heads = 0;
+  uint64_t index_head_dim = 0;
 
   // FP8 (quantization_config).
   Quantization quantization = Quantization::kNone;

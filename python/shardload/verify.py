@@ -415,7 +415,10 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
         return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
     if mod.endswith("norm") or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
-        return lambda: v.value(label, prefix + name, _value_source(model, prefix, name))
+        # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.
+        names = [name] + ([mod + ".bias"] if mod.endswith("norm") and model.has(prefix + mod + ".bias") else [])
+        return lambda: [v.value(label + (" bias" if n.endswith(".bias") else ""), prefix + n,
+                                 _value_source(model, prefix, n)) for n in names]
     return None
 
 

@@ -61,7 +61,8 @@ def classify(mod):
         return "qkv", "attention", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
     if mod == "self_attn.fused_qkv_a_proj":
         return "column", "replicated", ["self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"]
-    if mod == "self_attn.kv_a_proj_with_mqa":
+    if mod in ("self_attn.kv_a_proj_with_mqa", "self_attn.indexer.wq_b", "self_attn.indexer.wk",
+               "self_attn.indexer.weights_proj"):
         return "column", "replicated", [mod]
     if mod in ("self_attn.q_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj"):
         return "column", "attention", [mod]

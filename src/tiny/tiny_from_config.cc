@@ -196,6 +196,8 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.qk_rope_head_dim = c.qk_rope_head_dim;
   m.v_head_dim = c.v_head_dim;
   m.n_group = std::max<uint64_t>(c.n_group, 1);
+  m.index_heads = c.index_heads;
+  m.index_head_dim = c.index_head_dim;
   // Written by the families that have MTP layers (the planner skips them; a checkpoint has them).
   try {
     m.mtp_layers =

@@ -47,6 +47,40 @@ TEST(ModelFamilies, Glm4MoeConfig) {
   EXPECT_EQ(m.moe_layer, (std::vector<bool>{false, false, true, true}));
 }
 
+nlohmann::json deepseek_v32_config() {
+  return {{"architectures", {"DeepseekV32ForCausalLM"}},
+          {"hidden_size", 64},  {"vocab_size", 128},       {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},                      {"intermediate_size", 96},
+          {"q_lora_rank", 32},  {"kv_lora_rank", 32},      {"qk_nope_head_dim", 16},
+          {"qk_rope_head_dim", 8},                         {"v_head_dim", 16},
+          {"n_routed_experts", 4},                         {"moe_intermediate_size", 32},
+          {"first_k_dense_replace", 1}};
+}
+
+TEST(ModelFamilies, DeepseekV32ReadsItsIndexerWithTransformersDefaults) {
+  nlohmann::json config = deepseek_v32_config();
+  ModelConfig m = ModelConfig::from_json(config);
+  EXPECT_EQ(family_name(m.family), "deepseek_v32");
+  EXPECT_EQ(m.index_heads, 64u);
+  EXPECT_EQ(m.index_head_dim, 128u);
+  config["index_n_heads"] = 8;
+  config["index_head_dim"] = 16;
+  m = ModelConfig::from_json(config);
+  EXPECT_EQ(m.index_heads, 8u);
+  EXPECT_EQ(m.index_head_dim, 16u);
+  config["q_lora_rank"] = nullptr;  // the indexer projects the low-rank query: V2-Lite's layout has none
+  try {
+    ModelConfig::from_json(config);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_EQ(e.field(), "q_lora_rank");
+  }
+  config["q_lora_rank"] = 32;
+  config["index_head_dim"] = 0;
+  EXPECT_THROW(ModelConfig::from_json(config), Error);
+}
+
 TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {
   nlohmann::json config = glm4_moe_config();
   config["n_routed_experts"] = uint64_t{1} << 40;

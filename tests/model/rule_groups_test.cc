@@ -23,8 +23,10 @@ ParamGroup expected_group(const std::string& target) {
       target.find("experts.w2_weight") != std::string::npos) {
     return ParamGroup::kExperts;
   }
+  // The MLA down-projections and DeepSeek-V3.2's indexer are replicated, every other attention projection split.
   if (target.starts_with("self_attn.") && target.find("_proj.") != std::string::npos &&
-      target.find("fused_qkv_a_proj") == std::string::npos && target.find("kv_a_proj") == std::string::npos) {
+      target.find("fused_qkv_a_proj") == std::string::npos && target.find("kv_a_proj") == std::string::npos &&
+      !target.starts_with("self_attn.indexer.")) {
     return ParamGroup::kAttention;
   }
   if (target.starts_with("mlp.") && target.find("_proj.") != std::string::npos) return ParamGroup::kDenseMlp;

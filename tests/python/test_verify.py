@@ -16,7 +16,8 @@ from shardload.fp8 import decode_e4m3
 from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_file, save_file
 
 DENSE = ["llama", "qwen2", "qwen3"]
-MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "ernie4_5_moe", "glm4_moe"]
+MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
+       "glm4_moe"]
 
 
 @pytest.fixture(autouse=True)

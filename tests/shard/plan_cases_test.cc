@@ -204,6 +204,36 @@ TEST(PlanCases, Glm4MoeWithoutQkNorm) {
   EXPECT_NE(find_param(plan, 1, "model.layers.0.self_attn.qkv_proj.bias"), nullptr);
 }
 
+TEST(PlanCases, DeepseekV32IndexerIsReplicatedWholeAndKeepsItsFp8) {
+  // vLLM and SGLang replicate the indexer: every rank holds wq_b, wk, k_norm and weights_proj whole. In
+  // a block-FP8 checkpoint wq_b and wk are FP8 with their block scales, weights_proj stays BF16.
+  TempDir dir;
+  make_tiny({.arch = "deepseek_v32", .out = dir.file("m"), .seed = testing::test_seed(), .quant = "fp8-block"});
+  const json config = json::parse(testing::read_file(dir.file("m/config.json")));
+  const uint64_t heads = config.at("index_n_heads"), dim = config.at("index_head_dim");
+  const uint64_t h = config.at("hidden_size"), q_lora = config.at("q_lora_rank");
+  const Plan plan = plan_for(dir.file("m"), {.tp = 4, .ep = 2});
+  const std::string p = "model.layers.1.self_attn.indexer.";
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const PlanParam& wq_b = param(plan, r, p + "wq_b.weight");
+    EXPECT_EQ(wq_b.dtype, DType::kF8E4M3);
+    EXPECT_EQ(wq_b.shape, (Shape{heads * dim, q_lora}));
+    EXPECT_EQ(pieces(plan, wq_b), (std::vector<Piece>{{p + "wq_b.weight", 0, heads * dim, 0, q_lora, 0}}));
+    EXPECT_EQ(param(plan, r, p + "wq_b.weight_scale_inv").shape, (Shape{heads * dim / 128, q_lora / 128}));
+    EXPECT_EQ(param(plan, r, p + "wk.weight").dtype, DType::kF8E4M3);
+    EXPECT_EQ(param(plan, r, p + "wk.weight_scale_inv").shape, (Shape{1, h / 128}));
+    const PlanParam& weights = param(plan, r, p + "weights_proj.weight");
+    EXPECT_EQ(weights.dtype, DType::kBF16);
+    EXPECT_EQ(weights.shape, (Shape{heads, h}));
+    EXPECT_EQ(find_param(plan, r, p + "weights_proj.weight_scale_inv"), nullptr);
+    EXPECT_EQ(param(plan, r, p + "k_norm.bias").shape, Shape{dim});
+  }
+  const json& unconverted = config.at("quantization_config").at("modules_to_not_convert");
+  EXPECT_NE(std::find(unconverted.begin(), unconverted.end(), "model.layers.1.self_attn.indexer.weights_proj"),
+            unconverted.end());
+}
+
 // ---- vocabulary ----
 
 TEST(PlanCases, VocabPaddedTo64AndSplit) {

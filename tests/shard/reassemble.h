@@ -288,7 +288,9 @@ class Reassembler {
          {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
           "self_attn.k_norm.weight", "self_attn.q_a_layernorm.weight",
           "self_attn.kv_a_layernorm.weight", "self_attn.kv_a_proj_with_mqa.weight",
-          "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight"}) {
+          "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight",
+          "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
+          "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight"}) {
       if (n.ends_with(suffix)) {
         HostTensor whole;
         replicated(name, whole);

@@ -193,6 +193,25 @@ TEST(TinyFamilies, Glm4MoeHasQkvBiasesQkNormsCorrectionBiasAndAnMtpLayer) {
   }
 }
 
+TEST(TinyFamilies, DeepseekV32HasAnIndexerInEveryLayerAndItsMtpLayer) {
+  Tiny t("deepseek_v32");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"DeepseekV32ForCausalLM"}));
+  const uint64_t heads = c.at("index_n_heads"), dim = c.at("index_head_dim"), h = c.at("hidden_size");
+  const uint64_t q_lora = c.at("q_lora_rank");
+  const int layers = c.at("num_hidden_layers");
+  for (int i = 0; i <= layers; ++i) {  // layer `layers` is the MTP layer
+    const std::string p = "model.layers." + std::to_string(i) + ".self_attn.indexer.";
+    EXPECT_EQ(t.at(p + "wq_b.weight").shape, (Shape{heads * dim, q_lora})) << i;
+    EXPECT_EQ(t.at(p + "wk.weight").shape, (Shape{dim, h})) << i;
+    EXPECT_EQ(t.at(p + "k_norm.weight").shape, Shape{dim}) << i;
+    EXPECT_EQ(t.at(p + "k_norm.bias").shape, Shape{dim}) << i;
+    EXPECT_EQ(t.at(p + "weights_proj.weight").shape, (Shape{heads, h})) << i;
+  }
+  EXPECT_EQ(t.count_containing(".indexer."), 5u * static_cast<size_t>(layers + 1));
+  EXPECT_TRUE(t.has("model.layers.1.mlp.gate.e_score_correction_bias")) << "V3's router";
+}
+
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   Tiny small("qwen3_moe");
   Tiny big("qwen3_moe", 6, 16);

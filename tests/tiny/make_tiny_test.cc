@@ -81,6 +81,7 @@ struct Dims {
   uint64_t h, v, hq, hkv, d, i, e = 0, im = 0, shared = 0;
   bool mla = false;
   uint64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, vd = 0;
+  uint64_t index_heads = 0, index_dim = 0;  // DeepSeek-V3.2's indexer
 };
 
 Dims dims(const json& c) {
@@ -108,6 +109,10 @@ Dims dims(const json& c) {
     d.nope = u(c, "qk_nope_head_dim");
     d.rope = u(c, "qk_rope_head_dim");
     d.vd = u(c, "v_head_dim");
+  }
+  if (c.contains("index_n_heads")) {
+    d.index_heads = u(c, "index_n_heads");
+    d.index_dim = u(c, "index_head_dim");
   }
   return d;
 }
@@ -148,6 +153,11 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"self_attn.kv_a_proj_with_mqa.weight", {d.kv_lora + d.rope, d.h}},
       {"self_attn.kv_a_layernorm.weight", {d.kv_lora}},
       {"self_attn.kv_b_proj.weight", {d.hq * (d.nope + d.vd), d.kv_lora}},
+      {"self_attn.indexer.wq_b.weight", {d.index_heads * d.index_dim, d.q_lora}},
+      {"self_attn.indexer.wk.weight", {d.index_dim, d.h}},
+      {"self_attn.indexer.k_norm.weight", {d.index_dim}},
+      {"self_attn.indexer.k_norm.bias", {d.index_dim}},
+      {"self_attn.indexer.weights_proj.weight", {d.index_heads, d.h}},
       {"mlp.gate_proj.weight", {d.i, d.h}},
       {"mlp.up_proj.weight", {d.i, d.h}},
       {"mlp.down_proj.weight", {d.h, d.i}},
@@ -214,7 +224,7 @@ bool is_moe(const json& c, int i) {
     return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
            (i + 1) % c.at("decoder_sparse_step").get<int>() == 0;
   }
-  if (type == "deepseek_v2" || type == "deepseek_v3") {
+  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "deepseek_v32") {
     return i >= c.at("first_k_dense_replace").get<int>() &&
            i % c.at("moe_layer_freq").get<int>() == 0;
   }
@@ -237,6 +247,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"mixtral", "MixtralForCausalLM"},
     {"deepseek_v2", "DeepseekV2ForCausalLM"},
     {"deepseek_v3", "DeepseekV3ForCausalLM"},
+    {"deepseek_v32", "DeepseekV32ForCausalLM"},
     {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM"},
     {"glm4_moe", "Glm4MoeForCausalLM"},
 };
@@ -333,7 +344,8 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
   }
   // Layers past num_hidden_layers exist only as DeepSeek-style MTP layers (DeepSeek-V3, GLM-4.5).
   const std::string past = "model.layers." + std::to_string(layers) + ".";
-  const bool deepseek_mtp = GetParam() == "deepseek_v3" || GetParam() == "glm4_moe";
+  const bool deepseek_mtp =
+      GetParam() == "deepseek_v3" || GetParam() == "deepseek_v32" || GetParam() == "glm4_moe";
   EXPECT_EQ(has(c, past + "input_layernorm.weight"), deepseek_mtp);
   EXPECT_FALSE(has(c, "model.layers." + std::to_string(layers + mtp) + ".input_layernorm.weight"));
 }

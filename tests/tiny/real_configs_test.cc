@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -212,6 +213,42 @@ TEST(TinyRealConfigs, DeepSeekV3PlansAtLargeEpWithDataParallelAttention) {
     const std::string last = layout[1] == "32" ? "rank 31 (ep 31, moe_tp 0, dp 31, attn_tp 0)"
                                                : "rank 63 (ep 63, moe_tp 0, dp 7, attn_tp 7)";
     EXPECT_NE(ok.out.find(last), std::string::npos) << ok.out;
+  }
+}
+
+TEST(TinyRealConfigs, DeepSeekV32AddsAReplicatedIndexerToEveryLayer) {
+  // DeepSeek-V3.2: V3's tensors plus five indexer tensors (and two block scales) in each of the 61 layers
+  // and the MTP layer; the indexer is whole on every rank at its usual deployments.
+  const Real r("deepseek-v3.2");
+  const Real v3("deepseek-v3");
+  const uint64_t layers = r.n("num_hidden_layers") + r.n("num_nextn_predict_layers");
+  EXPECT_EQ(r.tensors.size(), v3.tensors.size() + layers * 7);
+  const uint64_t hidden = r.n("hidden_size"), q_lora = r.n("q_lora_rank");
+  const uint64_t heads = r.n("index_n_heads"), dim = r.n("index_head_dim");
+  const std::string p = "model.layers.61.self_attn.indexer.";  // the MTP layer's
+  r.expect(p + "wq_b.weight", DType::kF8E4M3, {heads * dim, q_lora});
+  r.expect(p + "wq_b.weight_scale_inv", DType::kF32, {blocks_of(heads * dim), blocks_of(q_lora)});
+  r.expect(p + "wk.weight", DType::kF8E4M3, {dim, hidden});
+  r.expect(p + "wk.weight_scale_inv", DType::kF32, {1, blocks_of(hidden)});
+  r.expect(p + "weights_proj.weight", DType::kBF16, {heads, hidden});
+  r.expect(p + "k_norm.bias", DType::kBF16, {dim});
+  // Every rank's parameters: V3's plus the indexer's seven (PlanCases.DeepseekV32IndexerIsReplicated...
+  // checks their pieces); 61 layers of which the MTP layer is skipped.
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tp", "8", "--ep", "8"},
+        {"--tp", "32", "--dp", "32", "--ep", "32", "--moe-a2a-backend", "deepep", "--moe-dense-tp-size", "1"}}) {
+    std::vector<std::string> args = {"plan", r.out};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const testing::CommandResult v32 = testing::run_shardload(args);
+    ASSERT_EQ(v32.exit_code, 0) << v32.err;
+    args[1] = v3.out;
+    const testing::CommandResult base = testing::run_shardload(args);
+    ASSERT_EQ(base.exit_code, 0) << base.err;
+    const auto params = [](const std::string& out) {
+      const size_t colon = out.find("): ", out.find("rank 0 ("));
+      return std::stoull(out.substr(colon + 3));
+    };
+    EXPECT_EQ(params(v32.out), params(base.out) + 61 * 7) << layout[1];  // and wq_b's, wk's scales
   }
 }
 

@@ -27,6 +27,10 @@ bool is_linear_weight(std::string_view target) {
   target.remove_suffix(std::string_view(".weight").size());
   const size_t dot = target.rfind('.');
   const std::string_view module = dot == std::string_view::npos ? target : target.substr(dot + 1);
+  // DeepSeek-V3.2's indexer: wq_b and wk are FP8 linears on the Hub, weights_proj stays BF16 (vLLM and
+  // SGLang build it unquantized).
+  if (target.ends_with("indexer.wq_b") || target.ends_with("indexer.wk")) return true;
+  if (target.ends_with("indexer.weights_proj")) return false;
   return module.find("_proj") != std::string_view::npos;
 }
 

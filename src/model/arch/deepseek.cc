@@ -1,12 +1,13 @@
 // DeepSeek-V2 / V3: multi-head latent attention, shared experts, first_k_dense_replace dense layers; V3 adds
 // the router's float32 score correction bias. Multi-token-prediction layers are skipped.
-#include "model/arch/family.h"
+#include "model/arch/deepseek.h"
+
 #include "model/config_fields.h"
 
 namespace shardload::arch {
-namespace {
+namespace deepseek {
 
-std::vector<ParamRule> deepseek_layer(bool score_bias) {
+std::vector<ParamRule> layer_rules(bool score_bias) {
   std::vector<ParamRule> rules =
       concat({norm_rules(), mla_rules(), dense_mlp_rules(),
               expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
@@ -15,28 +16,10 @@ std::vector<ParamRule> deepseek_layer(bool score_bias) {
   return rules;
 }
 
-std::vector<SkipRule> deepseek_skips() {
+std::vector<SkipRule> skips() {
   std::vector<SkipRule> skips = common_skips();
   for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
   return skips;
-}
-
-const ArchTable& v2_table() {
-  static const ArchTable table{
-      .model = embedding_rules(),
-      .layer = deepseek_layer(/*score_bias=*/false),
-      .skips = deepseek_skips(),
-  };
-  return table;
-}
-
-const ArchTable& v3_table() {
-  static const ArchTable table{
-      .model = embedding_rules(),
-      .layer = deepseek_layer(/*score_bias=*/true),
-      .skips = deepseek_skips(),
-  };
-  return table;
 }
 
 void read_config(const nlohmann::json& c, ModelConfig& m) {
@@ -110,7 +93,7 @@ bool moe_layer(const TinySizes& m, int layer) {
   return layer >= m.first_moe_layer && layer % m.sparse_step == 0;
 }
 
-void moe(const TinySizes& m, TensorWriter& w, const std::string& layer, bool score_bias) {
+void write_moe(const TinySizes& m, TensorWriter& w, const std::string& layer, bool score_bias) {
   const std::string p = layer + "mlp.";
   w.weight(p + "gate.weight", {m.experts, m.hidden});
   if (score_bias) w.bias(p + "gate.e_score_correction_bias", {m.experts}, DType::kF32);
@@ -118,13 +101,37 @@ void moe(const TinySizes& m, TensorWriter& w, const std::string& layer, bool sco
   write_mlp(m, w, p + "shared_experts.", m.shared_experts * m.moe_intermediate);
 }
 
+}  // namespace deepseek
+
+namespace {
+
+using namespace deepseek;
+
+const ArchTable& v2_table() {
+  static const ArchTable table{
+      .model = embedding_rules(),
+      .layer = layer_rules(/*score_bias=*/false),
+      .skips = skips(),
+  };
+  return table;
+}
+
+const ArchTable& v3_table() {
+  static const ArchTable table{
+      .model = embedding_rules(),
+      .layer = layer_rules(/*score_bias=*/true),
+      .skips = skips(),
+  };
+  return table;
+}
+
 constexpr TinyLayerWriter kV2Layer{
     .attention = write_latent_attention,
-    .moe = [](const TinySizes& m, TensorWriter& w, const std::string& l) { moe(m, w, l, false); },
+    .moe = [](const TinySizes& m, TensorWriter& w, const std::string& l) { write_moe(m, w, l, false); },
     .moe_layer = moe_layer};
 constexpr TinyLayerWriter kV3Layer{
     .attention = write_latent_attention,
-    .moe = [](const TinySizes& m, TensorWriter& w, const std::string& l) { moe(m, w, l, true); },
+    .moe = [](const TinySizes& m, TensorWriter& w, const std::string& l) { write_moe(m, w, l, true); },
     .moe_layer = moe_layer};
 
 }  // namespace

@@ -53,6 +53,8 @@ struct TinySizes {
   uint64_t v_head_dim = 0;
   uint64_t n_group = 1;
   uint64_t topk_group = 1;
+  uint64_t index_heads = 0;  // DeepSeek-V3.2's indexer
+  uint64_t index_head_dim = 0;
 
   int mtp_layers = 0;  // DeepSeek-V3 num_nextn_predict_layers, ERNIE's mtp_* tensors
 };
