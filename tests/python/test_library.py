@@ -149,6 +149,24 @@ def test_live_model_updates_in_place(tiny):
                                torch.from_dlpack(fresh.tensors(rank)[name]).view(torch.uint8)), name
 
 
+def test_deepseek_v32_updates_and_rebalances_in_place(tiny):
+    # DeepSeek-V3.2's replicated indexer and its experts: an update from a second checkpoint and a
+    # rebalance keep every address and equal a fresh load of B under the new placement.
+    a, b = tiny("deepseek_v32", seed=1), tiny("deepseek_v32", seed=2)
+    live = shardload.LiveModel(a, tp=2, ep=2)
+    wq_b = torch.from_dlpack(live.tensors(1)["model.layers.1.self_attn.indexer.wq_b.weight"])
+    address = wq_b.data_ptr()
+    live.update_weights(b)
+    rows = [list(reversed(row)) for row in live.expert_map]
+    assert live.rebalance(rows)["read_bytes"] == 0
+    fresh = shardload.load(b, tp=2, ep=2, expert_map=rows)
+    for rank in range(2):
+        for name, t in live.tensors(rank).items():
+            assert torch.equal(torch.from_dlpack(t).view(torch.uint8),
+                               torch.from_dlpack(fresh.tensors(rank)[name]).view(torch.uint8)), name
+    assert wq_b.data_ptr() == address
+    assert torch.equal(wq_b, torch.from_dlpack(fresh.tensors(0)["model.layers.1.self_attn.indexer.wq_b.weight"]))
+
 def test_export_and_load_it_back(tiny, tmp_path):
     model = tiny("deepseek_v3")
     summary = shardload.export(model, str(tmp_path / "out"), tp=2, ep=2, max_file_size="1M")
