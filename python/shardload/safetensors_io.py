@@ -149,6 +149,9 @@ class SafetensorsFile:
     def dtype(self, name):
         return self.tensors[name].dtype
 
+    def shape(self, name):
+        return list(self.tensors[name].shape)
+
 
 def load_file(path):
     """{name: torch tensor} and the metadata of one file."""
@@ -226,6 +229,9 @@ class Checkpoint:
 
     def dtype(self, name):
         return self._file(self.where[name]).dtype(name)
+
+    def shape(self, name):
+        return self._file(self.where[name]).shape(name)
 
     def get(self, name):
         if name not in self.where:

@@ -70,6 +70,7 @@ class _Model:
         cfg = self.ckpt.config
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
+        self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)
 
     def has(self, name):
         return name in self.ckpt
@@ -315,7 +316,9 @@ class _Verifier:
         self._add(f"layer {i} experts.w2", w2_res)
 
     # ---- values: replicated tensors equal, vocab tables row by row (padding rows zero) ----
-    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False):
+    def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False, split=None):
+        """split: None (whole), "heads" (rank k of n takes its n-th of the rows) or "kv_heads" (the same,
+        or the slice of the kv head it replicates when the ranks outnumber the kv heads)."""
         ref = self.model.value(ckpt_name)
         if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
             ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
@@ -326,7 +329,13 @@ class _Verifier:
         for r in range(len(self.ranks)):
             _, n, k = self.lay.place(group, r)
             t = self._get(r, rank_name)
-            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
+            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab or split else ref
+            if split == "kv_heads" and n > self.model.kv_heads:
+                if n % self.model.kv_heads:
+                    raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
+                d = ref.shape[0] // self.model.kv_heads
+                h = k // (n // self.model.kv_heads)
+                want = ref[h * d:(h + 1) * d]
             if tuple(t.shape) != tuple(want.shape):
                 raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
             kind = self._kind(t, {self.model.dtype(ckpt_name)}, 1)
@@ -399,7 +408,8 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
 
 
 _SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
-_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias")
+_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
+           "block_sparse_moe.e_score_correction_bias")
 
 
 def _check_for(v, model, i, prefix, mod, moe_layers):
@@ -413,6 +423,11 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
         return lambda: v.column(label, prefix, mod, cls[0], cls[1], cls[2])
     if cls:
         return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
+    if mod in ("self_attn.q_norm", "self_attn.k_norm") and model.has(prefix + mod + ".weight") and \
+            model.ckpt.shape(prefix + mod + ".weight")[0] > model.head_dim:
+        # MiniMax-M2's per-layer q/k norms (over the whole projection) are split with the heads.
+        split = "heads" if mod == "self_attn.q_norm" else "kv_heads"
+        return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)
     if mod.endswith("norm") or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
         # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.

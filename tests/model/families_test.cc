@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/arch/family.h"
 #include "shardload/error.h"
@@ -79,6 +81,32 @@ TEST(ModelFamilies, DeepseekV32ReadsItsIndexerWithTransformersDefaults) {
   config["q_lora_rank"] = 32;
   config["index_head_dim"] = 0;
   EXPECT_THROW(ModelConfig::from_json(config), Error);
+}
+
+TEST(ModelFamilies, MiniMaxM2RefusesTheLayoutsOfOtherMiniMaxModels) {
+  const nlohmann::json base = {{"architectures", {"MiniMaxM2ForCausalLM"}},
+                               {"hidden_size", 64}, {"vocab_size", 128}, {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+                               {"intermediate_size", 96}, {"num_local_experts", 4}};
+  const ModelConfig m = ModelConfig::from_json(base);
+  EXPECT_EQ(family_name(m.family), "minimax_m2");
+  EXPECT_EQ(m.moe_intermediate, 96u) << "every expert is intermediate_size wide";
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{true, true}));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"attn_type_list", {1, 0}},            // MiniMax-M1 / Text-01 lightning attention
+           {"qk_norm_type", "per_head"},
+           {"use_qk_norm", false},
+           {"shared_intermediate_size", 128}}) {
+    nlohmann::json config = base;
+    config[field] = value;
+    try {
+      ModelConfig::from_json(config);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_EQ(e.field(), field);
+    }
+  }
 }
 
 TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {

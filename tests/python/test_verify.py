@@ -17,7 +17,7 @@ from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_fil
 
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe"]
+       "glm4_moe", "minimax_m2"]
 
 
 @pytest.fixture(autouse=True)

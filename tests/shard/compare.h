@@ -95,7 +95,7 @@ inline void compare_with_checkpoint(const Checkpoint& checkpoint, const RebuiltC
                    shape_string(got.tensor.shape), shape_string(info.shape));
       continue;
     }
-    const DType want = kept_float32(got.from) ? DType::kF32 : dtype;
+    const DType want = kept_float32(got.from, config) ? DType::kF32 : dtype;
     if (got.tensor.dtype != want) continue;  // already reported by the reassembler
     std::vector<std::byte> source(info.nbytes());
     checkpoint.files()[entry.file].read(info, source);

@@ -234,6 +234,30 @@ TEST(PlanCases, DeepseekV32IndexerIsReplicatedWholeAndKeepsItsFp8) {
             unconverted.end());
 }
 
+TEST(PlanCases, MiniMaxM2QkNormsSplitWithTheHeadsTheyNormalize) {
+  // 8 q heads and 2 kv heads of 32 at tp 4: rank r's q_norm is the rows of its 2 q heads, its k_norm the
+  // rows of the kv head it replicates (ranks 0-1 head 0, ranks 2-3 head 1), float32 as q/k norms are;
+  // the router and score bias stay float32, whole.
+  const Plan plan = plan_for(testing::tiny_model("minimax_m2"), {.tp = 4, .ep = 2});
+  const std::string a = "model.layers.1.self_attn.";
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const uint64_t q = static_cast<uint64_t>(r) * 64, k = static_cast<uint64_t>(r / 2) * 32;
+    const PlanParam& q_norm = param(plan, r, a + "q_norm.weight");
+    EXPECT_EQ(q_norm.dtype, DType::kF32);
+    EXPECT_EQ(pieces(plan, q_norm), (std::vector<Piece>{{a + "q_norm.weight", q, q + 64, 0, 1, 0}}));
+    const PlanParam& k_norm = param(plan, r, a + "k_norm.weight");
+    EXPECT_EQ(k_norm.dtype, DType::kF32);
+    EXPECT_EQ(pieces(plan, k_norm), (std::vector<Piece>{{a + "k_norm.weight", k, k + 32, 0, 1, 0}}));
+    const std::string m = "model.layers.1.block_sparse_moe.";
+    const PlanParam& router = param(plan, r, m + "gate.weight");
+    EXPECT_EQ(router.dtype, DType::kF32);
+    EXPECT_EQ(router.shape, (Shape{8, kHidden}));
+    EXPECT_EQ(param(plan, r, m + "e_score_correction_bias").dtype, DType::kF32);
+    EXPECT_EQ(param(plan, r, m + "experts.w13_weight").shape, (Shape{4, 2 * 256 / 2, kHidden}));
+  }
+}
+
 // ---- vocabulary ----
 
 TEST(PlanCases, VocabPaddedTo64AndSplit) {

@@ -47,6 +47,7 @@ struct ConfigView {
   uint64_t experts = 0;
   int layers = 0;
   bool tie_embeddings = false;
+  bool per_layer_qk_norm = false;  // MiniMax-M2: one norm over the whole q (k) projection, split by heads
 
   static ConfigView from_json(const nlohmann::json& c) {
     auto number = [&](const char* key, uint64_t fallback) {
@@ -67,13 +68,16 @@ struct ConfigView {
     }
     v.layers = static_cast<int>(number("num_hidden_layers", 0));
     v.tie_embeddings = c.value("tie_word_embeddings", false);
+    v.per_layer_qk_norm = c.value("qk_norm_type", "") == "per_layer";
     return v;
   }
   bool is_ernie_moe() const { return architecture == "Ernie4_5_MoeForCausalLM"; }
 };
 
 // Rank tensors that layout.md keeps in float32 whatever --dtype says.
-inline bool kept_float32(std::string_view name) {
+inline bool kept_float32(std::string_view name, const ConfigView& config) {
+  // MiniMax-M2's router is float32 on the Hub and in vLLM (Mixtral's is in the model dtype).
+  if (config.architecture == "MiniMaxM2ForCausalLM" && name.ends_with("block_sparse_moe.gate.weight")) return true;
   return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight") ||
          name.ends_with("e_score_correction_bias");
 }
@@ -231,7 +235,7 @@ class Reassembler {
         return false;
       }
     }
-    const DType expected = kept_float32(name) ? DType::kF32 : dtype_.value_or(t0.dtype);
+    const DType expected = kept_float32(name, config_) ? DType::kF32 : dtype_.value_or(t0.dtype);
     if (t0.dtype != expected) {
       problems_.add("{}: dtype {}, expected {}", name, dtype_name(t0.dtype), dtype_name(expected));
     }
@@ -283,7 +287,11 @@ class Reassembler {
       return column(name);
     }
     if (n.ends_with("self_attn.fused_qkv_a_proj.weight")) return fused_qkv_a(name);
-    if (n.ends_with("gate.e_score_correction_bias")) return score_bias(name);
+    if (n.ends_with("gate.e_score_correction_bias") || n.ends_with("block_sparse_moe.e_score_correction_bias")) {
+      return score_bias(name);
+    }
+    if (config_.per_layer_qk_norm && n.ends_with("self_attn.q_norm.weight")) return column(name);
+    if (config_.per_layer_qk_norm && n.ends_with("self_attn.k_norm.weight")) return kv_head_rows(name);
     for (std::string_view suffix :
          {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
           "self_attn.k_norm.weight", "self_attn.q_a_layernorm.weight",
@@ -393,6 +401,22 @@ class Reassembler {
   }
 
   void column(const std::string& name) { emit(name, internal::concat_rows(all_ranks(name)), name); }
+
+  // Rows of the kv heads: in blocks over the ranks, or one head per rank replicated T/Hkv times.
+  void kv_head_rows(const std::string& name) {
+    if (tp_ < config_.kv_heads) return column(name);
+    const uint64_t rep = tp_ / config_.kv_heads;
+    std::vector<HostTensor> heads;
+    for (uint64_t h = 0; h < config_.kv_heads; ++h) {
+      for (uint64_t r = h * rep + 1; r < (h + 1) * rep; ++r) {
+        if (at(r, name).bytes != at(h * rep, name).bytes) {
+          problems_.add("{}: kv head {} on rank {} differs from its copy on rank {}", name, h, r, h * rep);
+        }
+      }
+      heads.push_back(at(h * rep, name));
+    }
+    emit(name, internal::concat_rows(heads), name);
+  }
 
   void row_parallel(const std::string& name, bool split) {
     if (at(0, name).shape.size() != 2) return problems_.add("{}: not a matrix", name);

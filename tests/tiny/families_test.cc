@@ -212,6 +212,28 @@ TEST(TinyFamilies, DeepseekV32HasAnIndexerInEveryLayerAndItsMtpLayer) {
   EXPECT_TRUE(t.has("model.layers.1.mlp.gate.e_score_correction_bias")) << "V3's router";
 }
 
+TEST(TinyFamilies, MiniMaxM2HasPerLayerQkNormsAFloat32RouterAndScoreBias) {
+  Tiny t("minimax_m2");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"MiniMaxM2ForCausalLM"}));
+  EXPECT_EQ(c.at("qk_norm_type"), "per_layer");
+  const uint64_t d = c.at("head_dim"), e = c.at("num_local_experts"), h = c.at("hidden_size");
+  const uint64_t heads = c.at("num_attention_heads"), kv = c.at("num_key_value_heads");
+  EXPECT_NE(d, h / heads) << "head_dim is explicit, as in the real config";
+  const int layers = c.at("num_hidden_layers");
+  for (int i = 0; i < layers; ++i) {  // every layer MoE, no dense MLP
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    EXPECT_EQ(t.at(p + "self_attn.q_norm.weight").shape, Shape{heads * d}) << "over the whole projection";
+    EXPECT_EQ(t.at(p + "self_attn.k_norm.weight").shape, Shape{kv * d});
+    const TensorInfo& router = t.at(p + "block_sparse_moe.gate.weight");
+    EXPECT_EQ(router.dtype, DType::kF32);
+    EXPECT_EQ(router.shape, (Shape{e, h}));
+    EXPECT_EQ(t.at(p + "block_sparse_moe.e_score_correction_bias").dtype, DType::kF32);
+    EXPECT_TRUE(t.has(p + "block_sparse_moe.experts." + std::to_string(e - 1) + ".w3.weight"));
+    EXPECT_FALSE(t.has(p + "mlp.gate_proj.weight"));
+  }
+}
+
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   Tiny small("qwen3_moe");
   Tiny big("qwen3_moe", 6, 16);

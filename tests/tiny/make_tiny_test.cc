@@ -82,6 +82,7 @@ struct Dims {
   bool mla = false;
   uint64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, vd = 0;
   uint64_t index_heads = 0, index_dim = 0;  // DeepSeek-V3.2's indexer
+  bool per_layer_qk_norm = false;          // MiniMax-M2: q/k norms over the whole projection
 };
 
 Dims dims(const json& c) {
@@ -110,6 +111,7 @@ Dims dims(const json& c) {
     d.rope = u(c, "qk_rope_head_dim");
     d.vd = u(c, "v_head_dim");
   }
+  d.per_layer_qk_norm = c.value("qk_norm_type", "") == "per_layer";
   if (c.contains("index_n_heads")) {
     d.index_heads = u(c, "index_n_heads");
     d.index_dim = u(c, "index_head_dim");
@@ -145,8 +147,9 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"self_attn.k_proj.bias", {d.hkv * d.d}},
       {"self_attn.v_proj.bias", {d.hkv * d.d}},
       {"self_attn.o_proj.weight", {d.h, d.mla ? d.hq * d.vd : d.hq * d.d}},
-      {"self_attn.q_norm.weight", {d.d}},
-      {"self_attn.k_norm.weight", {d.d}},
+      {"self_attn.q_norm.weight", {d.per_layer_qk_norm ? d.hq * d.d : d.d}},
+      {"self_attn.k_norm.weight", {d.per_layer_qk_norm ? d.hkv * d.d : d.d}},
+      {"block_sparse_moe.e_score_correction_bias", {d.e}},
       {"self_attn.q_a_proj.weight", {d.q_lora, d.h}},
       {"self_attn.q_a_layernorm.weight", {d.q_lora}},
       {"self_attn.q_b_proj.weight", {q_rows, d.q_lora}},
@@ -218,7 +221,7 @@ std::optional<Shape> expected_shape(const json& c, const std::string& name) {
 bool is_moe(const json& c, int i) {
   const std::string type = c.at("model_type");
   const int layers = c.at("num_hidden_layers");
-  if (type == "mixtral") return true;
+  if (type == "mixtral" || type == "minimax_m2") return true;
   if (type == "qwen2_moe" || type == "qwen3_moe") {
     const std::vector<int> only = c.at("mlp_only_layers");
     return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
@@ -250,6 +253,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"deepseek_v32", "DeepseekV32ForCausalLM"},
     {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM"},
     {"glm4_moe", "Glm4MoeForCausalLM"},
+    {"minimax_m2", "MiniMaxM2ForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -312,7 +316,8 @@ TEST_P(EveryFamily, ShapesFollowFromConfig) {
     ASSERT_TRUE(shape.has_value()) << "unexpected tensor " << name;
     EXPECT_EQ(info.shape, *shape) << name;
     const bool f32 = name.find("e_score_correction_bias") != std::string::npos ||
-                     (GetParam() == "ernie4_5_moe" && name.ends_with("mlp.gate.weight"));
+                     (GetParam() == "ernie4_5_moe" && name.ends_with("mlp.gate.weight")) ||
+                     (GetParam() == "minimax_m2" && name.ends_with("block_sparse_moe.gate.weight"));
     EXPECT_EQ(info.dtype, f32 ? DType::kF32 : DType::kBF16) << name;
   }
 }
