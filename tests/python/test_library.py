@@ -149,13 +149,16 @@ def test_live_model_updates_in_place(tiny):
                                torch.from_dlpack(fresh.tensors(rank)[name]).view(torch.uint8)), name
 
 
-def test_deepseek_v32_updates_and_rebalances_in_place(tiny):
-    # DeepSeek-V3.2's replicated indexer and its experts: an update from a second checkpoint and a
-    # rebalance keep every address and equal a fresh load of B under the new placement.
-    a, b = tiny("deepseek_v32", seed=1), tiny("deepseek_v32", seed=2)
+@pytest.mark.parametrize("arch,probe", [("deepseek_v32", "model.layers.1.self_attn.indexer.wq_b.weight"),
+                                        ("minimax_m2", "model.layers.1.self_attn.k_norm.weight")])
+def test_new_families_update_and_rebalance_in_place(tiny, arch, probe):
+    # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, and their experts: an update
+    # from a second checkpoint and a rebalance keep every address and equal a fresh load of B under the
+    # new placement.
+    a, b = tiny(arch, seed=1), tiny(arch, seed=2)
     live = shardload.LiveModel(a, tp=2, ep=2)
-    wq_b = torch.from_dlpack(live.tensors(1)["model.layers.1.self_attn.indexer.wq_b.weight"])
-    address = wq_b.data_ptr()
+    watched = torch.from_dlpack(live.tensors(1)[probe])
+    address = watched.data_ptr()
     live.update_weights(b)
     rows = [list(reversed(row)) for row in live.expert_map]
     assert live.rebalance(rows)["read_bytes"] == 0
@@ -164,8 +167,8 @@ def test_deepseek_v32_updates_and_rebalances_in_place(tiny):
         for name, t in live.tensors(rank).items():
             assert torch.equal(torch.from_dlpack(t).view(torch.uint8),
                                torch.from_dlpack(fresh.tensors(rank)[name]).view(torch.uint8)), name
-    assert wq_b.data_ptr() == address
-    assert torch.equal(wq_b, torch.from_dlpack(fresh.tensors(0)["model.layers.1.self_attn.indexer.wq_b.weight"]))
+    assert watched.data_ptr() == address
+    assert torch.equal(watched, torch.from_dlpack(fresh.tensors(1)[probe]))
 
 def test_export_and_load_it_back(tiny, tmp_path):
     model = tiny("deepseek_v3")
