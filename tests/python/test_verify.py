@@ -153,6 +153,41 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
     assert cli.returncode == 1 and f"layer {layer} experts.w2 at ep rank 0 slot 0" in cli.stderr
 
 
+
+# The families added after these checks were written: a head swap in each one's attention and a w2 taken
+# from another expert are each caught, naming the module.
+@pytest.mark.parametrize("arch,module,head_rows", [
+    ("deepseek_v32", "self_attn.q_b_proj", lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"]),
+    ("minimax_m2", "self_attn.qkv_proj", lambda c: c["head_dim"]),
+])
+def test_new_families_catch_a_head_swap_and_an_expert_swap(tiny, tmp_path, arch, module, head_rows):
+    model = tiny(arch)
+    d = head_rows(json.load(open(os.path.join(model, "config.json"))))
+    out = export(model, tmp_path / "heads", "--tp", "2", "--ep", "2")
+
+    def swap_heads(tensors):
+        w = tensors[f"model.layers.0.{module}.weight"]
+        w[:2 * d] = torch.cat([w[d:2 * d].clone(), w[:d].clone()])  # the rank's first two heads
+
+    rewrite_rank_file(os.path.join(out, "model-rank-1-part-0.safetensors"), swap_heads)
+    ranks, layout = rank_source.load_export(out)
+    report = verify(model, ranks, layout)
+    assert [c.module for c in report.failures] == [f"layer 0 {module}"] and report.failures[0].where.startswith("rank 1")
+
+    out = export(model, tmp_path / "experts", "--tp", "2", "--ep", "2")
+    ranks, _ = rank_source.load_export(out)
+    name = min((n for n in ranks[0] if n.endswith("experts.w2_weight")), key=lambda n: int(n.split(".")[2]))
+    layer = int(name.split(".")[2])
+
+    def take_other(tensors):
+        tensors[name][0] = tensors[name][1].clone()
+
+    rewrite_rank_file(os.path.join(out, "model-rank-0-part-0.safetensors"), take_other)
+    ranks, layout = rank_source.load_export(out)
+    report = verify(model, ranks, layout)
+    assert [c.module for c in report.failures] == [f"layer {layer} experts.w2"]
+    assert report.failures[0].where.startswith("ep rank 0 slot 0 (expert 0)")
+
 def run_verify(*args):
     # The package this test imported (the build tree's, with the extension), in the child too.
     package_root = pathlib.Path(rank_source.__file__).resolve().parents[1]
