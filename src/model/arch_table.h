@@ -101,7 +101,8 @@ std::vector<ParamRule> expert_rules(const std::string& module, const std::string
 // A shared expert MLP under `name` ("mlp.shared_expert." or "mlp.shared_experts.").
 std::vector<ParamRule> shared_expert_rules(const std::string& name);
 std::vector<SkipRule> common_skips();
-std::vector<SkipRule> mtp_layer_skips();
+// The common skips and the layers at or past num_hidden_layers (DeepSeek-style multi-token prediction).
+std::vector<SkipRule> skips_with_mtp_layers();
 
 std::vector<ParamRule> concat(std::initializer_list<std::vector<ParamRule>> blocks);
 

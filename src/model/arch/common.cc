@@ -232,9 +232,11 @@ std::vector<SkipRule> common_skips() {
   };
 }
 
-std::vector<SkipRule> mtp_layer_skips() {
-  return {{"multi-token-prediction layers (index >= num_hidden_layers)",
-           [](std::string_view name, const ModelConfig& m) { return layer_index(name) >= m.layers; }}};
+std::vector<SkipRule> skips_with_mtp_layers() {
+  std::vector<SkipRule> skips = common_skips();
+  skips.push_back({"multi-token-prediction layers (index >= num_hidden_layers)",
+                   [](std::string_view name, const ModelConfig& m) { return layer_index(name) >= m.layers; }});
+  return skips;
 }
 
 }  // namespace shardload::arch

@@ -16,12 +16,6 @@ std::vector<ParamRule> layer_rules(bool score_bias) {
   return rules;
 }
 
-std::vector<SkipRule> skips() {
-  std::vector<SkipRule> skips = common_skips();
-  for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
-  return skips;
-}
-
 void read_config(const nlohmann::json& c, ModelConfig& m) {
   m.q_lora_rank = config::get_uint(c, "q_lora_rank", 0);
   m.kv_lora_rank = config::get_positive(c, "kv_lora_rank");
@@ -111,7 +105,7 @@ const ArchTable& v2_table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = layer_rules(/*score_bias=*/false),
-      .skips = skips(),
+      .skips = skips_with_mtp_layers(),
   };
   return table;
 }
@@ -120,7 +114,7 @@ const ArchTable& v3_table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = layer_rules(/*score_bias=*/true),
-      .skips = skips(),
+      .skips = skips_with_mtp_layers(),
   };
   return table;
 }

@@ -12,8 +12,6 @@ namespace shardload::arch::deepseek {
 
 // Norms, multi-head latent attention, dense MLP, routed and shared experts (and V3's score bias).
 std::vector<ParamRule> layer_rules(bool score_bias);
-// Common skips plus the multi-token-prediction layers.
-std::vector<SkipRule> skips();
 // q_lora_rank, kv_lora_rank, the MLA head dims and the routed experts.
 void read_config(const nlohmann::json& config, ModelConfig& m);
 TinySizes& tiny_defaults(TinySizes& m, bool v3);

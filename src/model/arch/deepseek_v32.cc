@@ -31,7 +31,7 @@ const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = concat({deepseek::layer_rules(/*score_bias=*/true), indexer_rules()}),
-      .skips = deepseek::skips(),
+      .skips = skips_with_mtp_layers(),
   };
   return table;
 }

@@ -144,6 +144,8 @@ void write_latent_attention(const TinySizes& m, TensorWriter& w, const std::stri
 void write_mlp(const TinySizes& m, TensorWriter& w, const std::string& prefix, uint64_t size);
 // The routed experts' MLPs under prefix + "experts.{x}.".
 void write_experts(const TinySizes& m, TensorWriter& w, const std::string& prefix, uint64_t size);
+// The same with Mixtral's names (w1 gate, w2 down, w3 up), as Mixtral and MiniMax-M2 write them.
+void write_w1_w3_w2_experts(const TinySizes& m, TensorWriter& w, const std::string& prefix, uint64_t size);
 
 // How a family writes the parts of a decoder layer that differ.
 struct TinyLayerWriter {

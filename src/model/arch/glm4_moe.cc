@@ -25,12 +25,7 @@ const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = layer_rules(),
-      .skips =
-          [] {
-            std::vector<SkipRule> skips = common_skips();
-            for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
-            return skips;
-          }(),
+      .skips = skips_with_mtp_layers(),
   };
   return table;
 }

@@ -44,12 +44,7 @@ const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
       .layer = layer_rules(),
-      .skips =
-          [] {
-            std::vector<SkipRule> skips = common_skips();
-            for (const SkipRule& skip : mtp_layer_skips()) skips.push_back(skip);
-            return skips;
-          }(),
+      .skips = skips_with_mtp_layers(),
   };
   return table;
 }
@@ -106,12 +101,7 @@ void moe(const TinySizes& m, TensorWriter& w, const std::string& layer) {
   const std::string b = layer + "block_sparse_moe.";
   w.weight(b + "gate.weight", {m.experts, m.hidden}, DType::kF32);
   w.bias(b + "e_score_correction_bias", {m.experts}, DType::kF32);
-  for (uint64_t x = 0; x < m.experts; ++x) {
-    const std::string ex = b + "experts." + std::to_string(x) + ".";
-    w.projection(ex + "w1", m.intermediate, m.hidden);
-    w.projection(ex + "w2", m.hidden, m.intermediate);
-    w.projection(ex + "w3", m.intermediate, m.hidden);
-  }
+  write_w1_w3_w2_experts(m, w, b, m.intermediate);
 }
 
 bool moe_layer(const TinySizes&, int) { return true; }

@@ -38,12 +38,7 @@ void attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
 void moe(const TinySizes& m, TensorWriter& w, const std::string& layer) {
   const std::string b = layer + "block_sparse_moe.";
   w.weight(b + "gate.weight", {m.experts, m.hidden});
-  for (uint64_t x = 0; x < m.experts; ++x) {
-    const std::string ex = b + "experts." + std::to_string(x) + ".";
-    w.projection(ex + "w1", m.intermediate, m.hidden);
-    w.projection(ex + "w2", m.hidden, m.intermediate);
-    w.projection(ex + "w3", m.intermediate, m.hidden);
-  }
+  write_w1_w3_w2_experts(m, w, b, m.intermediate);
 }
 
 bool moe_layer(const TinySizes&, int) { return true; }

@@ -114,6 +114,15 @@ void write_mlp(const TinySizes& m, TensorWriter& w, const std::string& p, uint64
   w.projection(p + "down_proj", m.hidden, size);
 }
 
+void write_w1_w3_w2_experts(const TinySizes& m, TensorWriter& w, const std::string& p, uint64_t size) {
+  for (uint64_t x = 0; x < m.experts; ++x) {
+    const std::string ex = p + "experts." + std::to_string(x) + ".";
+    w.projection(ex + "w1", size, m.hidden);
+    w.projection(ex + "w2", m.hidden, size);
+    w.projection(ex + "w3", size, m.hidden);
+  }
+}
+
 void write_experts(const TinySizes& m, TensorWriter& w, const std::string& p, uint64_t size) {
   for (uint64_t x = 0; x < m.experts; ++x)
     write_mlp(m, w, p + "experts." + std::to_string(x) + ".", size);
