@@ -162,18 +162,8 @@ class _Verifier:
             _, n, k = self.lay.place(group, r)
             ranges = []
             for j, w in enumerate(full):
-                out = w.shape[0]
-                if kind_name == "qkv" and j > 0 and n >= self.model.kv_heads:
-                    # More ranks than kv heads: rank k holds kv head k // (n / Hkv), replicated.
-                    if n % self.model.kv_heads:
-                        raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
-                    d = out // self.model.kv_heads
-                    h = k // (n // self.model.kv_heads)
-                    ranges.append((h * d, (h + 1) * d))
-                else:
-                    if out % n:
-                        raise VerifyError(f"{label}: {out} rows of {parts[j]} do not split over {n} ranks")
-                    ranges.append((k * out // n, (k + 1) * out // n))
+                kv_heads = self.model.kv_heads if kind_name == "qkv" and j > 0 else None
+                ranges.append(_rank_rows(label, parts[j], w.shape[0], n, k, kv_heads))
             rows = [b - a for a, b in ranges]
             wt = self._get(r, prefix + mod + ".weight")
             if tuple(wt.shape) != (sum(rows), full[0].shape[1]):
@@ -329,13 +319,12 @@ class _Verifier:
         for r in range(len(self.ranks)):
             _, n, k = self.lay.place(group, r)
             t = self._get(r, rank_name)
-            want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab or split else ref
-            if split == "kv_heads" and n > self.model.kv_heads:
-                if n % self.model.kv_heads:
-                    raise VerifyError(f"{label}: {n} ranks not a multiple of {self.model.kv_heads} kv heads")
-                d = ref.shape[0] // self.model.kv_heads
-                h = k // (n // self.model.kv_heads)
-                want = ref[h * d:(h + 1) * d]
+            if split:
+                a, b = _rank_rows(label, ckpt_name, ref.shape[0], n, k,
+                                  self.model.kv_heads if split == "kv_heads" else None)
+                want = ref[a:b]
+            else:
+                want = ref[k * ref.shape[0] // n:(k + 1) * ref.shape[0] // n] if vocab else ref
             if tuple(t.shape) != tuple(want.shape):
                 raise VerifyError(f"{label}: rank {r} shape {list(t.shape)}, expected {list(want.shape)}")
             kind = self._kind(t, {self.model.dtype(ckpt_name)}, 1)
@@ -344,6 +333,19 @@ class _Verifier:
             err, tol = compare(got, want, self._tol(kind, t))
             results.append((f"rank {r}", err, tol))
         self._add(label, results)
+
+
+def _rank_rows(label, what, rows, n, k, kv_heads=None):
+    """Rows [a, b) of `what` (`rows` of them) that rank k of the n splitting it holds: its n-th, or, for kv
+    heads (kv_heads given) with at least as many ranks as heads, the head k // (n / Hkv) it replicates."""
+    if kv_heads and n >= kv_heads:
+        if n % kv_heads:
+            raise VerifyError(f"{label}: {n} ranks not a multiple of {kv_heads} kv heads")
+        d, h = rows // kv_heads, k // (n // kv_heads)
+        return h * d, (h + 1) * d
+    if rows % n:
+        raise VerifyError(f"{label}: {rows} rows of {what} do not split over {n} ranks")
+    return k * rows // n, (k + 1) * rows // n
 
 
 def _layer_of(name):

@@ -85,7 +85,8 @@ const ArchTable& table_for(const Family* family);
 
 // Whether a rank parameter is a linear projection's weight, the tensors FP8 quantizes (layout.md "FP8"):
 // every `*_proj` weight (qkv, o, gate_up, down, q_a, q_b, kv_a, kv_b, fused_qkv_a, shared experts) and the
-// routed experts' w13 / w2. Never embeddings, lm_head, norms, routers, shared_expert_gate or biases.
+// routed experts' w13 / w2, and DeepSeek-V3.2's indexer wq_b and wk. Never embeddings, lm_head, norms,
+// routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines).
 bool is_linear_weight(std::string_view target);
 
 // Building blocks the family tables share (src/model/arch/common.cc).

@@ -38,9 +38,15 @@ def producer(script, *args):
     return result.stdout
 
 
+def layout_kwargs(arch, tp=2):
+    """The layout at TP size tp, as the Python API's keywords: MoE families take expert parallelism 2 from
+    tp 2 on."""
+    return {"tp": tp} if arch in DENSE or tp == 1 else {"tp": tp, "ep": 2}
+
+
 def layout(arch, tp=2):
-    """The layout flags at TP size tp: MoE families take expert parallelism 2 from tp 2 on."""
-    return ["--tp", str(tp)] + ([] if arch in DENSE or tp == 1 else ["--ep", "2"])
+    """The same layout as command-line flags."""
+    return [arg for key, value in layout_kwargs(arch, tp).items() for arg in (f"--{key}", str(value))]
 
 
 def open_with_official_safetensors(*dirs):

@@ -6,23 +6,20 @@ scales on a handful of random token sequences made here. Arguments: SCHEME SEED 
 import sys
 
 import torch
-import transformers
 from datasets import Dataset
 from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import QuantizationModifier
+from random_init import random_model
 
 SAMPLES, TOKENS = 4, 32
 args = sys.argv[1:]
 for scheme, seed, src, out in zip(args[0::4], map(int, args[1::4]), args[2::4], args[3::4]):
-    config = transformers.AutoConfig.from_pretrained(src)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = random_model(src, seed)
     recipe = QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head", "re:.*mlp.gate$"])
     calibration = {}
     if scheme == "FP8":
-        tokens = torch.randint(0, config.vocab_size, (SAMPLES, TOKENS), generator=torch.Generator().manual_seed(seed))
+        tokens = torch.randint(0, model.config.vocab_size, (SAMPLES, TOKENS),
+                               generator=torch.Generator().manual_seed(seed))
         calibration = dict(dataset=Dataset.from_dict({"input_ids": tokens.tolist(),
                                                       "attention_mask": torch.ones_like(tokens).tolist()}),
                            num_calibration_samples=SAMPLES, max_seq_length=TOKENS)

@@ -8,7 +8,7 @@ import shardload
 import torch
 from shardload.verify import main as verify
 
-from producers import cli, layout, needs_producers, open_with_official_safetensors, producer
+from producers import cli, layout, layout_kwargs, needs_producers, open_with_official_safetensors, producer
 
 pytestmark = needs_producers
 
@@ -53,7 +53,7 @@ def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_pa
     assert verify([str(a), "--export", str(out)]) == 0
     open_with_official_safetensors(a, out)
 
-    kwargs = {"tp": 2} if arch == "llama" else {"tp": 2, "ep": 2}
+    kwargs = layout_kwargs(arch, 2)
     live = shardload.LiveModel(a, **kwargs)
     views = {rank: live.tensors(rank) for rank in (0, 1)}
     addresses = {(rank, name): t.data_ptr for rank in views for name, t in views[rank].items()}

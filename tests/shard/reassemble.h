@@ -8,6 +8,7 @@
 // value by value after the same cast.
 
 #include <algorithm>
+#include <initializer_list>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -353,24 +354,7 @@ class Reassembler {
       k.push_back(internal::slice_rows(t, nq * d, (nq + nkv) * d));
       v.push_back(internal::slice_rows(t, (nq + nkv) * d, rows));
     }
-    if (replicate) {
-      // Ranks h*rep .. h*rep+rep-1 hold kv head h; keep one copy of each head, the others must
-      // match it.
-      const uint64_t rep = tp_ / config_.kv_heads;
-      std::vector<HostTensor> k_heads, v_heads;
-      for (uint64_t h = 0; h < config_.kv_heads; ++h) {
-        for (uint64_t r = h * rep + 1; r < (h + 1) * rep; ++r) {
-          if (k[r].bytes != k[h * rep].bytes || v[r].bytes != v[h * rep].bytes) {
-            problems_.add("{}: kv head {} on rank {} differs from its copy on rank {}", name, h, r,
-                          h * rep);
-          }
-        }
-        k_heads.push_back(k[h * rep]);
-        v_heads.push_back(v[h * rep]);
-      }
-      k = std::move(k_heads);
-      v = std::move(v_heads);
-    }
+    if (replicate) keep_one_copy_per_kv_head(name, {&k, &v});
     emit(prefix + "q_proj" + suffix, internal::concat_rows(q), name);
     emit(prefix + "k_proj" + suffix, internal::concat_rows(k), name);
     emit(prefix + "v_proj" + suffix, internal::concat_rows(v), name);
@@ -405,17 +389,29 @@ class Reassembler {
   // Rows of the kv heads: in blocks over the ranks, or one head per rank replicated T/Hkv times.
   void kv_head_rows(const std::string& name) {
     if (tp_ < config_.kv_heads) return column(name);
+    std::vector<HostTensor> rows;
+    for (uint64_t r = 0; r < tp_; ++r) rows.push_back(at(r, name));
+    keep_one_copy_per_kv_head(name, {&rows});
+    emit(name, internal::concat_rows(rows), name);
+  }
+
+  // With T >= Hkv, ranks h*rep .. h*rep+rep-1 hold kv head h: keeps rank h*rep's copy of each part
+  // (per-rank tensors, in rank order), after checking the other ranks' copies match it.
+  void keep_one_copy_per_kv_head(const std::string& name, std::initializer_list<std::vector<HostTensor>*> parts) {
     const uint64_t rep = tp_ / config_.kv_heads;
-    std::vector<HostTensor> heads;
     for (uint64_t h = 0; h < config_.kv_heads; ++h) {
       for (uint64_t r = h * rep + 1; r < (h + 1) * rep; ++r) {
-        if (at(r, name).bytes != at(h * rep, name).bytes) {
+        if (std::any_of(parts.begin(), parts.end(),
+                        [&](const std::vector<HostTensor>* p) { return (*p)[r].bytes != (*p)[h * rep].bytes; })) {
           problems_.add("{}: kv head {} on rank {} differs from its copy on rank {}", name, h, r, h * rep);
         }
       }
-      heads.push_back(at(h * rep, name));
     }
-    emit(name, internal::concat_rows(heads), name);
+    for (std::vector<HostTensor>* part : parts) {
+      std::vector<HostTensor> heads;
+      for (uint64_t h = 0; h < config_.kv_heads; ++h) heads.push_back((*part)[h * rep]);
+      *part = std::move(heads);
+    }
   }
 
   void row_parallel(const std::string& name, bool split) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "model/arch/family.h"
+#include "core/json_input.h"
 #include "model/config_fields.h"
 #include "shardload/error.h"
 
@@ -65,7 +66,7 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
     }
   }
   if (const auto type = c.find("qk_norm_type"); type != c.end() && *type != "per_layer") {
-    throw unsupported("qk_norm_type", "\"per_layer\"", type->dump());
+    throw unsupported("qk_norm_type", "\"per_layer\"", brief_json(*type));
   }
   if (!config::get_bool(c, "use_qk_norm", true)) throw unsupported("use_qk_norm", "true", "false");
   if (const uint64_t shared = config::get_uint(c, "shared_intermediate_size", 0); shared != 0) {
