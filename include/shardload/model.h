@@ -61,6 +61,9 @@ inline constexpr uint64_t kWholeRow = uint64_t{1} << 40;
 // Zero means "the model has no such thing".
 struct ModelConfig {
   std::string architecture;  // architectures[0]
+  // Where the text model's tensors live in the checkpoint, before "model." and "lm_head." (a
+  // multimodal checkpoint's "language_model."); the rank tensors keep it, as vLLM names them.
+  std::string weight_prefix;
   const arch::Family* family = nullptr;  // from architectures[0]; never null after from_json
   DType dtype = DType::kBF16;  // torch_dtype (or dtype)
   uint64_t hidden = 0;

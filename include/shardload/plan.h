@@ -142,10 +142,14 @@ struct PlanSource {
   Shape shape;
   uint64_t rows = 0;
   uint64_t cols = 0;
+  // A stacked source (one tensor [E, ...] for every expert, Llama-4's fused experts): its rows per
+  // expert, expert x's at [x * expert_rows, ...); 0 for a tensor of one expert or none.
+  uint64_t expert_rows = 0;
 };
 
 // One block copy: source rows [row_begin, row_end) x cols [col_begin, col_end) land as a dense
-// [rows, cols] block at dst_offset bytes from the start of the rank tensor, converted to its dtype.
+// [rows, cols] block at dst_offset bytes from the start of the rank tensor, converted to its dtype
+// (transposed: as a dense [cols, rows] block, for checkpoints that store a matrix [in, out]).
 // When the block spans all source columns it is one contiguous source run; otherwise one run per row.
 struct PlanPiece {
   uint32_t source = 0;
@@ -155,6 +159,7 @@ struct PlanPiece {
   uint64_t col_end = 0;
   uint64_t dst_offset = 0;
   uint32_t divisor = 1;  // row-parallel bias with --row-bias divided: value / T in float32
+  bool transposed = false;
 
   uint64_t rows() const { return row_end - row_begin; }
   uint64_t cols() const { return col_end - col_begin; }

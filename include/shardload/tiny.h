@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardload {
@@ -44,6 +45,8 @@ struct TinySummary {
 
 // The family names --arch accepts, in a fixed order.
 const std::vector<std::string>& tiny_architectures();
+// Whether make-tiny writes FP8 checkpoints (--quant) of family `arch` (Llama-4: not yet).
+bool tiny_writes_fp8(std::string_view arch);
 
 // Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or quant, an activation
 // scheme without fp8, bad counts, config without sparse or with a sizing option, or a non-empty out

@@ -62,36 +62,80 @@ class Report:
         return out
 
 
+# Llama-4: the multimodal class names its text model's tensors under this prefix (and nests its config).
+_MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": "language_model."}
+_FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)")
+
+
 class _Model:
-    """The checkpoint side: float64 weights with FP8 dequantized (per-tensor or block scales)."""
+    """The checkpoint side: float64 weights with FP8 dequantized (per-tensor or block scales), named as the
+    engines read them: a multimodal checkpoint's text-model prefix dropped, Llama-4's fused [E, in, out] experts
+    seen as per-expert [out, in] gate_proj / up_proj / down_proj, and its q/k heads in the engines' rotary order
+    (each head's even rows, then its odd rows)."""
 
     def __init__(self, model_dir):
         self.ckpt = Checkpoint(model_dir)
         cfg = self.ckpt.config
+        arch = (cfg.get("architectures") or [""])[0]
+        self.prefix = _MULTIMODAL_PREFIX.get(arch, "")
+        if self.prefix:
+            cfg = cfg.get("text_config") or {}
+        self.rotary_pairs = arch.startswith("Llama4")
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
         self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)
+        self.virtual = {}  # per-expert name -> (fused tensor name, expert, part)
+        for name in self.ckpt.where:
+            m = _FUSED_EXPERTS.fullmatch(name)
+            if not m or not name.startswith(self.prefix):
+                continue
+            base = m.group(1)[len(self.prefix):]
+            for x in range(self.ckpt.shape(name)[0]):
+                parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
+                for part in parts:
+                    self.virtual[f"{base}.{x}.{part}.weight"] = (name, x, part)
+
+    def names(self):
+        return [n[len(self.prefix):] for n in self.ckpt.where if n.startswith(self.prefix)] + list(self.virtual)
 
     def has(self, name):
-        return name in self.ckpt
+        return name in self.virtual or self.prefix + name in self.ckpt
+
+    def shape(self, name):
+        return list(self._get(name).shape) if name in self.virtual else self.ckpt.shape(self.prefix + name)
 
     def dtype(self, name):
-        return self.ckpt.dtype(name)
+        return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.prefix + name)
+
+    def _get(self, name):
+        if name in self.virtual:
+            fused, x, part = self.virtual[name]
+            w = self.ckpt.get(fused)[x]  # [in, out]
+            if part != "down_proj":
+                half = w.shape[1] // 2
+                w = w[:, :half] if part == "gate_proj" else w[:, half:]
+            return w.T.contiguous()
+        w = self.ckpt.get(self.prefix + name)
+        if self.rotary_pairs and re.search(r"self_attn\.[qk]_proj\.weight$", name):
+            d = self.head_dim
+            w = w.reshape(-1, d // 2, 2, w.shape[-1]).transpose(1, 2).reshape(-1, w.shape[-1])
+        return w
 
     def value(self, name):
-        return self.ckpt.get(name).double()
+        return self._get(name).double()
 
     def weight(self, base):
-        codes = self.ckpt.get(base + ".weight")
-        inv = self.ckpt.get(base + ".weight_scale_inv") if self.has(base + ".weight_scale_inv") else None
-        scale = self.ckpt.get(base + ".weight_scale") if self.has(base + ".weight_scale") else None
+        codes = self._get(base + ".weight")
+        inv = self._get(base + ".weight_scale_inv") if self.has(base + ".weight_scale_inv") else None
+        scale = self._get(base + ".weight_scale") if self.has(base + ".weight_scale") else None
         return dequant(codes, base + ".weight", [codes.shape[0]], scale, inv)[0]
 
     def bias(self, base):
         return self.value(base + ".bias") if self.has(base + ".bias") else None
 
 
-_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2")}
+_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2"),
+                 "feed_forward": (["gate_proj", "up_proj"], "down_proj")}
 
 
 class _Verifier:
@@ -231,13 +275,13 @@ class _Verifier:
 
     # ---- routed experts: every slot against the logical expert the expert map gives it ----
     def experts(self, i, prefix, moe_index):
-        moe = "block_sparse_moe" if prefix + "block_sparse_moe.experts.w13_weight" in self.ranks[0] else "mlp"
+        moe = next((m for m in _EXPERT_PARTS if prefix + m + ".experts.w13_weight" in self.ranks[0]), "mlp")
         (gate, up), down = _EXPERT_PARTS[moe]
         base = f"{prefix}{moe}.experts"
         tm = self.lay.tm
         el = self.ranks[0][base + ".w13_weight"].shape[0]
         pattern = re.compile(re.escape(base) + rf"\.(\d+)\.{down}\.weight")
-        n_logical = sum(1 for n in self.model.ckpt.where if pattern.fullmatch(n))
+        n_logical = sum(1 for n in self.model.names() if pattern.fullmatch(n))
         if moe_index < len(self.lay.maps):
             pmap = self.lay.maps[moe_index]
         else:
@@ -373,6 +417,9 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
     tolerance: one bound for every module instead of the per-dtype ones."""
     model = _Model(model_dir)
+    if model.prefix:  # rank tensors keep the checkpoint's text-model prefix (vLLM's names): checked without it
+        ranks = [{n[len(model.prefix):] if n.startswith(model.prefix) else n: t for n, t in rank.items()}
+                 for rank in ranks]
     lay = Layout(layout, len(ranks))
     v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
     layers = default_layers(ranks) if layers is None else sorted(set(layers))
@@ -411,7 +458,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
 
 _SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
 _VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
-           "block_sparse_moe.e_score_correction_bias")
+           "block_sparse_moe.e_score_correction_bias", "feed_forward.router")
 
 
 def _check_for(v, model, i, prefix, mod, moe_layers):
@@ -426,7 +473,7 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     if cls:
         return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
     if mod in ("self_attn.q_norm", "self_attn.k_norm") and model.has(prefix + mod + ".weight") and \
-            model.ckpt.shape(prefix + mod + ".weight")[0] > model.head_dim:
+            model.shape(prefix + mod + ".weight")[0] > model.head_dim:
         # MiniMax-M2's per-layer q/k norms (over the whole projection) are split with the heads.
         split = "heads" if mod == "self_attn.q_norm" else "kv_heads"
         return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)

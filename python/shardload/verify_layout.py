@@ -68,9 +68,10 @@ def classify(mod):
         return "column", "attention", [mod]
     if mod == "self_attn.o_proj":
         return "row", "attention", [mod]
-    m = re.fullmatch(r"(mlp|mlp\.shared_experts?)\.(gate_up_proj|down_proj)", mod)
+    m = re.fullmatch(r"(mlp|mlp\.shared_experts?|feed_forward|feed_forward\.shared_expert)\.(gate_up_proj|down_proj)",
+                     mod)
     if m:
-        group = "dense_mlp" if m.group(1) == "mlp" else "shared_experts"
+        group = "dense_mlp" if m.group(1) in ("mlp", "feed_forward") else "shared_experts"
         if m.group(2) == "gate_up_proj":
             return "column", group, [m.group(1) + ".gate_proj", m.group(1) + ".up_proj"]
         return "row", group, [mod]

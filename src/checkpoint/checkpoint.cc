@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/weight_map.h"
+#include "model/arch/family.h"
 #include "core/json_input.h"
 #include "core/parallel_for.h"
 #include "shardload/error.h"
@@ -202,6 +203,29 @@ const nlohmann::json& Checkpoint::config() const {
   return config_ != nullptr ? *config_ : kNone;
 }
 
+namespace {
+
+// A multimodal checkpoint of a supported family: the tensors outside its text model's prefix (the
+// vision tower, the projector) are skipped by the planner; the user hears it once, with a count.
+void warn_other_towers(const nlohmann::json& config, const std::vector<std::string>& names,
+                       std::vector<std::string>& warnings) {
+  const auto archs = config.find("architectures");
+  if (archs == config.end() || !archs->is_array() || archs->empty() || !archs->front().is_string()) return;
+  const std::string architecture = archs->front().get<std::string>();
+  const arch::Family* family = arch::family_for_architecture(architecture);
+  if (family == nullptr || family->multimodal_architecture != architecture) return;
+  const std::string_view prefix = family->multimodal_weight_prefix;
+  const auto skipped = std::count_if(names.begin(), names.end(),
+                                     [&](const std::string& name) { return !name.starts_with(prefix); });
+  if (skipped > 0) {
+    warnings.push_back(fmt::format("{}: {} tensors outside {}* (the vision tower and projector) are skipped; "
+                                   "shardload loads the text model",
+                                   architecture, skipped, prefix));
+  }
+}
+
+}  // namespace
+
 Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
   Checkpoint ckpt;
   ckpt.path_ = path;
@@ -238,13 +262,15 @@ Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
       unique &= ckpt.entries_.emplace(info.name, Entry{f, &info, 0}).second;
     }
   }
-  if (unique && shards.indexed && ckpt.take_index_names(shards.weight_map)) return ckpt;
-  if (!unique || shards.indexed) {
-    ckpt.entries_.clear();
-    // Throws the first problem, in file order.
-    ckpt.check_tensors(shards.weight_map, shards.indexed);
+  if (!(unique && shards.indexed && ckpt.take_index_names(shards.weight_map))) {
+    if (!unique || shards.indexed) {
+      ckpt.entries_.clear();
+      // Throws the first problem, in file order.
+      ckpt.check_tensors(shards.weight_map, shards.indexed);
+    }
+    ckpt.sort_names();
   }
-  ckpt.sort_names();
+  if (ckpt.config_ != nullptr) warn_other_towers(*ckpt.config_, ckpt.tensor_names(), ckpt.warnings_);
   return ckpt;
 }
 

@@ -43,13 +43,17 @@ constexpr int kDirectThreads = 4;  // threads reading O_DIRECT: bounds their slo
 
 
 // A destination of a gathered row range: columns [col_begin, col_end) of each source row land
-// densely at dst (row i of the group at dst + i * width).
+// densely at dst (row i of the group at dst + i * width). Transposed (a checkpoint matrix stored
+// [in, out]): source row r, column c lands at element (c - col_begin) * ld + (r - row0) of dst.
 struct Consumer {
   std::byte* dst;
   uint64_t col_begin;
   uint64_t col_end;
   DType dtype;
   uint32_t divisor;
+  bool transposed = false;
+  uint64_t row0 = 0;  // transposed: the source row of dst's column 0 (the whole piece's first row)
+  uint64_t ld = 0;    // transposed: dst's row length in elements (the whole piece's rows)
 };
 
 // memcpy, with the common narrow widths as fixed-size moves the compiler inlines.
@@ -305,12 +309,13 @@ class Executor {
   void add_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base) {
     const PlanSource& src = plan_.sources[piece.source];
     if (src.file >= cuts_.size() || cuts_[src.file].empty()) {
-      add_whole_piece(param, piece, param_base);
+      add_whole_piece(param, piece, param_base, piece);
       return;
     }
     const std::vector<uint64_t>& cuts = cuts_[src.file];
     const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
-    const uint64_t dst_row_bytes = piece.cols() * dtype_bits(param.dtype) / 8;
+    // A transposed piece's parts keep its destination: each row lands by its own index (Consumer).
+    const uint64_t dst_row_bytes = piece.transposed ? 0 : piece.cols() * dtype_bits(param.dtype) / 8;
     PlanPiece part = piece;
     auto cut = std::upper_bound(cuts.begin(), cuts.end(),
                                 src.file_offset + piece.row_begin * row_bytes);
@@ -320,12 +325,12 @@ class Executor {
                     {.tensor = src.name});
       }
       part.row_end = (*cut - src.file_offset) / row_bytes;
-      add_whole_piece(param, part, param_base);
+      add_whole_piece(param, part, param_base, piece);
       part.dst_offset += part.rows() * dst_row_bytes;
       part.row_begin = part.row_end;
     }
     part.row_end = piece.row_end;
-    add_whole_piece(param, part, param_base);
+    add_whole_piece(param, part, param_base, piece);
   }
 
   bool is_cut(uint32_t file, uint64_t offset) const {
@@ -333,17 +338,20 @@ class Executor {
            std::binary_search(cuts_[file].begin(), cuts_[file].end(), offset);
   }
 
-  void add_whole_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base) {
+  // `piece`, a part of `whole` (itself, or its rows between two cuts).
+  void add_whole_piece(const PlanParam& param, const PlanPiece& piece, std::byte* param_base,
+                       const PlanPiece& whole) {
     const PlanSource& src = plan_.sources[piece.source];
     const bool whole_rows = piece.col_begin == 0 && piece.col_end == src.cols;
     const SourceRows rows{piece.source, piece.row_begin, piece.row_end};
-    if (whole_rows && src.dtype == param.dtype && piece.divisor == 1) {
+    if (whole_rows && src.dtype == param.dtype && piece.divisor == 1 && !piece.transposed) {
       direct_pieces_.push_back({rows, param_base + piece.dst_offset});
       return;
     }
     gather_pieces_.push_back({rows,
                               {param_base + piece.dst_offset, piece.col_begin, piece.col_end,
-                               param.dtype, piece.divisor}});
+                               param.dtype, piece.divisor, piece.transposed, whole.row_begin,
+                               whole.rows()}});
   }
 
   // The gathers: pieces of the same source rows grouped by sorting (stable: consumers keep the
@@ -424,9 +432,9 @@ class Executor {
 
   void plan_scatter(Gather& gather) const {
     const PlanSource& src = plan_.sources[gather.source];
-    gather.plain =
-        std::all_of(gather.consumers.begin(), gather.consumers.end(),
-                    [&](const Consumer& c) { return c.dtype == src.dtype && c.divisor == 1; });
+    gather.plain = std::all_of(
+        gather.consumers.begin(), gather.consumers.end(),
+        [&](const Consumer& c) { return c.dtype == src.dtype && c.divisor == 1 && !c.transposed; });
     if (!gather.plain) return;  // a conversion: bounce
     std::vector<uint32_t> order(gather.consumers.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -569,6 +577,10 @@ class Executor {
       return;
     }
     for (const Consumer& c : gather.consumers) {
+      if (c.transposed) {
+        transpose_rows(c, src.dtype, src_bytes, row_bytes, part.row_begin, part.row_end, scratch);
+        continue;
+      }
       const uint64_t width = c.col_end - c.col_begin;
       const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
       std::byte* dst = c.dst + (part.row_begin - gather.row_begin) * dst_row_bytes;
@@ -580,6 +592,47 @@ class Executor {
       for (uint64_t r = 0; r < rows; ++r) {
         convert_values(src.dtype, src_bytes + r * row_bytes + c.col_begin * src_esize, c.dtype,
                        dst + r * dst_row_bytes, width, c.divisor, scratch);
+      }
+    }
+  }
+
+  // Source rows [row_begin, row_end) (at src_bytes, row_bytes apart) into a transposed consumer:
+  // kTileRows rows at a time are converted into a tile, then each of its columns lands as
+  // kTileRows neighbouring elements of one destination row (a cache line of bf16), so that neither
+  // side is walked one element per cache line.
+  static void transpose_rows(const Consumer& c, DType src_dtype, const std::byte* src_bytes,
+                             uint64_t row_bytes, uint64_t row_begin, uint64_t row_end,
+                             std::vector<float>& scratch) {
+    constexpr uint64_t kTileRows = 32;
+    thread_local std::vector<std::byte> tile;
+    const uint64_t width = c.col_end - c.col_begin;
+    const uint64_t esize = dtype_bits(c.dtype) / 8;
+    const uint64_t src_esize = dtype_bits(src_dtype) / 8;
+    tile.resize(kTileRows * width * esize);
+    for (uint64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
+      const uint64_t n = std::min(kTileRows, row_end - r0);
+      for (uint64_t i = 0; i < n; ++i) {
+        convert_values(src_dtype, src_bytes + (r0 - row_begin + i) * row_bytes + c.col_begin * src_esize,
+                       c.dtype, tile.data() + i * width * esize, width, c.divisor, scratch);
+      }
+      std::byte* out = c.dst + (r0 - c.row0) * esize;
+      switch (esize) {
+        case 1: scatter_columns<uint8_t>(tile.data(), n, width, out, c.ld); break;
+        case 2: scatter_columns<uint16_t>(tile.data(), n, width, out, c.ld); break;
+        case 4: scatter_columns<uint32_t>(tile.data(), n, width, out, c.ld); break;
+        default: scatter_columns<uint64_t>(tile.data(), n, width, out, c.ld); break;
+      }
+    }
+  }
+
+  // Column j of an n x width tile (elements of type T) to out + j * ld elements, n of them.
+  template <class T>
+  static void scatter_columns(const std::byte* tile, uint64_t n, uint64_t width, std::byte* out,
+                              uint64_t ld) {
+    for (uint64_t j = 0; j < width; ++j) {
+      std::byte* row = out + j * ld * sizeof(T);
+      for (uint64_t i = 0; i < n; ++i) {
+        std::memcpy(row + i * sizeof(T), tile + (i * width + j) * sizeof(T), sizeof(T));
       }
     }
   }

@@ -49,12 +49,27 @@ enum class Keep {
 
 using ShapeFn = Shape (*)(const ModelConfig&);
 
+// Which rows of a part's matrix it takes before its split: a fused [gate; up] checkpoint tensor feeds
+// two parts, its first and its second half.
+enum class Band { kAll, kFirstHalf, kSecondHalf };
+
 // One checkpoint tensor feeding a parameter. Names are relative to "model.layers.{L}." in layer rules;
 // "{E}" stands for the logical expert.
 struct Part {
   std::string source;
   Split split;
-  ShapeFn shape;  // the shape config.json implies
+  ShapeFn shape;  // the shape config.json implies (a stacked source: with its expert dimension)
+  // Fused experts (Llama-4, gpt-oss): one checkpoint tensor [E, ...] holds every expert, and a slot
+  // of logical expert x takes its [x] (no "{E}" in the name).
+  bool stacked = false;
+  // The checkpoint stores the matrix as [in, out] (Llama-4's and gpt-oss's fused experts): the rank
+  // tensor holds it [out, in], and split rules and bands apply to that transposed view.
+  bool transposed = false;
+  Band band = Band::kAll;
+  // Rows in interleaved rotary pairs per head of head_dim rows (Llama-4's q/k, rotated as complex
+  // pairs): the rank takes each head's even rows, then its odd rows, as vLLM and SGLang permute them
+  // for their half-split (NeoX) rotary kernel.
+  bool rotary_pairs = false;
 };
 
 // A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).

@@ -62,10 +62,36 @@ int ModelConfig::moe_layer_count() const {
   return static_cast<int>(std::count(moe_layer.begin(), moe_layer.end(), true));
 }
 
-ModelConfig ModelConfig::from_json(const json& c) {
-  if (!c.is_object()) throw config_error("not a JSON object", "", "object", c.type_name());
+namespace {
+
+// A multimodal config's text model: its text_config, with the fields the outer config holds for the
+// whole model (architectures, dtype, quantization, tied embeddings) where text_config lacks them.
+json text_model_config(const json& outer) {
+  const auto text = outer.find("text_config");
+  if (text == outer.end() || !text->is_object()) {
+    throw config_error("a multimodal config without its text model", "text_config", "an object",
+                       text == outer.end() ? "absent" : text->type_name());
+  }
+  json c = *text;
+  c["architectures"] = outer["architectures"];
+  for (const char* key : {"torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"}) {
+    const auto v = outer.find(key);
+    if (v != outer.end() && !c.contains(key)) c[key] = *v;
+  }
+  return c;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& outer) {
+  if (!outer.is_object()) throw config_error("not a JSON object", "", "object", outer.type_name());
   ModelConfig m;
-  m.family = parse_family(c, m.architecture);
+  m.family = parse_family(outer, m.architecture);
+  const bool multimodal = !m.family->multimodal_architecture.empty() &&
+                          m.architecture == m.family->multimodal_architecture;
+  const json nested = multimodal ? text_model_config(outer) : json();
+  const json& c = multimodal ? nested : outer;
+  if (multimodal) m.weight_prefix = m.family->multimodal_weight_prefix;
   m.dtype = parse_torch_dtype(c);
   m.hidden = get_positive(c, "hidden_size");
   m.vocab = get_positive(c, "vocab_size");

@@ -82,6 +82,14 @@ Plan permute_expert_slots(const Plan& live, const std::vector<std::vector<int>>&
             throw inconsistent(param, fmt::format("expert {} has no tensors to take", y));
           }
           piece.source = (*ids)[used[j]++];
+          // A stacked source holds every expert: the expert is in the rows, moved from the one the
+          // slot holds now to y.
+          if (const uint64_t per = next.sources[piece.source].expert_rows; per > 0) {
+            const uint64_t x = static_cast<uint64_t>(slot_expert(live, rank.rank, param.module, j));
+            const uint64_t y_rows = static_cast<uint64_t>(y) * per;
+            piece.row_begin = piece.row_begin - x * per + y_rows;
+            piece.row_end = piece.row_end - x * per + y_rows;
+          }
         }
         for (uint64_t j = 0; j < slots; ++j) {
           const size_t y = static_cast<size_t>(slot_expert(next, rank.rank, param.module, j));

@@ -103,6 +103,7 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
             j["convert"] = fmt::format("{}->{}", dtype_name(src.dtype), dtype_name(param.dtype));
           }
           if (piece.divisor != 1) j["divisor"] = piece.divisor;
+          if (piece.transposed) j["transposed"] = true;
           p["pieces"].push_back(std::move(j));
         }
       }

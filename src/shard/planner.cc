@@ -17,6 +17,7 @@
 namespace shardload {
 namespace {
 
+using arch::Band;
 using arch::Group;
 using arch::Keep;
 using arch::ParamRule;
@@ -96,6 +97,43 @@ struct Block {
   uint64_t out_rows;  // rows the part takes in the rank tensor (> row_end - row_begin when padded)
   uint32_t divisor;
 };
+
+// A part's matrix as the rank tensor sees it, for one expert: [rows, cols] after taking the expert
+// of a stacked source, transposing and taking the band. Split rules cut this view.
+struct PartView {
+  uint64_t rows = 1;
+  uint64_t cols = 1;
+  uint64_t band_row = 0;     // the band's first row in the whole (transposed) matrix
+  uint64_t expert_rows = 0;  // a stacked source's matrix rows per expert (its [x] starts at x * this)
+};
+
+PartView part_view(const Part& part, const PlanSource& src, const std::string& target) {
+  Shape shape = src.shape;
+  PartView view;
+  if (part.stacked) {
+    if (shape.size() < 2) {
+      throw Error(ErrorKind::kShapeMismatch, "a fused experts tensor needs an expert dimension",
+                  {.tensor = src.name, .field = target, .expected = "[experts, ...]",
+                   .found = shape_text(shape)});
+    }
+    shape.erase(shape.begin());
+  }
+  view.rows = shape.empty() ? 1 : shape[0];
+  view.cols = std::accumulate(shape.begin() + (shape.empty() ? 0 : 1), shape.end(), uint64_t{1},
+                              std::multiplies<>());
+  view.expert_rows = view.rows;
+  if (part.transposed) std::swap(view.rows, view.cols);
+  if (part.band != Band::kAll) {
+    if (view.rows % 2 != 0) {
+      throw Error(ErrorKind::kShapeMismatch, "a fused gate/up tensor needs an even size to halve",
+                  {.tensor = src.name, .field = target, .expected = "an even size",
+                   .found = std::to_string(view.rows)});
+    }
+    view.rows /= 2;
+    if (part.band == Band::kSecondHalf) view.band_row = view.rows;
+  }
+  return view;
+}
 
 class Planner {
  public:
@@ -233,11 +271,11 @@ class Planner {
   void instantiate() {
     const arch::ArchTable& table = arch::table_for(model().family);
     for (const ParamRule& rule : table.model) {
-      if (applies(rule.when, model(), -1)) add_instance(rule, -1, -1, "");
+      if (applies(rule.when, model(), -1)) add_instance(rule, -1, -1, model().weight_prefix);
     }
     int moe_index = 0;
     for (int layer = 0; layer < model().layers; ++layer) {
-      const std::string prefix = fmt::format("model.layers.{}.", layer);
+      const std::string prefix = fmt::format("{}model.layers.{}.", model().weight_prefix, layer);
       const bool moe_layer = model().moe_layer[static_cast<size_t>(layer)];
       for (const ParamRule& rule : table.layer) {
         if (applies(rule.when, model(), layer)) {
@@ -279,9 +317,16 @@ class Planner {
     for (size_t i = 0; i < consumed.size(); ++i) {
       if (consumed[i]) continue;
       const std::string& name = ckpt_->tensor_names()[i];
-      const auto skip = std::find_if(table.skips.begin(), table.skips.end(),
-                                     [&](const arch::SkipRule& s) { return s.matches(name, model()); });
-      if (skip == table.skips.end()) {
+      // Skip rules read names as a text-only checkpoint spells them; a multimodal checkpoint's
+      // other towers are skipped whole.
+      const std::string_view prefix = model().weight_prefix;
+      const bool other_tower = !prefix.empty() && !name.starts_with(prefix);
+      const std::string_view text_name = std::string_view(name).substr(other_tower ? 0 : prefix.size());
+      const bool skipped =
+          other_tower || std::any_of(table.skips.begin(), table.skips.end(), [&](const arch::SkipRule& s) {
+            return s.matches(text_name, model());
+          });
+      if (!skipped) {
         throw Error(ErrorKind::kUnknownTensor,
                     fmt::format("no rule of {} consumes or skips it", model().architecture),
                     {.file = file_name(name), .tensor = name});
@@ -327,6 +372,9 @@ class Planner {
         for (const auto& ids : inst.source_ids) {
           for (const uint32_t id : ids) require_fp8(plan_.sources[id]);
         }
+      }
+      for (const auto& ids : inst.source_ids) {  // plan_from_config assumes a source per use
+        for (size_t k = 0; k < ids.size(); ++k) set_part_view(inst, inst.rule->parts[k], plan_.sources[ids[k]]);
       }
     }
   }
@@ -381,6 +429,36 @@ class Planner {
     return source;
   }
 
+  // The matrix a stacked or rotary-paired source is read as: a stacked [E, A, ...] source as
+  // [E * A, ...] (expert x's rows start at x * A), a rotary-paired [R, C] one as [R / 2, 2 * C]
+  // (add_rotary_pairs). The scales of an FP8 checkpoint are not laid out for such cuts: refused.
+  void set_part_view(const Instance& inst, const Part& part, PlanSource& src) const {
+    if (!part.stacked && !part.rotary_pairs && !part.transposed) return;
+    if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
+      throw Error(ErrorKind::kConfig,
+                  "an FP8 checkpoint of fused [in, out] experts or rotary-paired projections is not "
+                  "supported (its scales would need the same permutation)",
+                  {.tensor = src.name, .field = inst.target, .expected = "a bf16, fp16 or fp32 checkpoint",
+                   .found = "FP8"});
+    }
+    if (part.stacked && src.shape.size() >= 2) {
+      src.expert_rows = src.shape[1];
+      src.rows = src.shape[0] * src.shape[1];
+      src.cols = std::accumulate(src.shape.begin() + 2, src.shape.end(), uint64_t{1}, std::multiplies<>());
+    }
+    if (part.rotary_pairs) {
+      const uint64_t d = model().head_dim;
+      if (src.shape.size() != 2 || d % 2 != 0 || src.shape[0] % d != 0) {
+        throw Error(ErrorKind::kShapeMismatch, "rotary pairs need whole heads of an even head_dim",
+                    {.tensor = src.name, .field = inst.target,
+                     .expected = fmt::format("[heads * {}, hidden] with an even head_dim", d),
+                     .found = shape_text(src.shape)});
+      }
+      src.rows = src.shape[0] / 2;
+      src.cols = src.shape[1] * 2;
+    }
+  }
+
   void require_fp8(const PlanSource& src) const {
     if (src.dtype != DType::kF8E4M3) {
       throw Error(ErrorKind::kUnsupportedDtype, "an FP8 checkpoint's linear weights must be F8_E4M3",
@@ -396,7 +474,8 @@ class Planner {
   // `group` ranks split the part; this rank is number `r` among them.
   Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
             const std::string& target) const {
-    Block b{0, src.rows, 0, src.cols, src.rows, 1};
+    const PartView view = part_view(part, src, target);
+    Block b{0, view.rows, 0, view.cols, view.rows, 1};
     auto must_divide = [&](uint64_t size, uint64_t parts, const char* what) {
       if (size % parts != 0) {
         throw Error(ErrorKind::kInvalidArgument,
@@ -408,29 +487,29 @@ class Planner {
     switch (part.split) {
       case Split::kReplicated: return b;
       case Split::kColumn: {
-        const uint64_t per = must_divide(src.rows, group, "rows");
+        const uint64_t per = must_divide(view.rows, group, "rows");
         b.row_begin = r * per;
         b.row_end = b.row_begin + per;
         b.out_rows = per;
         return b;
       }
       case Split::kRow: {
-        const uint64_t per = must_divide(src.cols, group, "columns");
+        const uint64_t per = must_divide(view.cols, group, "columns");
         b.col_begin = r * per;
         b.col_end = b.col_begin + per;
         return b;
       }
       case Split::kVocab: {
-        const uint64_t padded = padded_vocab_rows(src.rows);
+        const uint64_t padded = padded_vocab_rows(view.rows);
         const uint64_t per = must_divide(padded, group, "padded rows");
-        b.row_begin = std::min(src.rows, r * per);
-        b.row_end = std::min(src.rows, r * per + per);
+        b.row_begin = std::min(view.rows, r * per);
+        b.row_end = std::min(view.rows, r * per + per);
         b.out_rows = per;
         return b;
       }
       case Split::kKvHeads: {
         const uint64_t heads = model().kv_heads;
-        const uint64_t head_rows = must_divide(src.rows, heads, "rows over kv heads");
+        const uint64_t head_rows = must_divide(view.rows, heads, "rows over kv heads");
         if (group >= heads) {
           const uint64_t head = r / (group / heads);
           b.row_begin = head * head_rows;
@@ -482,18 +561,52 @@ class Planner {
     return layout;
   }
 
-  // The pieces that fill one slot, starting `base` bytes into the parameter, from sources `ids`.
-  static void add_slot(PlanParam& param, const SlotLayout& layout, const std::vector<uint32_t>& ids,
-                       uint64_t base, uint64_t esize) {
+  // The pieces that fill one slot of logical expert `expert` (0 for a non-expert parameter),
+  // starting `base` bytes into the parameter, from sources `ids`. A block is in the part's view
+  // (part_view); here it becomes source rows and columns.
+  void add_slot(PlanParam& param, const Instance& inst, const SlotLayout& layout,
+                const std::vector<uint32_t>& ids, size_t expert, uint64_t base, uint64_t esize) const {
     uint64_t row = 0;
     for (size_t k = 0; k < layout.blocks.size(); ++k) {
       const Block& b = layout.blocks[k];
-      if (b.row_end > b.row_begin) {
-        param.pieces.push_back({ids[k], b.row_begin, b.row_end, b.col_begin, b.col_end,
-                                base + row * layout.cols * esize, b.divisor});
-      }
+      const Part& part = inst.rule->parts[k];
+      const uint64_t dst = base + row * layout.cols * esize;
       if (b.row_end - b.row_begin < b.out_rows) param.has_padding = true;
       row += b.out_rows;
+      if (b.row_end == b.row_begin) continue;
+      const PartView view = part_view(part, source(ids[k]), inst.target);
+      const uint64_t first = part.stacked ? expert * view.expert_rows : 0;  // the expert's matrix
+      const uint64_t rows_begin = view.band_row + b.row_begin;
+      const uint64_t rows_end = view.band_row + b.row_end;
+      if (part.transposed) {  // view rows are source columns, view columns source rows
+        param.pieces.push_back({ids[k], first + b.col_begin, first + b.col_end, rows_begin, rows_end,
+                                dst, b.divisor, /*transposed=*/true});
+      } else if (part.rotary_pairs) {
+        add_rotary_pairs(param, ids[k], rows_begin, rows_end, view.cols, dst, layout.cols * esize,
+                         inst.target);
+      } else {
+        param.pieces.push_back({ids[k], first + rows_begin, first + rows_end, b.col_begin, b.col_end,
+                                dst, b.divisor});
+      }
+    }
+  }
+
+  // Rows [begin, end) (whole heads) of a part in rotary pairs, whose source is viewed as
+  // [rows / 2, 2 * cols] (one view row = an even row and the odd row after it): per head, the view's
+  // left halves (the even rows) then its right halves (the odd rows), each one piece.
+  void add_rotary_pairs(PlanParam& param, uint32_t id, uint64_t begin, uint64_t end, uint64_t cols,
+                        uint64_t dst, uint64_t row_bytes, const std::string& target) const {
+    const uint64_t d = model().head_dim;
+    if (begin % d != 0 || end % d != 0) {
+      throw Error(ErrorKind::kInvalidArgument, "a rotary-paired projection must be cut on whole heads",
+                  {.tensor = source(id).name, .field = target,
+                   .expected = fmt::format("multiples of head_dim {}", d),
+                   .found = fmt::format("rows [{}, {})", begin, end)});
+    }
+    for (uint64_t head = begin; head < end; head += d) {
+      const uint64_t at = dst + (head - begin) * row_bytes;
+      param.pieces.push_back({id, head / 2, (head + d) / 2, 0, cols, at, 1});
+      param.pieces.push_back({id, head / 2, (head + d) / 2, cols, 2 * cols, at + d / 2 * row_bytes, 1});
     }
   }
 
@@ -510,14 +623,18 @@ class Planner {
       const uint64_t slot_bytes = layout.rows * layout.cols * esize;
       const std::vector<int>& map = plan_.physical_to_logical[static_cast<size_t>(inst.moe_layer)];
       for (uint64_t j = 0; j < local; ++j) {
-        slot_logical.push_back(static_cast<size_t>(map[ep_rank * local + j]));
-        add_slot(param, layout, inst.source_ids[slot_logical.back()], j * slot_bytes, esize);
+        const size_t expert = static_cast<size_t>(map[ep_rank * local + j]);
+        slot_logical.push_back(expert);
+        add_slot(param, inst, layout, inst.source_ids[expert], expert, j * slot_bytes, esize);
       }
-      param.shape = {local, layout.rows, layout.cols};
+      // A stacked [E, n] source (gpt-oss's expert biases) is a vector per expert.
+      const Part& part = rule.parts.front();
+      const bool vectors = part.stacked && source(inst.source_ids.front()[0]).shape.size() == 2;
+      param.shape = vectors ? Shape{local, layout.rows} : Shape{local, layout.rows, layout.cols};
       return slot_logical;
     }
     slot_logical.push_back(0);
-    add_slot(param, layout, inst.source_ids.front(), 0, esize);
+    add_slot(param, inst, layout, inst.source_ids.front(), 0, 0, esize);
     const bool vector = source(inst.source_ids.front()[0]).shape.size() <= 1;
     param.shape = vector ? Shape{layout.rows} : Shape{layout.rows, layout.cols};
     if (rule.flatten) param.shape = {layout.rows * layout.cols};

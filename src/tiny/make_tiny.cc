@@ -165,6 +165,11 @@ tiny::Quant parse_quant_options(const TinyOptions& options, bool& static_activat
 
 }  // namespace
 
+bool tiny_writes_fp8(std::string_view arch) {
+  const arch::Family* family = arch::find_family(arch);
+  return family != nullptr && family->no_fp8_checkpoints.empty();
+}
+
 const std::vector<std::string>& tiny_architectures() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -190,6 +195,12 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
   }
   bool static_activations = true;
   const tiny::Quant quant = parse_quant_options(options, static_activations);
+  if (quant != tiny::Quant::kNone && !family->no_fp8_checkpoints.empty()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{} has no FP8 checkpoints here: {}", family->name, family->no_fp8_checkpoints),
+                {.field = "quant", .expected = "none (--quantization fp8 at load time quantizes dynamically)",
+                 .found = options.quant});
+  }
   tiny::TinyModel model = tiny::is_block_quant(quant) ? tiny::block_fp8_model(*family)
                                                       : tiny::default_model(*family);
   tiny::apply_counts(model, options.layers, options.experts);

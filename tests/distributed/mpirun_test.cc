@@ -187,8 +187,10 @@ TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
 INSTANTIATE_TEST_SUITE_P(Families, MpirunFamilyTest, ::testing::ValuesIn([] {
                            std::vector<Family> out;
                            for (const std::string& arch : tiny_architectures()) {
-                             for (const char* quant : {"none", "fp8", "fp8-block"})
-                               out.push_back({arch, quant});
+                             for (const char* quant : {"none", "fp8", "fp8-block"}) {
+                               if (std::string_view(quant) == "none" || tiny_writes_fp8(arch))
+                                 out.push_back({arch, quant});
+                             }
                            }
                            return out;
                          }()),

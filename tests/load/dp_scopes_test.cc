@@ -202,6 +202,7 @@ std::vector<Model> models() {
                            "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2"}) {
     for (const char* quant : {"none", "fp8", "fp8-block", "dynamic"}) out.push_back({arch, quant});
   }
+  for (const char* quant : {"none", "dynamic"}) out.push_back({"llama4", quant});  // no FP8 checkpoints
   return out;
 }
 

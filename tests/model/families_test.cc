@@ -109,6 +109,67 @@ TEST(ModelFamilies, MiniMaxM2RefusesTheLayoutsOfOtherMiniMaxModels) {
   }
 }
 
+nlohmann::json llama4_text_config() {
+  return {{"architectures", {"Llama4ForCausalLM"}}, {"model_type", "llama4_text"},
+          {"hidden_size", 64}, {"vocab_size", 128}, {"num_hidden_layers", 4},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+          {"intermediate_size", 32}, {"intermediate_size_mlp", 96}, {"num_local_experts", 4},
+          {"interleave_moe_layer_step", 2}};
+}
+
+TEST(ModelFamilies, Llama4ReadsItsMlpWidthsAndMoeLayers) {
+  nlohmann::json config = llama4_text_config();
+  ModelConfig m = ModelConfig::from_json(config);
+  EXPECT_EQ(family_name(m.family), "llama4");
+  EXPECT_EQ(m.moe_intermediate, 32u) << "intermediate_size is the experts' width";
+  EXPECT_EQ(m.shared_intermediate, 32u) << "one shared expert as wide";
+  EXPECT_EQ(m.intermediate, 96u) << "the dense layers' intermediate_size_mlp";
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{false, true, false, true}));
+  EXPECT_TRUE(m.weight_prefix.empty());
+  config["moe_layers"] = {0, 3};  // transformers' explicit list wins over the step
+  EXPECT_EQ(ModelConfig::from_json(config).moe_layer, (std::vector<bool>{true, false, false, true}));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"attention_bias", true}, {"intermediate_size_mlp", nullptr}}) {
+    nlohmann::json bad = llama4_text_config();
+    if (value.is_null()) {
+      bad.erase(field);
+    } else {
+      bad[field] = value;
+    }
+    try {
+      ModelConfig::from_json(bad);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_EQ(e.field(), field);
+    }
+  }
+}
+
+TEST(ModelFamilies, Llama4MultimodalConfigReadsItsTextModel) {
+  // Llama4ForConditionalGeneration nests the text model under text_config; the outer config holds the
+  // architecture and dtype. The text model's tensors are named under language_model.
+  nlohmann::json text = llama4_text_config();
+  text.erase("architectures");
+  const nlohmann::json outer = {{"architectures", {"Llama4ForConditionalGeneration"}}, {"model_type", "llama4"},
+                                {"torch_dtype", "float16"}, {"text_config", text},
+                                {"vision_config", {{"hidden_size", 32}}}};
+  const ModelConfig m = ModelConfig::from_json(outer);
+  EXPECT_EQ(family_name(m.family), "llama4");
+  EXPECT_EQ(m.weight_prefix, "language_model.");
+  EXPECT_EQ(m.hidden, 64u);
+  EXPECT_EQ(m.experts, 4u);
+  EXPECT_EQ(m.dtype, DType::kF16);
+  nlohmann::json no_text = outer;
+  no_text.erase("text_config");
+  try {
+    ModelConfig::from_json(no_text);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "text_config");
+  }
+}
+
 TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {
   nlohmann::json config = glm4_moe_config();
   config["n_routed_experts"] = uint64_t{1} << 40;

@@ -34,7 +34,10 @@ ParamGroup expected_group(const std::string& target, std::string_view family) {
       !target.starts_with("self_attn.indexer.")) {
     return ParamGroup::kAttention;
   }
-  if (target.starts_with("mlp.") && target.find("_proj.") != std::string::npos) return ParamGroup::kDenseMlp;
+  // Llama-4 names its MLPs (dense, shared, experts) feed_forward.
+  if ((target.starts_with("mlp.") || target.starts_with("feed_forward.")) && target.find("_proj.") != std::string::npos) {
+    return ParamGroup::kDenseMlp;
+  }
   return ParamGroup::kReplicated;
 }
 

@@ -85,3 +85,24 @@ def test_a_random_model_transformers_built_plans_loads_exports_and_verifies(rand
         cli("export", model, *layout(arch, tp), "--out", out)
         assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
     open_with_official_safetensors(model, *(tmp_path / f"tp{tp}" for tp in (1, 2, 4)))
+
+
+def test_llama4_multimodal_checkpoint_loads_its_text_model(tmp_path):
+    # transformers' own Llama4ForConditionalGeneration (random, with a small vision tower), saved by
+    # save_pretrained: the text model lives under language_model., beside vision_model and the projector.
+    text = tmp_path / "text"
+    cli("make-tiny", "--arch", "llama4", "--out", text)
+    model = tmp_path / "multimodal"
+    producer("llama4_multimodal.py", 3, text, model)
+    names = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    assert any(n.startswith("vision_model.") for n in names) and any(n.startswith("language_model.") for n in names)
+    skipped = sum(1 for n in names if not n.startswith("language_model."))
+    planned = cli("plan", model, *layout("llama4", 2), stderr=True)
+    assert f"{skipped} tensors outside language_model.* (the vision tower and projector) are skipped" in planned
+    for tp in (2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, *layout("llama4", tp), "--out", out)
+        ranks = shardload.load_export(out)
+        assert all(n.startswith("language_model.") for rank in ranks.values() for n in rank), "vLLM's mllama4 names"
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, tmp_path / "tp2")

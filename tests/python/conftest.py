@@ -25,6 +25,10 @@ def run_shardload(*args: str, check: bool = True) -> subprocess.CompletedProcess
     return subprocess.run([shardload_bin(), *map(str, args)], capture_output=True, text=True, check=check)
 
 
+# Families make-tiny writes no FP8 checkpoint of (docs/families/llama4.md says why): their FP8 cases skip.
+NO_FP8_CHECKPOINTS = {"llama4"}
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """tiny(arch, quant="none", seed=7) -> path of a make-tiny checkpoint, made once per session."""
@@ -32,6 +36,8 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
 
     def make(arch: str, quant: str = "none", seed: int = 7) -> str:
+        if quant != "none" and arch in NO_FP8_CHECKPOINTS:
+            pytest.skip(f"make-tiny writes no FP8 checkpoint of {arch}")
         key = (arch, quant, seed)
         if key not in made:
             out = root / f"{arch}-{quant}-{seed}"

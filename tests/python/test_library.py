@@ -150,7 +150,8 @@ def test_live_model_updates_in_place(tiny):
 
 
 @pytest.mark.parametrize("arch,probe", [("deepseek_v32", "model.layers.1.self_attn.indexer.wq_b.weight"),
-                                        ("minimax_m2", "model.layers.1.self_attn.k_norm.weight")])
+                                        ("minimax_m2", "model.layers.1.self_attn.k_norm.weight"),
+                                        ("llama4", "model.layers.1.feed_forward.experts.w13_weight")])
 def test_new_families_update_and_rebalance_in_place(tiny, arch, probe):
     # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, and their experts: an update
     # from a second checkpoint and a rebalance keep every address and equal a fresh load of B under the

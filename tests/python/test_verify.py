@@ -17,7 +17,7 @@ from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_fil
 
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2"]
+       "glm4_moe", "minimax_m2", "llama4"]
 
 
 @pytest.fixture(autouse=True)
@@ -159,6 +159,7 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
 @pytest.mark.parametrize("arch,module,head_rows", [
     ("deepseek_v32", "self_attn.q_b_proj", lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"]),
     ("minimax_m2", "self_attn.qkv_proj", lambda c: c["head_dim"]),
+    ("llama4", "self_attn.qkv_proj", lambda c: c["head_dim"]),
 ])
 def test_new_families_catch_a_head_swap_and_an_expert_swap(tiny, tmp_path, arch, module, head_rows):
     model = tiny(arch)

@@ -94,7 +94,8 @@ const std::string& biased_llama() {
 
 const std::vector<std::string> kDense = {"llama", "qwen2", "qwen3"};
 const std::vector<std::string> kMoe = {"qwen2_moe",    "qwen3_moe",    "mixtral",     "deepseek_v2", "deepseek_v3",
-                                       "deepseek_v32", "ernie4_5_moe", "glm4_moe",    "minimax_m2"};
+                                       "deepseek_v32", "ernie4_5_moe", "glm4_moe",    "minimax_m2",
+                                       "llama4"};
 
 struct Case {
   std::string label = {};
@@ -180,12 +181,13 @@ std::vector<Case> all_cases() {
 }
 
 // The MoE layers of a checkpoint (decoder layers with routed experts), counted from its tensor
-// names.
+// names (per-expert tensors, or Llama-4's fused ones).
 int moe_layer_count(const Checkpoint& ckpt, const testing::ConfigView& config) {
   std::set<int> layers;
   for (const std::string& name : ckpt.tensor_names()) {
     const int layer = testing::layer_of(name);
-    if (layer >= 0 && layer < config.layers && name.find(".experts.0.") != std::string::npos) {
+    if (layer >= 0 && layer < config.layers &&
+        (name.find(".experts.0.") != std::string::npos || name.ends_with(".experts.gate_up_proj"))) {
       layers.insert(layer);
     }
   }

@@ -258,6 +258,55 @@ TEST(PlanCases, MiniMaxM2QkNormsSplitWithTheHeadsTheyNormalize) {
   }
 }
 
+TEST(PlanCases, Llama4TransposesFusedExpertsAndPermutesRotaryPairs) {
+  // 8 experts of 64 stored [E, H, 2 * 64] (gate columns, then up) and [E, 64, H]; tp 4 x ep 2: moe_tp 2,
+  // 4 experts a rank. Slot j of rank r (EP rank r / 2, moe-tp rank r % 2) holds expert x = 4 * (r / 2) + j:
+  // its gate columns [32 m, 32 m + 32) then up columns [64 + 32 m, ...), each transposed to [32, H], from
+  // source rows [x H, (x + 1) H) of the [E * H, 128] view; w2 takes rows [64 x + 32 m, ...) transposed.
+  const Plan plan = plan_for(testing::tiny_model("llama4"), {.tp = 4, .ep = 2});
+  const std::string f = "model.layers.1.feed_forward.";
+  const uint64_t bf16 = 2;
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const uint64_t m = static_cast<uint64_t>(r % 2);
+    const PlanParam& w13 = param(plan, r, f + "experts.w13_weight");
+    const PlanParam& w2 = param(plan, r, f + "experts.w2_weight");
+    EXPECT_EQ(w13.shape, (Shape{4, 64, kHidden}));
+    EXPECT_EQ(w2.shape, (Shape{4, kHidden, 32}));
+    std::vector<Piece> want13, want2;
+    for (uint64_t j = 0; j < 4; ++j) {
+      const uint64_t x = 4 * static_cast<uint64_t>(r / 2) + j, slot = j * 64 * kHidden * bf16;
+      want13.push_back({f + "experts.gate_up_proj", x * kHidden, (x + 1) * kHidden, 32 * m, 32 * m + 32, slot});
+      want13.push_back({f + "experts.gate_up_proj", x * kHidden, (x + 1) * kHidden, 64 + 32 * m, 96 + 32 * m,
+                        slot + 32 * kHidden * bf16});
+      want2.push_back({f + "experts.down_proj", 64 * x + 32 * m, 64 * x + 32 * m + 32, 0, kHidden,
+                       j * kHidden * 32 * bf16});
+    }
+    EXPECT_EQ(pieces(plan, w13), want13);
+    EXPECT_EQ(pieces(plan, w2), want2);
+    for (const PlanParam* p : {&w13, &w2}) {
+      for (const PlanPiece& piece : p->pieces) EXPECT_TRUE(piece.transposed);
+    }
+    // q: 2 heads of 32 rows a rank; the [256, H] q_proj is read as [128, 2H] (row pairs side by side), and
+    // each head's even rows (left halves) land before its odd rows (right halves).
+    const PlanParam& qkv = param(plan, r, "model.layers.1.self_attn.qkv_proj.weight");
+    const std::string q = "model.layers.1.self_attn.q_proj.weight";
+    std::vector<Piece> want_q;
+    for (uint64_t h = 0; h < 2; ++h) {
+      const uint64_t row = (2 * static_cast<uint64_t>(r) + h) * 16, at = h * 32 * kHidden * bf16;
+      want_q.push_back({q, row, row + 16, 0, kHidden, at});
+      want_q.push_back({q, row, row + 16, kHidden, 2 * kHidden, at + 16 * kHidden * bf16});
+    }
+    std::vector<Piece> got = pieces(plan, qkv);
+    got.resize(4);
+    EXPECT_EQ(got, want_q);
+    EXPECT_FALSE(qkv.pieces.front().transposed);
+  }
+  // The MoE layers are every second (interleave_moe_layer_step 2); the others have a dense MLP.
+  EXPECT_EQ(find_param(plan, 0, "model.layers.0.feed_forward.experts.w13_weight"), nullptr);
+  EXPECT_EQ(param(plan, 0, "model.layers.0.feed_forward.gate_up_proj.weight").shape, (Shape{2 * 256 / 4, kHidden}));
+}
+
 // ---- vocabulary ----
 
 TEST(PlanCases, VocabPaddedTo64AndSplit) {

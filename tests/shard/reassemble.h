@@ -189,6 +189,7 @@ class Reassembler {
       if (!consistent_across_ranks(name)) continue;
       rebuild(name);
     }
+    if (config_.architecture.starts_with("Llama4")) llama4_checkpoint_order();
     return std::move(out_);
   }
 
@@ -271,14 +272,16 @@ class Reassembler {
         n.ends_with("shared_experts.gate_up_proj.weight")) {
       return gate_up(name, split_shared_);
     }
-    if (n.ends_with("mlp.gate_up_proj.weight") || n.ends_with("mlp.gate_up_proj.bias")) {
+    if (n.ends_with("mlp.gate_up_proj.weight") || n.ends_with("mlp.gate_up_proj.bias") ||
+        n.ends_with("feed_forward.gate_up_proj.weight")) {
       return gate_up(name, true);
     }
     if (n.ends_with("shared_expert.down_proj.weight") ||
         n.ends_with("shared_experts.down_proj.weight")) {
       return row_parallel(name, split_shared_);
     }
-    if (n.ends_with("self_attn.o_proj.weight") || n.ends_with("mlp.down_proj.weight")) {
+    if (n.ends_with("self_attn.o_proj.weight") || n.ends_with("mlp.down_proj.weight") ||
+        n.ends_with("feed_forward.down_proj.weight")) {
       return row_parallel(name, true);
     }
     if (n.ends_with("self_attn.o_proj.bias") || n.ends_with("mlp.down_proj.bias"))
@@ -298,6 +301,7 @@ class Reassembler {
           "self_attn.k_norm.weight", "self_attn.q_a_layernorm.weight",
           "self_attn.kv_a_layernorm.weight", "self_attn.kv_a_proj_with_mqa.weight",
           "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight",
+          "feed_forward.router.weight",
           "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
           "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight"}) {
       if (n.ends_with(suffix)) {
@@ -585,6 +589,70 @@ class Reassembler {
       }
     }
     emit_experts(*e, name, e->down, down);
+  }
+
+  // Llama-4 as its checkpoint stores it (docs/families/llama4.md): each q/k head's rows back from
+  // [even rows; odd rows] to interleaved pairs, and the per-expert [out, in] matrices rebuilt above
+  // back into the fused [E, in, out] gate_up_proj (gate columns, then up) and down_proj.
+  void llama4_checkpoint_order() {
+    const uint64_t d = config_.head_dim;
+    std::map<std::string, std::map<uint64_t, std::map<std::string, Rebuilt>>> experts;  // module -> x -> part
+    for (auto it = out_.begin(); it != out_.end();) {
+      const std::string& name = it->first;
+      HostTensor& t = it->second.tensor;
+      if (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.k_proj.weight")) {
+        HostTensor pairs = t;
+        const size_t row = t.row_bytes();
+        for (uint64_t r = 0; r < t.rows(); ++r) {
+          const uint64_t head = r / d * d, i = r % d;
+          const uint64_t from = head + (i % 2 == 0 ? i / 2 : d / 2 + i / 2);
+          std::memcpy(pairs.bytes.data() + r * row, t.row(from), row);
+        }
+        t = std::move(pairs);
+      }
+      const size_t at = name.find("feed_forward.experts.");
+      if (at == std::string::npos) {
+        ++it;
+        continue;
+      }
+      const std::string module = name.substr(0, at + std::string("feed_forward.experts.").size());
+      std::string_view rest = std::string_view(name).substr(module.size());
+      uint64_t x = 0;
+      const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), x);
+      if (ec != std::errc() || end == rest.data() + rest.size() || *end != '.') {
+        problems_.add("{}: not a per-expert name", name);
+        ++it;
+        continue;
+      }
+      experts[module][x][std::string(end + 1, rest.data() + rest.size())] = std::move(it->second);
+      it = out_.erase(it);
+    }
+    for (auto& entry : experts) {
+      const std::string& module = entry.first;  // clang 14 cannot capture structured bindings
+      auto& by_expert = entry.second;
+      const uint64_t count = by_expert.size();
+      auto fused = [&](std::initializer_list<const char*> parts, const std::string& name) {
+        const Rebuilt& first = by_expert.begin()->second.at(std::string(parts.begin()[0]) + ".weight");
+        const HostTensor& p0 = first.tensor;
+        const uint64_t out_rows = p0.shape[0], in = p0.shape[1], width = out_rows * parts.size();
+        const size_t es = p0.element_bytes();
+        HostTensor t{p0.dtype, {count, in, width}, std::vector<std::byte>(count * in * width * es)};
+        for (auto& [x, by_part] : by_expert) {
+          for (size_t k = 0; k < parts.size(); ++k) {
+            const HostTensor& m = by_part.at(std::string(parts.begin()[k]) + ".weight").tensor;
+            for (uint64_t o = 0; o < out_rows; ++o) {
+              for (uint64_t i = 0; i < in; ++i) {
+                std::memcpy(t.bytes.data() + ((x * in + i) * width + k * out_rows + o) * es,
+                            m.bytes.data() + (o * in + i) * es, es);
+              }
+            }
+          }
+        }
+        emit(module + name, std::move(t), first.from);
+      };
+      fused({"gate_proj", "up_proj"}, "gate_up_proj");
+      fused({"down_proj"}, "down_proj");
+    }
   }
 
   const ExportContents& ex_;

@@ -75,6 +75,7 @@ std::string edited_config(const TempDir& dir, const std::string& arch, const std
 TEST(TinyConfig, SparseCheckpointOfAGeneratedConfigHasTheSameTensors) {
   for (const std::string& arch : tiny_architectures()) {
     for (const char* quant : {"none", "fp8", "fp8-block"}) {
+      if (std::string_view(quant) != "none" && !tiny_writes_fp8(arch)) continue;
       TempDir dir;
       const std::string source = dir.file("source");
       const std::string sparse = dir.file("sparse");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "shardload/error.h"
 #include "shardload/safetensors.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
@@ -232,6 +233,33 @@ TEST(TinyFamilies, MiniMaxM2HasPerLayerQkNormsAFloat32RouterAndScoreBias) {
     EXPECT_TRUE(t.has(p + "block_sparse_moe.experts." + std::to_string(e - 1) + ".w3.weight"));
     EXPECT_FALSE(t.has(p + "mlp.gate_proj.weight"));
   }
+}
+
+TEST(TinyFamilies, Llama4HasFusedInOutExpertsAndAlternatingDenseLayers) {
+  Tiny t("llama4");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"Llama4ForCausalLM"}));
+  EXPECT_EQ(c.at("model_type"), "llama4_text");
+  const uint64_t e = c.at("num_local_experts"), h = c.at("hidden_size"), i = c.at("intermediate_size");
+  const uint64_t mlp = c.at("intermediate_size_mlp");
+  EXPECT_NE(i, mlp) << "the experts' and the dense layers' widths differ, so a mix-up shows";
+  const int layers = c.at("num_hidden_layers");
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".feed_forward.";
+    if (l % 2 == 1) {  // interleave_moe_layer_step 2
+      EXPECT_EQ(t.at(p + "experts.gate_up_proj").shape, (Shape{e, h, 2 * i})) << "[E, in, out]";
+      EXPECT_EQ(t.at(p + "experts.down_proj").shape, (Shape{e, i, h}));
+      EXPECT_EQ(t.at(p + "shared_expert.down_proj.weight").shape, (Shape{h, i}));
+      EXPECT_EQ(t.at(p + "router.weight").shape, (Shape{e, h}));
+      EXPECT_FALSE(t.has(p + "gate_proj.weight"));
+    } else {
+      EXPECT_EQ(t.at(p + "gate_proj.weight").shape, (Shape{mlp, h}));
+      EXPECT_FALSE(t.has(p + "router.weight"));
+    }
+  }
+  testing::TempDir dir;
+  EXPECT_FALSE(tiny_writes_fp8("llama4"));
+  EXPECT_THROW(make_tiny({.arch = "llama4", .out = dir.path().string(), .quant = "fp8"}), Error);
 }
 
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {

@@ -83,6 +83,7 @@ struct Dims {
   uint64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, vd = 0;
   uint64_t index_heads = 0, index_dim = 0;  // DeepSeek-V3.2's indexer
   bool per_layer_qk_norm = false;          // MiniMax-M2: q/k norms over the whole projection
+  uint64_t i_mlp = 0;                      // Llama-4's dense layers (intermediate_size: the experts')
 };
 
 Dims dims(const json& c) {
@@ -112,6 +113,10 @@ Dims dims(const json& c) {
     d.vd = u(c, "v_head_dim");
   }
   d.per_layer_qk_norm = c.value("qk_norm_type", "") == "per_layer";
+  if (c.contains("intermediate_size_mlp")) {
+    d.i_mlp = u(c, "intermediate_size_mlp");
+    d.shared = d.im;  // Llama-4's one shared expert is as wide as a routed one
+  }
   if (c.contains("index_n_heads")) {
     d.index_heads = u(c, "index_n_heads");
     d.index_dim = u(c, "index_head_dim");
@@ -175,6 +180,16 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"mlp.shared_experts.gate_proj.weight", {d.shared, d.h}},
       {"mlp.shared_experts.up_proj.weight", {d.shared, d.h}},
       {"mlp.shared_experts.down_proj.weight", {d.h, d.shared}},
+      // Llama-4: everything under feed_forward, experts fused [E, in, out].
+      {"feed_forward.router.weight", {d.e, d.h}},
+      {"feed_forward.experts.gate_up_proj", {d.e, d.h, 2 * d.im}},
+      {"feed_forward.experts.down_proj", {d.e, d.im, d.h}},
+      {"feed_forward.shared_expert.gate_proj.weight", {d.shared, d.h}},
+      {"feed_forward.shared_expert.up_proj.weight", {d.shared, d.h}},
+      {"feed_forward.shared_expert.down_proj.weight", {d.h, d.shared}},
+      {"feed_forward.gate_proj.weight", {d.i_mlp, d.h}},
+      {"feed_forward.up_proj.weight", {d.i_mlp, d.h}},
+      {"feed_forward.down_proj.weight", {d.h, d.i_mlp}},
       // DeepSeek MTP layer extras.
       {"embed_tokens.weight", {d.v, d.h}},
       {"enorm.weight", {d.h}},
@@ -232,6 +247,7 @@ bool is_moe(const json& c, int i) {
            i % c.at("moe_layer_freq").get<int>() == 0;
   }
   if (type == "glm4_moe") return i >= c.at("first_k_dense_replace").get<int>();
+  if (type == "llama4_text") return (i + 1) % c.at("interleave_moe_layer_step").get<int>() == 0;
   if (type == "ernie4_5_moe") {
     const int end =
         c.contains("moe_layer_end_index") ? c.at("moe_layer_end_index").get<int>() : layers - 1;
@@ -254,6 +270,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM"},
     {"glm4_moe", "Glm4MoeForCausalLM"},
     {"minimax_m2", "MiniMaxM2ForCausalLM"},
+    {"llama4", "Llama4ForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -302,7 +319,8 @@ TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
   EXPECT_EQ(summary.bytes, total);
 
   EXPECT_EQ(c.config.at("architectures"), json::array({kArchitectures.at(GetParam())}));
-  EXPECT_EQ(c.config.at("model_type"), GetParam());
+  // Llama4ForCausalLM's config is transformers' llama4_text (llama4 is the multimodal one's).
+  EXPECT_EQ(c.config.at("model_type"), GetParam() == "llama4" ? "llama4_text" : GetParam());
   EXPECT_EQ(c.config.at("torch_dtype"), "bfloat16");
   EXPECT_NE(u(c.config, "vocab_size") % 64, 0u) << "vocab padding must matter";
 }
@@ -335,9 +353,11 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
   for (int i = 0; i < layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     EXPECT_TRUE(has(c, p + "input_layernorm.weight")) << i;
-    const bool routed = has(c, p + "mlp.gate.weight") || has(c, p + "block_sparse_moe.gate.weight");
+    const bool routed = has(c, p + "mlp.gate.weight") || has(c, p + "block_sparse_moe.gate.weight") ||
+                        has(c, p + "feed_forward.router.weight");
     EXPECT_EQ(routed, is_moe(c.config, i)) << "layer " << i;
-    EXPECT_EQ(has(c, p + "mlp.gate_proj.weight"), !routed) << "layer " << i;
+    EXPECT_EQ(has(c, p + "mlp.gate_proj.weight") || has(c, p + "feed_forward.gate_proj.weight"), !routed)
+        << "layer " << i;
     moe_layers += routed;
   }
   const int mtp = c.config.value("num_nextn_predict_layers", 0);

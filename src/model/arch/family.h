@@ -95,6 +95,13 @@ struct Family {
   void (*tiny_config)(const TinySizes& m, nlohmann::json& config);
   // Every checkpoint tensor.
   void (*tiny_tensors)(const TinySizes& m, TensorWriter& out);
+
+  // A multimodal class of the family whose config.json nests the text model's fields under
+  // text_config and whose checkpoint names them under weight_prefix (the other towers skipped).
+  std::string_view multimodal_architecture;
+  std::string_view multimodal_weight_prefix;
+  // Why make-tiny cannot write the family's FP8 checkpoints (empty: it can).
+  std::string_view no_fp8_checkpoints;
 };
 
 // Every registered family, in a fixed order (registry.cc).
