@@ -95,6 +95,9 @@ struct ModelConfig {
   uint64_t index_heads = 0;
   uint64_t index_head_dim = 0;
 
+  // gpt-oss: quant_method "mxfp4", the routed experts in MXFP4 (U8 codes and E8M0 scales, kept as they
+  // are); everything else unquantized.
+  bool mxfp4_experts = false;
   // FP8 (quantization_config).
   Quantization quantization = Quantization::kNone;
   bool static_activations = false;  // activation_scheme "static": input_scale tensors

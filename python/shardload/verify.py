@@ -23,8 +23,8 @@ from . import rank_source
 from .errors import Error
 from .safetensors_io import Checkpoint, SafetensorsError
 from .verify_layout import Layout, classify
-from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, dequant, dtype_name,
-                          fp8_bound_sq, fp8_tolerance, narrowing)
+from .verify_math import (EXACT_TOLERANCE, SLACK, UNIT_ROUNDOFF, VerifyError, compare, decode_mxfp4, dequant,
+                          dtype_name, fp8_bound_sq, fp8_tolerance, narrowing)
 
 
 @dataclass
@@ -64,7 +64,9 @@ class Report:
 
 # Llama-4: the multimodal class names its text model's tensors under this prefix (and nests its config).
 _MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": "language_model."}
-_FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)")
+_FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)(_blocks)?")
+# gpt-oss: fused gate/up interleaved (gate j at 2j, up j at 2j + 1), with biases, and MXFP4 on the Hub.
+_INTERLEAVED_GATE_UP = {"GptOssForCausalLM"}
 
 
 class _Model:
@@ -81,6 +83,7 @@ class _Model:
         if self.prefix:
             cfg = cfg.get("text_config") or {}
         self.rotary_pairs = arch.startswith("Llama4")
+        self.interleaved = arch in _INTERLEAVED_GATE_UP
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
         self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)
@@ -94,6 +97,8 @@ class _Model:
                 parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
                 for part in parts:
                     self.virtual[f"{base}.{x}.{part}.weight"] = (name, x, part)
+                    if self.prefix + m.group(1) + "." + m.group(2) + "_bias" in self.ckpt:
+                        self.virtual[f"{base}.{x}.{part}.bias"] = (name, x, part + ".bias")
 
     def names(self):
         return [n[len(self.prefix):] for n in self.ckpt.where if n.startswith(self.prefix)] + list(self.virtual)
@@ -105,15 +110,27 @@ class _Model:
         return list(self._get(name).shape) if name in self.virtual else self.ckpt.shape(self.prefix + name)
 
     def dtype(self, name):
+        if name in self.virtual and self.virtual[name][0].endswith("_blocks"):
+            return "BF16"  # MXFP4 decodes exactly; the rank's codes are compared decoded too
         return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.prefix + name)
 
     def _get(self, name):
         if name in self.virtual:
             fused, x, part = self.virtual[name]
-            w = self.ckpt.get(fused)[x]  # [in, out]
+            if part.endswith(".bias"):  # [E, 2I] (interleaved) or [E, H]
+                b, part = self.ckpt.get(fused + "_bias" if not fused.endswith("_blocks") else
+                                        fused[:-len("_blocks")] + "_bias")[x], part[:-len(".bias")]
+                return b if part == "down_proj" else (b[0::2] if part == "gate_proj" else b[1::2])
+            if fused.endswith("_blocks"):  # MXFP4, already [out, in]
+                w = decode_mxfp4(self.ckpt.get(fused)[x], self.ckpt.get(fused[:-len("_blocks")] + "_scales")[x]).T
+            else:
+                w = self.ckpt.get(fused)[x]  # [in, out]
             if part != "down_proj":
                 half = w.shape[1] // 2
-                w = w[:, :half] if part == "gate_proj" else w[:, half:]
+                if self.interleaved:
+                    w = w[:, 0::2] if part == "gate_proj" else w[:, 1::2]
+                else:
+                    w = w[:, :half] if part == "gate_proj" else w[:, half:]
             return w.T.contiguous()
         w = self.ckpt.get(self.prefix + name)
         if self.rotary_pairs and re.search(r"self_attn\.[qk]_proj\.weight$", name):
@@ -288,14 +305,12 @@ class _Verifier:
             pmap = [p % n_logical for p in range(el * self.lay.T // tm)]
         ck = lambda l, p: f"{base}.{l}.{p}"
         ckpt_dtypes = {self.model.dtype(ck(0, gate) + ".weight")}
-        w13_res, w2_res, by_slot = [], [], {}
+        w13_res, w2_res, bias_res, by_slot = [], [], [], {}
         x13 = None
+        prepared = [self._expert_tensors(r, base) for r in range(len(self.ranks))]
         for r in range(len(self.ranks)):
             e, rm = r // tm, r % tm
-            w13 = self._get(r, base + ".w13_weight")
-            w2 = self._get(r, base + ".w2_weight")
-            s13 = self._scales(r, base + ".w13", "_")
-            self._scales(r, base + ".w2", "_")
+            w13, w2, s13, _ = prepared[r]
             if w13.shape[0] != el or w2.shape[0] != el:
                 raise VerifyError(f"layer {i} experts: rank {r} has {w13.shape[0]} / {w2.shape[0]} slots, "
                                   f"expected {el}")
@@ -322,6 +337,13 @@ class _Verifier:
                                                   ref_rows.pow(2).sum(1)) if kind == "fp8" else ()))
                     err, t = compare(y[:, h * n:(h + 1) * n], x13 @ ref_rows.T, tol)
                     w13_res.append((f"{where} {name}", err, t))
+                if base + ".w13_bias" in self.ranks[r]:  # gpt-oss: split with its rows, interleaved as they are
+                    bt = self._get(r, base + ".w13_bias")
+                    b, tol = bt[j].double(), self._tol(self._kind(bt, {self.model.dtype(ck(logical, gate) + ".bias")}, 1), bt)
+                    for h, part in enumerate((gate, up)):
+                        ref_b = self.model.value(ck(logical, part) + ".bias")[rm * n:(rm + 1) * n]
+                        err, t = compare(b[h::2].reshape(1, -1), ref_b.reshape(1, -1), tol)
+                        bias_res.append((f"{where} w13_bias {part}", err, t))
                 by_slot.setdefault((e, j), []).append((rm, r, logical))
         for (e, j), members in sorted(by_slot.items()):
             logical = members[0][2]
@@ -331,11 +353,15 @@ class _Verifier:
             total = torch.zeros(x2.shape[0], wd.shape[0], dtype=torch.float64)
             bound_sq = torch.zeros(wd.shape[0], dtype=torch.float64)
             kind = "exact"
+            bias_sum = None
             for rm, r, _ in sorted(members):
-                w2 = self.ranks[r][base + ".w2_weight"]
+                _, w2, _, s2 = prepared[r]
                 if tuple(w2.shape[1:]) != (wd.shape[0], n):
                     raise VerifyError(f"layer {i} experts.w2: rank {r} shape {list(w2.shape)}")
-                s2 = self._scales(r, base + ".w2", "_")
+                if base + ".w2_bias" in self.ranks[r]:  # gpt-oss: whole on the first MoE-TP rank, zero after
+                    bt = self._get(r, base + ".w2_bias")
+                    bias_tol = self._tol(self._kind(bt, {self.model.dtype(ck(logical, down) + ".bias")}, 1), bt)
+                    bias_sum = bt[j].double() if bias_sum is None else bias_sum + bt[j].double()
                 kind = self._kind(w2, ckpt_dtypes, 1)
                 w_rank, s_rank = dequant(w2[j], f"layer {i} experts.w2 rank {r} slot {j}", [wd.shape[0]],
                                          *(s[j] if s is not None else None for s in s2))
@@ -346,8 +372,32 @@ class _Verifier:
             err, t = compare(total, x2 @ wd.T, tol)
             ranks = [r for _, r, _ in sorted(members)]
             w2_res.append((f"ep rank {e} slot {j} (expert {logical}) ranks {ranks}", err, t))
+            if bias_sum is not None:
+                ref_b = self.model.value(ck(logical, down) + ".bias")
+                err, t = compare(bias_sum.reshape(1, -1), ref_b.reshape(1, -1), bias_tol)
+                bias_res.append((f"ep rank {e} slot {j} (expert {logical}) w2_bias summed over ranks {ranks}",
+                                 err, t))
         self._add(f"layer {i} experts.w13", w13_res)
         self._add(f"layer {i} experts.w2", w2_res)
+        if bias_res:
+            self._add(f"layer {i} experts biases", bias_res)
+
+    def _expert_tensors(self, r, base):
+        """(w13, w2, w13 scales, w2 scales) of rank r as experts() reads them: gpt-oss's MXFP4 codes decoded
+        (float64, no scales left), and its interleaved gate/up rows put back as gate rows then up rows."""
+        w13, w2 = self._get(r, base + ".w13_weight"), self._get(r, base + ".w2_weight")
+        mx13, mx2 = self.ranks[r].get(base + ".w13_weight_scale"), self.ranks[r].get(base + ".w2_weight_scale")
+        if mx13 is not None and mx13.dtype == torch.uint8:  # MXFP4: E8M0 scales, not FP8's float32
+            self._scales(r, base + ".w13", "_")
+            self._scales(r, base + ".w2", "_")
+            w13 = decode_mxfp4(w13.reshape(*w13.shape[:-1], -1, 16), mx13)
+            w2 = decode_mxfp4(w2.reshape(*w2.shape[:-1], -1, 16), mx2)
+            s13, s2 = (None, None), (None, None)
+        else:
+            s13, s2 = self._scales(r, base + ".w13", "_"), self._scales(r, base + ".w2", "_")
+        if self.model.interleaved:
+            w13 = torch.cat([w13[:, 0::2], w13[:, 1::2]], dim=1)
+        return w13, w2, s13, s2
 
     # ---- values: replicated tensors equal, vocab tables row by row (padding rows zero) ----
     def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False, split=None):
@@ -457,7 +507,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
 
 
 _SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
-_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
+_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.router", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
            "block_sparse_moe.e_score_correction_bias", "feed_forward.router")
 
 
@@ -477,10 +527,14 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
         # MiniMax-M2's per-layer q/k norms (over the whole projection) are split with the heads.
         split = "heads" if mod == "self_attn.q_norm" else "kv_heads"
         return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)
+    if mod == "self_attn.sinks":  # gpt-oss: one logit per query head, split with the heads
+        return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")
     if mod.endswith("norm") or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
         # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.
-        names = [name] + ([mod + ".bias"] if mod.endswith("norm") and model.has(prefix + mod + ".bias") else [])
+        # ... and gpt-oss's router a bias beside its weight.
+        biased = mod.endswith("norm") or mod == "mlp.router"
+        names = [name] + ([mod + ".bias"] if biased and model.has(prefix + mod + ".bias") else [])
         return lambda: [v.value(label + (" bias" if n.endswith(".bias") else ""), prefix + n,
                                  _value_source(model, prefix, n)) for n in names]
     return None

@@ -97,6 +97,19 @@ def dequant(codes, what, part_rows, scale=None, scale_inv=None):
     return decode_e4m3(codes) * s, s
 
 
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def decode_mxfp4(blocks, scales):
+    """float64 [..., groups * 32] of MXFP4 codes: blocks [..., groups, 16] uint8 (value 2j the low nibble of
+    byte j, 2j + 1 the high one, each an E2M1 code) times 2^(scale - 127) per 32-value group (E8M0)."""
+    table = torch.tensor(_E2M1, dtype=torch.float64)
+    b = blocks.to(torch.int64)
+    codes = torch.stack([b & 0x0F, b >> 4], dim=-1).reshape(*b.shape[:-1], 32)
+    values = table[codes] * torch.pow(2.0, scales.to(torch.float64) - 127).unsqueeze(-1)
+    return values.reshape(*b.shape[:-2], b.shape[-2] * 32)
+
+
 def fp8_bound_sq(ref_rows, scale):
     """Per row, the squared norm of the one-rounding bound max(2^-4 |w|, 2^-10 s)."""
     bound = torch.maximum(E4M3_HALF_ULP * ref_rows.abs(), E4M3_HALF_SUBNORMAL * scale)

@@ -51,7 +51,8 @@ void add_make_tiny_command(CLI::App& app) {
              "--quant", options->quant,
              "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM), fp8-block "
              "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size), or "
-             "llm-compressor's compressed-tensors FP8: ct-fp8-tensor, ct-fp8-channel, ct-fp8-block")
+             "llm-compressor's compressed-tensors FP8: ct-fp8-tensor, ct-fp8-channel, ct-fp8-block; "
+             "mxfp4 (gpt_oss only: its experts as the Hub stores them)")
           ->capture_default_str();
   CLI::Option* scheme = cmd->add_option(
       "--activation-scheme", options->activation_scheme,

@@ -22,6 +22,7 @@ enum class Split {
   kVocab,       // rows padded to a multiple of kVocabPadding (shard/vocab_padding.h), zero past the vocabulary
   kKvHeads,     // kv heads in blocks, or one replicated head per rank when the group outnumbers them
   kRowBias,     // a row-parallel layer's bias: whole (--row-bias full) or divided by the group size
+  kFirstRank,   // whole on the group's first rank, zero on the others (a bias added after a sum over them)
 };
 
 // Which ranks split a parameter: a rule belongs to a group, and the layout gives each group its scope
@@ -40,11 +41,14 @@ enum class When {
   kAttentionBias,  // q/k/v/o biases
   kQkvBias,        // q/k/v biases (with attention_bias too)
   kMlpBias,
+  kMxfp4Experts,  // the checkpoint's routed experts are MXFP4 (quant_method "mxfp4")
+  kPlainExperts,  // they are not
 };
 
 enum class Keep {
   kModelDtype,  // cast to --dtype
   kFloat32,     // always float32 (q/k norms, expert score correction bias)
+  kCheckpoint,  // the checkpoint's own dtype and bytes (MXFP4's U8 codes and scales): never cast or quantized
 };
 
 using ShapeFn = Shape (*)(const ModelConfig&);
@@ -70,6 +74,8 @@ struct Part {
   // pairs): the rank takes each head's even rows, then its odd rows, as vLLM and SGLang permute them
   // for their half-split (NeoX) rotary kernel.
   bool rotary_pairs = false;
+  // The split must cut its dimension on multiples of this (MXFP4: whole 32-value groups).
+  uint64_t cut_granule = 1;
 };
 
 // A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).

@@ -106,8 +106,13 @@ void read_quantization(const json& config, ModelConfig& m) {
     read_compressed_tensors(q, m);
     return;
   }
+  if (name == "mxfp4") {  // gpt-oss: only the experts, whose rules keep the codes (Keep::kCheckpoint)
+    m.mxfp4_experts = true;
+    return;
+  }
   if (name != "fp8") {
-    throw quant_error("unsupported quantization method", "quant_method", "fp8 or compressed-tensors", name);
+    throw quant_error("unsupported quantization method", "quant_method", "fp8, compressed-tensors or mxfp4 (gpt-oss)",
+                      name);
   }
   const auto scheme = q.find("activation_scheme");
   const std::string activations =

@@ -55,6 +55,8 @@ bool applies(When when, const ModelConfig& m, int layer) {
     case When::kAttentionBias: return m.attention_bias;
     case When::kQkvBias: return m.attention_bias || m.qkv_bias;
     case When::kMlpBias: return m.mlp_bias && !moe_layer;
+    case When::kMxfp4Experts: return moe_layer && m.mxfp4_experts;
+    case When::kPlainExperts: return moe_layer && !m.mxfp4_experts;
   }
   return false;
 }
@@ -241,8 +243,8 @@ class Planner {
         names.push_back(source_name(prefix, part.source, x));
       }
     }
-    inst.quantized = plan_.quantization != Quantization::kNone && arch::is_linear_weight(rule.target) &&
-                     checkpoint_quantizes(inst);
+    inst.quantized = plan_.quantization != Quantization::kNone && rule.keep != Keep::kCheckpoint &&
+                     arch::is_linear_weight(rule.target) && checkpoint_quantizes(inst);
     const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
     const std::string_view scale_suffix = weight_scale_suffix();
     for (size_t x = 0; checkpoint_scales && x < experts; ++x) {
@@ -353,18 +355,21 @@ class Planner {
       }
       // Part k of every row of a table expects shapes[k]; the id table turns from checkpoint
       // positions into source ids (and a source's name moves into its PlanSource).
+      const bool codes = inst.rule->keep == Keep::kCheckpoint;  // MXFP4's U8 blocks and scales
       const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
                                const std::vector<Shape>& part_shapes, DType assumed) {
         for (size_t x = 0; x < table.size(); ++x) {
           for (size_t k = 0; k < table[x].size(); ++k) {
-            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed);
+            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed, codes);
           }
         }
       };
-      // Without a checkpoint, the dtype a source is assumed to have: it decides no rank tensor.
+      // Without a checkpoint, the dtype a source is assumed to have: it decides no rank tensor but
+      // MXFP4's codes.
       const bool fp8_source = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
-      resolve(inst.sources, inst.source_ids, shapes, fp8_source ? DType::kF8E4M3 : model().dtype);
+      resolve(inst.sources, inst.source_ids, shapes,
+              codes ? DType::kU8 : fp8_source ? DType::kF8E4M3 : model().dtype);
       resolve(inst.weight_scales, inst.weight_scale_ids, scale_shapes, DType::kF32);
       resolve(inst.input_scales, inst.input_scale_ids, std::vector<Shape>(shapes.size()),  // scalars
               DType::kF32);
@@ -388,7 +393,7 @@ class Planner {
   // which takes `name` (later uses of the tensor find its name in the PlanSource).
   // Without a checkpoint the source is assumed: `expected_shape`, dtype `assumed`, in no file.
   uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape,
-                        DType assumed) {
+                        DType assumed, bool codes = false) {
     if (tensor == kMissing && ckpt_ == nullptr) {
       plan_.sources.push_back(
           matrix_view(PlanSource{std::move(name), 0, 0, assumed, expected_shape, 0, 0}));
@@ -409,7 +414,12 @@ class Planner {
                   {.file = file.path(), .tensor = name, .field = "shape",
                    .expected = shape_text(expected_shape), .found = shape_text(info.shape)});
     }
-    if (!is_loadable(info.dtype) || !is_convertible_float(info.dtype)) {
+    if (codes && info.dtype != DType::kU8) {
+      throw Error(ErrorKind::kUnsupportedDtype, "MXFP4 blocks and scales are bytes",
+                  {.file = file.path(), .tensor = name, .field = "dtype", .expected = "U8",
+                   .found = std::string(dtype_name(info.dtype))});
+    }
+    if (!codes && (!is_loadable(info.dtype) || !is_convertible_float(info.dtype))) {
       throw Error(ErrorKind::kUnsupportedDtype, "model weights must be a floating-point dtype",
                   {.file = file.path(), .tensor = name, .field = "dtype",
                    .expected = "F16, BF16, F32, F64, F8_E4M3 or F8_E5M2",
@@ -482,6 +492,14 @@ class Planner {
                     fmt::format("{} parts do not divide its {} {}", parts, size, what),
                     {.tensor = src.name, .field = target});
       }
+      if ((size / parts) % part.cut_granule != 0) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("a cut of its {} {} in {} parts does not fall on whole MXFP4 32-value groups", size,
+                                what, parts),
+                    {.tensor = src.name, .field = target,
+                     .expected = fmt::format("{} per rank a multiple of {}", what, part.cut_granule),
+                     .found = fmt::format("{} {}", size / parts, what)});
+      }
       return size / parts;
     };
     switch (part.split) {
@@ -524,6 +542,9 @@ class Planner {
       }
       case Split::kRowBias:
         b.divisor = plan_.parallel.row_bias == RowBias::kDivided ? static_cast<uint32_t>(group) : 1;
+        return b;
+      case Split::kFirstRank:
+        if (r != 0) b.row_end = b.row_begin;  // no piece: the rank's copy stays zero
         return b;
     }
     return b;
@@ -722,9 +743,10 @@ class Planner {
     PlanParam param;
     param.name = inst.target;
     param.module = module;
-    param.dtype = inst.quantized                ? DType::kF8E4M3
-                  : rule.keep == Keep::kFloat32 ? DType::kF32
-                                                : plan_.dtype;
+    param.dtype = inst.quantized                   ? DType::kF8E4M3
+                  : rule.keep == Keep::kFloat32    ? DType::kF32
+                  : rule.keep == Keep::kCheckpoint ? source(inst.source_ids.front()[0]).dtype
+                                                   : plan_.dtype;
     // Dynamic FP8 reads the checkpoint into a float32 twin that post-processing quantizes.
     const uint64_t esize = dtype_bits(dynamic ? DType::kF32 : param.dtype) / 8;
     const SlotLayout layout = slot_layout(inst, plan_.parallel.split_group(rule.group, rank), part_rows);

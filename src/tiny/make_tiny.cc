@@ -195,7 +195,11 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
   }
   bool static_activations = true;
   const tiny::Quant quant = parse_quant_options(options, static_activations);
-  if (quant != tiny::Quant::kNone && !family->no_fp8_checkpoints.empty()) {
+  if (quant == tiny::Quant::kMxfp4 && !family->tiny_mxfp4) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} has no MXFP4 checkpoints (gpt_oss has)", family->name),
+                {.field = "quant", .expected = "none or an FP8 format", .found = options.quant});
+  }
+  if (quant != tiny::Quant::kNone && quant != tiny::Quant::kMxfp4 && !family->no_fp8_checkpoints.empty()) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{} has no FP8 checkpoints here: {}", family->name, family->no_fp8_checkpoints),
                 {.field = "quant", .expected = "none (--quantization fp8 at load time quantizes dynamically)",
@@ -210,6 +214,11 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
                  .expected = fmt::format("at most {} bytes", kMaxSizeBytes),
                  .found = std::to_string(options.size_bytes)});
   }
+  if (options.size_bytes > 0 && quant == tiny::Quant::kMxfp4) {
+    // Growing the sizes would break the multiples of 32 that MXFP4's groups need.
+    throw Error(ErrorKind::kInvalidArgument, "--size cannot be combined with --quant mxfp4",
+                {.field = "size", .expected = "no --size with mxfp4", .found = std::to_string(options.size_bytes)});
+  }
   if (options.size_bytes > 0 && tiny::is_block_quant(quant)) {
     // Growing the sizes would break the 128-multiples that every TP split of block FP8 needs.
     throw Error(ErrorKind::kInvalidArgument, "--size cannot be combined with --quant fp8-block",
@@ -218,6 +227,7 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
                  .found = std::to_string(options.size_bytes)});
   }
   model.quant = quant;  // before scaling, so that the byte count is that of the FP8 tensors
+  model.mxfp4_experts = quant == tiny::Quant::kMxfp4;
   model.static_activations = static_activations;
   if (options.size_bytes > 0) tiny::scale_to_size(model, options.size_bytes);
   return model;

@@ -131,7 +131,8 @@ json quantization_config(const TinyModel& m) {
 json config_json(const TinyModel& m) {
   json c = common(m);
   m.family->tiny_config(m, c);
-  if (m.quant != Quant::kNone) c["quantization_config"] = quantization_config(m);
+  // MXFP4 is the family's own field (gpt-oss's tiny_config writes it).
+  if (m.quant != Quant::kNone && m.quant != Quant::kMxfp4) c["quantization_config"] = quantization_config(m);
   return c;
 }
 

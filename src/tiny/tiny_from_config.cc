@@ -82,6 +82,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
     }
     return Quant::kCtBlock;
   }
+  if (c.mxfp4_experts) return Quant::kMxfp4;
   switch (c.quantization) {
     case Quantization::kNone:
       return Quant::kNone;
@@ -206,6 +207,7 @@ TinyModel model_from_config(const json& config, const std::string& file) {
     throw in_file(e, file);
   }
   m.quant = quant_of(c, file);
+  m.mxfp4_experts = m.quant == Quant::kMxfp4;
   m.static_activations = c.static_activations;
   if (m.experts > 0 && !fit_moe_layers(m, c.moe_layer)) {
     throw config_error(file, "make-tiny cannot write this pattern of MoE layers", "MoE layers",

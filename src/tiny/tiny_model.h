@@ -16,7 +16,8 @@ namespace shardload::tiny {
 // scale per tensor (AutoFP8 / vLLM "fp8"), or with a float32 scale per 128x128 block (DeepSeek-V3).
 // The "fp8" format's per-tensor and 128-block FP8, and llm-compressor's compressed-tensors FP8 by
 // weight strategy (per tensor, per output row, per 128-block).
-enum class Quant { kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock };
+// kMxfp4: gpt-oss's experts as the Hub stores them (the family writes them; no FP8 anywhere).
+enum class Quant { kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4 };
 // 128 x 128 blocks: the geometry every tp split must respect.
 inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
 inline bool is_compressed_tensors(Quant q) {
@@ -50,7 +51,7 @@ bool is_moe_layer(const TinyModel& model, int layer);
 
 // How a tensor's values are drawn: weights small around 0, norms around 1; FP8 weight scales from
 // the values of their weight, input scales from their name (tiny_quant.h).
-enum class ValueKind { kWeight, kNorm, kBias, kWeightScale, kInputScale };
+enum class ValueKind { kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales };
 
 struct TensorSpec {
   std::string name;

@@ -189,13 +189,15 @@ void fill_group(const Group& group, uint64_t seed) {
 
 const std::vector<std::string>& quant_names() {
   static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
-                                                 "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block"};
+                                                 "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
+                                                 "mxfp4"};
   return names;
 }
 
 std::optional<Quant> parse_quant(std::string_view name) {
   static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
-                                       Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock};
+                                       Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
+                                       Quant::kMxfp4};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -253,6 +255,8 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
         break;
       case ValueKind::kNorm:
       case ValueKind::kBias:
+      case ValueKind::kMxfp4Codes:
+      case ValueKind::kMxfp4Scales:
         throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale",
                     {.tensor = job.spec->name});
     }

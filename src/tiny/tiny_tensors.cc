@@ -20,7 +20,7 @@ class Builder final : public arch::TensorWriter {
   std::vector<TensorSpec> take() { return std::move(specs_); }
 
   void projection(const std::string& module, uint64_t out, uint64_t in) override {
-    if (m_.quant == Quant::kNone) {
+    if (m_.quant == Quant::kNone || m_.quant == Quant::kMxfp4) {
       add(module + ".weight", {out, in}, ValueKind::kWeight, DType::kBF16);
       return;
     }
@@ -36,6 +36,12 @@ class Builder final : public arch::TensorWriter {
   }
   void bias(const std::string& name, Shape shape, DType dtype) override {
     add(name, std::move(shape), ValueKind::kBias, dtype);
+  }
+  void mxfp4(const std::string& name, Shape blocks) override {
+    Shape scales = blocks;
+    scales.pop_back();
+    add(name + "_blocks", std::move(blocks), ValueKind::kMxfp4Codes, DType::kU8);
+    add(name + "_scales", std::move(scales), ValueKind::kMxfp4Scales, DType::kU8);
   }
 
  private:

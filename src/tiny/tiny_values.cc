@@ -34,6 +34,8 @@ Distribution distribution(ValueKind kind) {
       return {0.0f, 0.02f};
     case ValueKind::kWeightScale:  // fill_values refuses these; tiny_quant.cc computes them
     case ValueKind::kInputScale:
+    case ValueKind::kMxfp4Codes:  // bytes, not values: mxfp4_byte
+    case ValueKind::kMxfp4Scales:
       break;
   }
   return {0.0f, 0.0f};
@@ -88,7 +90,15 @@ void fill_chunk(const FillJob& job, uint64_t chunk, uint64_t seed) {
                 static_cast<float>(static_cast<int>(i) - static_cast<int>(kLevels / 2)) * step;
   }
   std::byte table[kLevels * 8];
-  convert(DType::kF32, levels, spec.dtype, table, kLevels);
+  if (spec.kind == ValueKind::kMxfp4Codes || spec.kind == ValueKind::kMxfp4Scales) {
+    // Codes: any byte (two E2M1 codes, every nibble a value). Scales: E8M0 exponents 2^-6 .. 2^-3, so
+    // that weights stay small (an E2M1 code is at most 6).
+    for (size_t i = 0; i < kLevels; ++i) {
+      table[i] = std::byte(spec.kind == ValueKind::kMxfp4Codes ? i * 37 % 256 : 121 + i % 4);
+    }
+  } else {
+    convert(DType::kF32, levels, spec.dtype, table, kLevels);
+  }
 
   uint64_t state = stream_start(seed ^ fnv1a(spec.name), chunk);
   std::byte* out = job.out.data() + begin * element_bytes;

@@ -203,6 +203,7 @@ std::vector<Model> models() {
     for (const char* quant : {"none", "fp8", "fp8-block", "dynamic"}) out.push_back({arch, quant});
   }
   for (const char* quant : {"none", "dynamic"}) out.push_back({"llama4", quant});  // no FP8 checkpoints
+  for (const char* quant : {"none", "mxfp4", "dynamic"}) out.push_back({"gpt_oss", quant});
   return out;
 }
 

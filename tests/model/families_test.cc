@@ -170,6 +170,22 @@ TEST(ModelFamilies, Llama4MultimodalConfigReadsItsTextModel) {
   }
 }
 
+TEST(ModelFamilies, GptOssReadsMxfp4AsItsExpertsFormat) {
+  nlohmann::json config = {{"architectures", {"GptOssForCausalLM"}}, {"hidden_size", 64}, {"vocab_size", 128},
+                           {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                           {"head_dim", 16}, {"intermediate_size", 64}, {"num_local_experts", 4}};
+  ModelConfig m = ModelConfig::from_json(config);
+  EXPECT_EQ(family_name(m.family), "gpt_oss");
+  EXPECT_TRUE(m.attention_bias) << "q/k/v/o biases unless the config says otherwise";
+  EXPECT_EQ(m.moe_intermediate, 64u);
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{true, true}));
+  EXPECT_FALSE(m.mxfp4_experts);
+  config["quantization_config"] = {{"quant_method", "mxfp4"}, {"modules_to_not_convert", {"lm_head"}}};
+  m = ModelConfig::from_json(config);
+  EXPECT_TRUE(m.mxfp4_experts);
+  EXPECT_EQ(m.quantization, Quantization::kNone) << "nothing is FP8";
+}
+
 TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {
   nlohmann::json config = glm4_moe_config();
   config["n_routed_experts"] = uint64_t{1} << 40;

@@ -24,10 +24,10 @@ ParamGroup expected_group(const std::string& target, std::string_view family) {
   if (target.find("shared_expert") != std::string::npos && target.find("_proj.") != std::string::npos) {
     return ParamGroup::kSharedExperts;
   }
-  if (target.find("experts.w13_weight") != std::string::npos ||
-      target.find("experts.w2_weight") != std::string::npos) {
-    return ParamGroup::kExperts;
+  if (target.find("experts.w13_") != std::string::npos || target.find("experts.w2_") != std::string::npos) {
+    return ParamGroup::kExperts;  // weights, gpt-oss's MXFP4 scales and biases
   }
+  if (target == "self_attn.sinks") return ParamGroup::kAttention;  // gpt-oss: one per query head
   // The MLA down-projections and DeepSeek-V3.2's indexer are replicated, every other attention projection split.
   if (target.starts_with("self_attn.") && target.find("_proj.") != std::string::npos &&
       target.find("fused_qkv_a_proj") == std::string::npos && target.find("kv_a_proj") == std::string::npos &&

@@ -25,6 +25,11 @@ def test_the_official_safetensors_opens_every_file_shardload_writes(tmp_path):
                 out = tmp_path / f"export-{arch}-{quant}"
                 cli("export", model, *layout(arch, 2), "--out", out)
                 dirs.append(out)
+    # gpt-oss as the Hub stores it: MXFP4 experts (U8 blocks and scales), kept so in the export.
+    model = tmp_path / "gpt_oss-mxfp4"
+    cli("make-tiny", "--arch", "gpt_oss", "--quant", "mxfp4", "--out", model)
+    cli("export", model, *layout("gpt_oss", 2), "--out", tmp_path / "export-gpt_oss-mxfp4")
+    dirs += [model, tmp_path / "export-gpt_oss-mxfp4"]
     api = tmp_path / "api-export"
     shardload.export(tmp_path / "qwen3_moe-fp8", api, tp=2, ep=2, max_file_size=1 << 20)
     dirs.append(api)

@@ -17,7 +17,7 @@ from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_fil
 
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2", "llama4"]
+       "glm4_moe", "minimax_m2", "llama4", "gpt_oss"]
 
 
 @pytest.fixture(autouse=True)
@@ -160,6 +160,7 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
     ("deepseek_v32", "self_attn.q_b_proj", lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"]),
     ("minimax_m2", "self_attn.qkv_proj", lambda c: c["head_dim"]),
     ("llama4", "self_attn.qkv_proj", lambda c: c["head_dim"]),
+    ("gpt_oss", "self_attn.qkv_proj", lambda c: c["head_dim"]),
 ])
 def test_new_families_catch_a_head_swap_and_an_expert_swap(tiny, tmp_path, arch, module, head_rows):
     model = tiny(arch)
@@ -291,3 +292,34 @@ def test_experts_are_checked_through_the_expert_map(tiny, tmp_path):
     layout["physical_to_logical_map"] = [list(range(8))] * layers  # a manifest that lies about the placement
     failed = {c.module.split(" ", 2)[-1] for c in verify(model, ranks, layout).failures}
     assert failed == {"experts.w13", "experts.w2"}
+
+
+def test_gpt_oss_mxfp4_is_kept_verified_and_a_changed_code_is_caught(tiny, tmp_path):
+    # gpt-oss as the Hub stores it: MXFP4 experts. The export keeps the U8 codes and E8M0 scales under vLLM's
+    # names, cut on whole 32-value groups; verify decodes both sides; one changed code byte is caught.
+    model = tiny("gpt_oss", "mxfp4")
+    config = json.load(open(os.path.join(model, "config.json")))
+    assert config["quantization_config"]["quant_method"] == "mxfp4"
+    e, h, i = config["num_local_experts"], config["hidden_size"], config["intermediate_size"]
+    out = export(model, tmp_path / "mxfp4", "--tp", "4", "--ep", "2")  # 4 experts a rank, MoE-TP 2
+    ranks, layout = rank_source.load_export(out)
+    x = "model.layers.0.mlp.experts."
+    expected = {"w13_weight": [e // 2, i, h // 2], "w13_weight_scale": [e // 2, i, h // 32],
+                "w2_weight": [e // 2, h, i // 4], "w2_weight_scale": [e // 2, h, i // 64]}
+    for name, shape in expected.items():
+        t = ranks[1][x + name]
+        assert t.dtype == torch.uint8 and list(t.shape) == shape, (name, t.dtype, list(t.shape))
+    assert ranks[1][x + "w13_bias"].dtype == torch.bfloat16
+    assert not ranks[1][x + "w2_bias"].any(), "the w2 bias lives on each EP rank's first MoE-TP rank only"
+    report = verify(model, ranks, layout)
+    assert report.ok, "\n".join(report.lines())
+    assert any(c.module == "layer 0 experts biases" for c in report.checks)
+
+    def change_a_code(tensors):
+        tensors[x + "w13_weight"][0, 0, 0] ^= 0x11
+
+    rewrite_rank_file(os.path.join(out, "model-rank-1-part-0.safetensors"), change_a_code)
+    ranks, layout = rank_source.load_export(out)
+    report = verify(model, ranks, layout)
+    assert [c.module for c in report.failures] == ["layer 0 experts.w13"]
+    assert report.failures[0].where.startswith("rank 1 slot 0")

@@ -19,6 +19,7 @@
 #include "shardload/checkpoint.h"
 #include "shardload/plan.h"
 #include "shardload/tiny.h"
+#include "temp_dir.h"
 
 namespace shardload {
 namespace {
@@ -305,6 +306,36 @@ TEST(PlanCases, Llama4TransposesFusedExpertsAndPermutesRotaryPairs) {
   // The MoE layers are every second (interleave_moe_layer_step 2); the others have a dense MLP.
   EXPECT_EQ(find_param(plan, 0, "model.layers.0.feed_forward.experts.w13_weight"), nullptr);
   EXPECT_EQ(param(plan, 0, "model.layers.0.feed_forward.gate_up_proj.weight").shape, (Shape{2 * 256 / 4, kHidden}));
+}
+
+TEST(PlanCases, GptOssKeepsMxfp4OnWholeGroupsAndItsDownBiasOnTheFirstRank) {
+  // MXFP4 experts (8 of 256, hidden 128) at tp 4 x ep 2: MoE-TP 2 takes 128 of the 256 intermediate rows of
+  // a slot: w13's codes rows [2 * 128 m, ...) of [512, 64 bytes] (gate/up pairs kept together), w2's
+  // code columns [64 m, 64 m + 64) of [128, 128 bytes], all U8 as the checkpoint stores them; the w2 bias is
+  // read by MoE-TP rank 0 only (rank 1's stays zero), sinks split with the heads.
+  testing::TempDir dir;
+  const std::string model = dir.file("m");
+  make_tiny({.arch = "gpt_oss", .out = model, .quant = "mxfp4"});
+  const Plan plan = plan_for(model, {.tp = 4, .ep = 2});
+  const std::string x = "model.layers.1.mlp.experts.";
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const uint64_t m = static_cast<uint64_t>(r % 2), first = 4 * static_cast<uint64_t>(r / 2);
+    const PlanParam& w13 = param(plan, r, x + "w13_weight");
+    EXPECT_EQ(w13.dtype, DType::kU8);
+    EXPECT_EQ(w13.shape, (Shape{4, 256, 64}));
+    EXPECT_EQ(pieces(plan, w13).front(),
+              (Piece{x + "gate_up_proj_blocks", first * 512 + 256 * m, first * 512 + 256 * m + 256, 0, 64, 0}));
+    const PlanParam& w2 = param(plan, r, x + "w2_weight");
+    EXPECT_EQ(w2.shape, (Shape{4, kHidden, 64}));
+    EXPECT_EQ(pieces(plan, w2).front(), (Piece{x + "down_proj_blocks", first * kHidden, (first + 1) * kHidden,
+                                               64 * m, 64 * m + 64, 0}));
+    EXPECT_EQ(param(plan, r, x + "w2_weight_scale").shape, (Shape{4, kHidden, 4}));
+    const PlanParam& bias = param(plan, r, x + "w2_bias");
+    EXPECT_EQ(bias.shape, (Shape{4, kHidden}));
+    EXPECT_EQ(bias.pieces.size(), m == 0 ? 4u : 0u);
+    EXPECT_EQ(param(plan, r, "model.layers.1.self_attn.sinks").pieces.front().row_begin, 2u * static_cast<uint64_t>(r));
+  }
 }
 
 // ---- vocabulary ----

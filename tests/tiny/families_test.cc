@@ -262,6 +262,35 @@ TEST(TinyFamilies, Llama4HasFusedInOutExpertsAndAlternatingDenseLayers) {
   EXPECT_THROW(make_tiny({.arch = "llama4", .out = dir.path().string(), .quant = "fp8"}), Error);
 }
 
+TEST(TinyFamilies, GptOssWritesBf16OrMxfp4Experts) {
+  Tiny t("gpt_oss");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"GptOssForCausalLM"}));
+  const uint64_t e = c.at("num_local_experts"), h = c.at("hidden_size"), i = c.at("intermediate_size");
+  const std::string x = "model.layers.1.mlp.experts.";
+  EXPECT_EQ(t.at(x + "gate_up_proj").shape, (Shape{e, h, 2 * i})) << "[E, in, out], as transformers writes it";
+  EXPECT_EQ(t.at(x + "gate_up_proj_bias").shape, (Shape{e, 2 * i}));
+  EXPECT_EQ(t.at(x + "down_proj_bias").shape, (Shape{e, h}));
+  EXPECT_EQ(t.at("model.layers.0.self_attn.sinks").shape, Shape{c.at("num_attention_heads").get<uint64_t>()});
+  EXPECT_FALSE(c.contains("quantization_config"));
+
+  testing::TempDir dir;
+  make_tiny({.arch = "gpt_oss", .out = dir.path().string(), .quant = "mxfp4"});
+  const json mx = json::parse(testing::read_file(dir.file("config.json")));
+  EXPECT_EQ(mx.at("quantization_config").at("quant_method"), "mxfp4");
+  const json index = json::parse(testing::read_file(dir.file("model.safetensors.index.json")));
+  const json& where = index.at("weight_map");
+  const SafetensorsFile blocks = SafetensorsFile::open(dir.file(where.at(x + "gate_up_proj_blocks").get<std::string>()));
+  const TensorInfo* codes = blocks.header().find(x + "gate_up_proj_blocks");
+  ASSERT_NE(codes, nullptr);
+  EXPECT_EQ(codes->dtype, DType::kU8);
+  EXPECT_EQ(codes->shape, (Shape{e, 2 * i, h / 32, 16})) << "[out, in] in 32-value groups of 16 bytes";
+  EXPECT_TRUE(where.contains(x + "down_proj_scales"));
+  EXPECT_FALSE(where.contains(x + "gate_up_proj"));
+  EXPECT_THROW(make_tiny({.arch = "llama", .out = dir.file("no"), .quant = "mxfp4"}), Error);
+  EXPECT_THROW(make_tiny({.arch = "gpt_oss", .out = dir.file("no"), .quant = "fp8"}), Error);
+}
+
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   Tiny small("qwen3_moe");
   Tiny big("qwen3_moe", 6, 16);

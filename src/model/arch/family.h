@@ -57,6 +57,7 @@ struct TinySizes {
   uint64_t index_head_dim = 0;
 
   int mtp_layers = 0;  // DeepSeek-V3 num_nextn_predict_layers, ERNIE's mtp_* tensors
+  bool mxfp4_experts = false;  // gpt-oss under --quant mxfp4: the experts as the Hub stores them
 };
 
 // Where a family's generator writes the checkpoint tensors, in the order Hugging Face writes them.
@@ -72,6 +73,9 @@ class TensorWriter {
   // "<module>.weight" [size] of a norm (values around 1).
   virtual void norm(const std::string& module, uint64_t size) = 0;
   virtual void bias(const std::string& name, Shape shape, DType dtype = DType::kBF16) = 0;
+  // MXFP4 "<name>_blocks" `blocks` [..., groups, 16] U8 (two E2M1 codes a byte) and "<name>_scales"
+  // [..., groups] U8 (E8M0 exponents, kept near 2^0 so that the values stay small).
+  virtual void mxfp4(const std::string& name, Shape blocks) = 0;
 };
 
 struct Family {
@@ -102,6 +106,8 @@ struct Family {
   std::string_view multimodal_weight_prefix;
   // Why make-tiny cannot write the family's FP8 checkpoints (empty: it can).
   std::string_view no_fp8_checkpoints;
+  // make-tiny --quant mxfp4 (gpt-oss): the family's writer reads TinySizes::mxfp4_experts.
+  bool tiny_mxfp4 = false;
 };
 
 // Every registered family, in a fixed order (registry.cc).
