@@ -92,6 +92,16 @@ struct ModelConfig {
   uint64_t index_heads = 0;
   uint64_t index_head_dim = 0;
 
+  // Qwen3-Next's gated DeltaNet linear attention, in the layers linear_layer marks (the others have
+  // full attention): linear_key_heads x linear_key_head_dim queries and keys, linear_value_heads x
+  // linear_value_head_dim values and output gates, a depthwise causal conv of linear_conv_kernel taps.
+  uint64_t linear_key_heads = 0;
+  uint64_t linear_value_heads = 0;
+  uint64_t linear_key_head_dim = 0;
+  uint64_t linear_value_head_dim = 0;
+  uint64_t linear_conv_kernel = 0;
+  std::vector<bool> linear_layer;  // per decoder layer; all false for the families without it
+
   // FP8 (quantization_config).
   Quantization quantization = Quantization::kNone;
   bool static_activations = false;  // activation_scheme "static": input_scale tensors

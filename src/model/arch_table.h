@@ -40,6 +40,8 @@ enum class When {
   kAttentionBias,  // q/k/v/o biases
   kQkvBias,        // q/k/v biases (with attention_bias too)
   kMlpBias,
+  kLinearAttentionLayer,  // a layer with linear attention (ModelConfig::linear_layer)
+  kFullAttentionLayer,    // a layer of a hybrid model with softmax attention
 };
 
 enum class Keep {
@@ -49,12 +51,23 @@ enum class Keep {
 
 using ShapeFn = Shape (*)(const ModelConfig&);
 
+// Rows [begin, begin + size) of a source.
+struct RowRange {
+  uint64_t begin = 0;
+  uint64_t size = 0;
+};
+using RowRangeFn = RowRange (*)(const ModelConfig&);
+
 // One checkpoint tensor feeding a parameter. Names are relative to "model.layers.{L}." in layer rules;
 // "{E}" stands for the logical expert.
 struct Part {
   std::string source;
   Split split;
   ShapeFn shape;  // the shape config.json implies
+  // Set when the part is one row range of its source, split on its own (kReplicated or kColumn): a
+  // tensor that concatenates differently split pieces along its rows, as Qwen3-Next's conv1d stacks
+  // the q, k and v channels, each of which a rank takes its share of. Null: the whole source.
+  RowRangeFn rows = nullptr;
 };
 
 // A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).
@@ -86,7 +99,8 @@ const ArchTable& table_for(const Family* family);
 // Whether a rank parameter is a linear projection's weight, the tensors FP8 quantizes (layout.md "FP8"):
 // every `*_proj` weight (qkv, o, gate_up, down, q_a, q_b, kv_a, kv_b, fused_qkv_a, shared experts) and the
 // routed experts' w13 / w2, and DeepSeek-V3.2's indexer wq_b and wk. Never embeddings, lm_head, norms,
-// routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines).
+// routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines), nor
+// Qwen3-Next's linear_attn.in_proj_ba (BF16 in Qwen's FP8 checkpoints) and conv1d.
 bool is_linear_weight(std::string_view target);
 
 // Building blocks the family tables share (src/model/arch/common.cc).
