@@ -97,6 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"glm4_moe", "n_routed_experts", "num_local_experts", "2"},
                       Case{"deepseek_v32", "n_routed_experts", "num_local_experts", "2"},
                       Case{"minimax_m2", "num_local_experts", "num_experts", "2"},
+                      Case{"qwen3_next", "num_experts", "num_local_experts", "2"},
                       Case{"ernie4_5_moe", "moe_num_experts", "num_experts", "2"},
                       Case{"llama", "torch_dtype", "dtype", "1"}),
     [](const ::testing::TestParamInfo<Case>& info) {

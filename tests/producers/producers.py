@@ -15,7 +15,7 @@ PRODUCERS = os.environ.get("SHARDLOAD_PRODUCERS_PYTHON", "")
 BIN = os.environ.get("SHARDLOAD_BIN", "")
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2"]
+       "glm4_moe", "minimax_m2", "qwen3_next"]
 
 needs_producers = pytest.mark.skipif(not PRODUCERS or not os.access(PRODUCERS, os.X_OK),
                                      reason="no producers' environment (scripts/pypi-env.sh could not make it)")

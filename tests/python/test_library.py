@@ -150,9 +150,11 @@ def test_live_model_updates_in_place(tiny):
 
 
 @pytest.mark.parametrize("arch,probe", [("deepseek_v32", "model.layers.1.self_attn.indexer.wq_b.weight"),
-                                        ("minimax_m2", "model.layers.1.self_attn.k_norm.weight")])
+                                        ("minimax_m2", "model.layers.1.self_attn.k_norm.weight"),
+                                        ("qwen3_next", "model.layers.0.linear_attn.conv1d.weight")])
 def test_new_families_update_and_rebalance_in_place(tiny, arch, probe):
-    # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, and their experts: an update
+    # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, Qwen3-Next's conv1d (three row
+    # ranges of one tensor), and their experts: an update
     # from a second checkpoint and a rebalance keep every address and equal a fresh load of B under the
     # new placement.
     a, b = tiny(arch, seed=1), tiny(arch, seed=2)
