@@ -180,6 +180,8 @@ void tiny_config(const TinySizes& m, nlohmann::json& c) {
   c["linear_key_head_dim"] = m.linear_key_head_dim;
   c["linear_value_head_dim"] = m.linear_value_head_dim;
   c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
+  // vLLM's MTP draft reads it (default 1); written so that make-tiny --config writes the block again.
+  c["num_nextn_predict_layers"] = m.mtp_layers;
 }
 
 void full_attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
@@ -237,7 +239,7 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
   // The multi-token-prediction block as the Hub checkpoints carry it: a full-attention MoE layer fed
   // by the normed embedding and hidden state.
   for (int k = 0; k < m.mtp_layers; ++k) {
-    w.projection("mtp.fc", m.hidden, 2 * m.hidden);
+    w.weight("mtp.fc.weight", {m.hidden, 2 * m.hidden});  // not a *_proj: never FP8 (skipped anyway)
     w.norm("mtp.pre_fc_norm_embedding", m.hidden);
     w.norm("mtp.pre_fc_norm_hidden", m.hidden);
     decoder_layer(m, w, "mtp.layers." + std::to_string(k) + ".", 0, /*linear=*/false);
