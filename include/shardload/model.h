@@ -98,6 +98,16 @@ struct ModelConfig {
   // gpt-oss: quant_method "mxfp4", the routed experts in MXFP4 (U8 codes and E8M0 scales, kept as they
   // are); everything else unquantized.
   bool mxfp4_experts = false;
+  // Qwen3-Next's gated DeltaNet linear attention, in the layers linear_layer marks (the others have
+  // full attention): linear_key_heads x linear_key_head_dim queries and keys, linear_value_heads x
+  // linear_value_head_dim values and output gates, a depthwise causal conv of linear_conv_kernel taps.
+  uint64_t linear_key_heads = 0;
+  uint64_t linear_value_heads = 0;
+  uint64_t linear_key_head_dim = 0;
+  uint64_t linear_value_head_dim = 0;
+  uint64_t linear_conv_kernel = 0;
+  std::vector<bool> linear_layer;  // per decoder layer; all false for the families without it
+
   // FP8 (quantization_config).
   Quantization quantization = Quantization::kNone;
   bool static_activations = false;  // activation_scheme "static": input_scale tensors

@@ -8,7 +8,8 @@ layers are split back into parts by the rank's part rows; GQA k/v rows come from
 Row-parallel layers: the partial sums of a group's ranks, plus the bias once (or the divided biases summed),
 must equal the full output. Routed experts: each slot against the logical expert the expert map gives it,
 w13 per MoE-TP rank, w2 summed over the MoE-TP ranks of the EP rank. Embedding / lm_head rows, norms,
-routers and score biases are compared as values.
+routers and score biases are compared as values, and so are the rank's rows of Qwen3-Next's conv1d (its share
+of the q, k and v channels), A_log and dt_bias.
 
 The error measure and the tolerances are in verify_math.py.
 """
@@ -87,6 +88,9 @@ class _Model:
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
         self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)
+        # Qwen3-Next's linear attention: the conv1d channels are key_dim q, key_dim k, value_dim v.
+        self.key_dim = (cfg.get("linear_num_key_heads") or 0) * (cfg.get("linear_key_head_dim") or 0)
+        self.value_dim = (cfg.get("linear_num_value_heads") or 0) * (cfg.get("linear_value_head_dim") or 0)
         self.virtual = {}  # per-expert name -> (fused tensor name, expert, part)
         for name in self.ckpt.where:
             m = _FUSED_EXPERTS.fullmatch(name)
@@ -401,8 +405,9 @@ class _Verifier:
 
     # ---- values: replicated tensors equal, vocab tables row by row (padding rows zero) ----
     def value(self, label, rank_name, ckpt_name, group="replicated", vocab=False, split=None):
-        """split: None (whole), "heads" (rank k of n takes its n-th of the rows) or "kv_heads" (the same,
-        or the slice of the kv head it replicates when the ranks outnumber the kv heads)."""
+        """split: None (whole), "heads" (rank k of n takes its n-th of the rows), "kv_heads" (the same,
+        or the slice of the kv head it replicates when the ranks outnumber the kv heads) or "conv" (its n-th
+        of the q, of the k and of the v channels of Qwen3-Next's conv1d, in that order)."""
         ref = self.model.value(ckpt_name)
         if ckpt_name.endswith("moe_statics.e_score_correction_bias"):
             ref = ref.reshape(-1)  # ERNIE's [1, E] is squeezed
@@ -413,7 +418,16 @@ class _Verifier:
         for r in range(len(self.ranks)):
             _, n, k = self.lay.place(group, r)
             t = self._get(r, rank_name)
-            if split:
+            if split == "conv":
+                m = self.model
+                sections = ((0, m.key_dim), (m.key_dim, m.key_dim), (2 * m.key_dim, m.value_dim))
+                if sum(size for _, size in sections) != ref.shape[0]:
+                    raise VerifyError(f"{label}: {ref.shape[0]} channels, config.json implies "
+                                      f"{2 * m.key_dim + m.value_dim}")
+                ranges = [(start + a, start + b) for start, size in sections
+                          for a, b in [_rank_rows(label, ckpt_name, size, n, k)]]
+                want = torch.cat([ref[a:b] for a, b in ranges])
+            elif split:
                 a, b = _rank_rows(label, ckpt_name, ref.shape[0], n, k,
                                   self.model.kv_heads if split == "kv_heads" else None)
                 want = ref[a:b]
@@ -529,6 +543,11 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
         return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)
     if mod == "self_attn.sinks":  # gpt-oss: one logit per query head, split with the heads
         return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")
+    if mod in ("linear_attn.A_log", "linear_attn.dt_bias"):
+        return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")
+    if mod == "linear_attn.conv1d":
+        name = prefix + mod + ".weight"
+        return lambda: v.value(label, name, name, "attention", split="conv")
     if mod.endswith("norm") or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
         # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.

@@ -66,7 +66,10 @@ def classify(mod):
         return "column", "replicated", [mod]
     if mod in ("self_attn.q_proj", "self_attn.q_b_proj", "self_attn.kv_b_proj"):
         return "column", "attention", [mod]
-    if mod == "self_attn.o_proj":
+    if mod in ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba"):
+        # Qwen3-Next: rows grouped by key head, so a rank's contiguous rows are its key-head groups.
+        return "column", "attention", [mod]
+    if mod in ("self_attn.o_proj", "linear_attn.out_proj"):
         return "row", "attention", [mod]
     m = re.fullmatch(r"(mlp|mlp\.shared_experts?|feed_forward|feed_forward\.shared_expert)\.(gate_up_proj|down_proj)",
                      mod)

@@ -43,6 +43,8 @@ enum class When {
   kMlpBias,
   kMxfp4Experts,  // the checkpoint's routed experts are MXFP4 (quant_method "mxfp4")
   kPlainExperts,  // they are not
+  kLinearAttentionLayer,  // a layer with linear attention (ModelConfig::linear_layer)
+  kFullAttentionLayer,    // a layer of a hybrid model with softmax attention
 };
 
 enum class Keep {
@@ -56,6 +58,12 @@ using ShapeFn = Shape (*)(const ModelConfig&);
 // Which rows of a part's matrix it takes before its split: a fused [gate; up] checkpoint tensor feeds
 // two parts, its first and its second half.
 enum class Band { kAll, kFirstHalf, kSecondHalf };
+// Rows [begin, begin + size) of a source.
+struct RowRange {
+  uint64_t begin = 0;
+  uint64_t size = 0;
+};
+using RowRangeFn = RowRange (*)(const ModelConfig&);
 
 // One checkpoint tensor feeding a parameter. Names are relative to "model.layers.{L}." in layer rules;
 // "{E}" stands for the logical expert.
@@ -76,6 +84,10 @@ struct Part {
   bool rotary_pairs = false;
   // The split must cut its dimension on multiples of this (MXFP4: whole 32-value groups).
   uint64_t cut_granule = 1;
+  // Set when the part is one row range of its source, split on its own (kReplicated or kColumn): a
+  // tensor that concatenates differently split pieces along its rows, as Qwen3-Next's conv1d stacks
+  // the q, k and v channels, each of which a rank takes its share of. Null: the whole source.
+  RowRangeFn rows = nullptr;
 };
 
 // A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).
@@ -107,7 +119,8 @@ const ArchTable& table_for(const Family* family);
 // Whether a rank parameter is a linear projection's weight, the tensors FP8 quantizes (layout.md "FP8"):
 // every `*_proj` weight (qkv, o, gate_up, down, q_a, q_b, kv_a, kv_b, fused_qkv_a, shared experts) and the
 // routed experts' w13 / w2, and DeepSeek-V3.2's indexer wq_b and wk. Never embeddings, lm_head, norms,
-// routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines).
+// routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines), nor
+// Qwen3-Next's linear_attn.in_proj_ba (BF16 in Qwen's FP8 checkpoints) and conv1d.
 bool is_linear_weight(std::string_view target);
 
 // Building blocks the family tables share (src/model/arch/common.cc).

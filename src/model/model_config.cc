@@ -105,6 +105,7 @@ ModelConfig ModelConfig::from_json(const json& outer) {
   m.attention_bias = get_bool(c, "attention_bias", false) || get_bool(c, "use_bias", false);
   m.mlp_bias = get_bool(c, "mlp_bias", false) || get_bool(c, "use_bias", false);
   m.moe_layer.assign(m.layers, false);
+  m.linear_layer.assign(m.layers, false);
   m.family->read_config(c, m);
   read_quantization(c, m);
   return m;

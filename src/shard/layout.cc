@@ -1,7 +1,9 @@
 // Layout checks that run before any I/O, with the messages a user of vLLM or SGLang expects.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
+#include <utility>
 
 #include "core/json_input.h"
 #include "shardload/error.h"
@@ -118,11 +120,27 @@ void validate_sizes(const ParallelConfig& p) {
   if (p.tp % p.dp != 0) invalid(fmt::format("dp={} does not divide tp={}", p.dp, p.tp));
 }
 
+// Linear attention (Qwen3-Next) over the attention group: every rank whole key-head groups, each
+// with its value heads, as the engines view a rank's projections.
+void validate_linear_attention(const ModelConfig& m, uint64_t a, const std::string& ranks) {
+  if (std::find(m.linear_layer.begin(), m.linear_layer.end(), true) == m.linear_layer.end()) return;
+  for (const auto& [field, heads] : {std::pair{"linear_num_key_heads", m.linear_key_heads},
+                                     std::pair{"linear_num_value_heads", m.linear_value_heads}}) {
+    if (heads % a != 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{} does not divide {} linear-attention heads", ranks, heads),
+                  {.file = "config.json", .field = field, .expected = fmt::format("a multiple of {}", a),
+                   .found = std::to_string(heads)});
+    }
+  }
+}
+
 // Head counts over the attention group: every rank whole heads, kv heads split or replicated evenly.
 void validate_attention(const ModelConfig& m, const ParallelConfig& p) {
   const uint64_t a = p.split_group(ParamGroup::kAttention, 0).size;
   const std::string ranks = split_text(p, ParamGroup::kAttention);
   if (m.heads % a != 0) invalid(fmt::format("{} does not divide {} attention heads", ranks, m.heads));
+  validate_linear_attention(m, a, ranks);
   if (m.is_mla()) return;
   if (a >= m.kv_heads && a % m.kv_heads != 0) {
     invalid(fmt::format("{} is not a multiple of {} kv heads", ranks, m.kv_heads));

@@ -57,6 +57,8 @@ bool applies(When when, const ModelConfig& m, int layer) {
     case When::kMlpBias: return m.mlp_bias && !moe_layer;
     case When::kMxfp4Experts: return moe_layer && m.mxfp4_experts;
     case When::kPlainExperts: return moe_layer && !m.mxfp4_experts;
+    case When::kLinearAttentionLayer: return layer >= 0 && m.linear_layer[static_cast<size_t>(layer)];
+    case When::kFullAttentionLayer: return layer >= 0 && !m.linear_layer[static_cast<size_t>(layer)];
   }
   return false;
 }
@@ -484,6 +486,7 @@ class Planner {
   // `group` ranks split the part; this rank is number `r` among them.
   Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
             const std::string& target) const {
+    if (part.rows != nullptr) return cut_row_range(part, src, group, r, target);
     const PartView view = part_view(part, src, target);
     Block b{0, view.rows, 0, view.cols, view.rows, 1};
     auto must_divide = [&](uint64_t size, uint64_t parts, const char* what) {
@@ -548,6 +551,31 @@ class Planner {
         return b;
     }
     return b;
+  }
+
+  // A part that is rows [begin, begin + size) of its source: whole, or its equal blocks over the group.
+  Block cut_row_range(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
+                      const std::string& target) const {
+    const arch::RowRange range = part.rows(model());
+    if (range.begin + range.size > src.rows || range.size == 0) {
+      throw Error(ErrorKind::kShapeMismatch, "the row range of a part is outside its source",
+                  {.tensor = src.name, .field = target,
+                   .expected = fmt::format("rows [{}, {})", range.begin, range.begin + range.size),
+                   .found = fmt::format("{} rows", src.rows)});
+    }
+    if (part.split != Split::kReplicated && part.split != Split::kColumn) {
+      throw Error(ErrorKind::kInternal, "a row-range part is replicated or split by rows",
+                  {.tensor = src.name, .field = target});
+    }
+    const uint64_t parts = part.split == Split::kColumn ? group : 1;
+    if (range.size % parts != 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{} parts do not divide its {} rows from row {}", parts, range.size, range.begin),
+                  {.tensor = src.name, .field = target});
+    }
+    const uint64_t per = range.size / parts;
+    const uint64_t begin = range.begin + (parts == 1 ? 0 : r * per);
+    return Block{begin, begin + per, 0, src.cols, per, 1};
   }
 
   // The layout of one slot: the block of each part, stacked along the rows of a rows x cols tensor.
@@ -656,8 +684,14 @@ class Planner {
     }
     slot_logical.push_back(0);
     add_slot(param, inst, layout, inst.source_ids.front(), 0, 0, esize);
-    const bool vector = source(inst.source_ids.front()[0]).shape.size() <= 1;
+    const Shape& first_shape = source(inst.source_ids.front()[0]).shape;
+    const bool vector = first_shape.size() <= 1;
     param.shape = vector ? Shape{layout.rows} : Shape{layout.rows, layout.cols};
+    // A 3-D source cut by rows keeps its trailing dimensions (a conv1d weight [C, 1, K]).
+    if (first_shape.size() > 2 && layout.cols == source(inst.source_ids.front()[0]).cols) {
+      param.shape = Shape{layout.rows};
+      param.shape.insert(param.shape.end(), first_shape.begin() + 1, first_shape.end());
+    }
     if (rule.flatten) param.shape = {layout.rows * layout.cols};
     return slot_logical;
   }

@@ -71,6 +71,14 @@ bool fit_moe_layers(TinyModel& m, const std::vector<bool>& want) {
   return same_moe_layers(m, want);
 }
 
+// The interval of full-attention layers that gives the config's linear-attention layers (0: none);
+// another pattern fails the round trip.
+int full_attention_interval(const std::vector<bool>& linear) {
+  if (std::find(linear.begin(), linear.end(), true) == linear.end()) return 0;
+  const auto full = std::find(linear.begin(), linear.end(), false);
+  return full == linear.end() ? static_cast<int>(linear.size()) + 1 : static_cast<int>(full - linear.begin()) + 1;
+}
+
 Quant quant_of(const ModelConfig& c, const std::string& file) {
   if (c.quant_format == QuantFormat::kCompressedTensors) {
     if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
@@ -105,6 +113,8 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
 std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig& c) {
   std::vector<std::string> moe;
   for (bool b : c.moe_layer) moe.emplace_back(b ? "1" : "0");
+  std::vector<std::string> linear;
+  for (bool b : c.linear_layer) linear.emplace_back(b ? "1" : "0");
   return {
       {"torch_dtype", std::string(dtype_name(c.dtype))},
       {"hidden_size", std::to_string(c.hidden)},
@@ -127,6 +137,12 @@ std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig
       {"qk_nope_head_dim", std::to_string(c.qk_nope_head_dim)},
       {"qk_rope_head_dim", std::to_string(c.qk_rope_head_dim)},
       {"v_head_dim", std::to_string(c.v_head_dim)},
+      {"linear-attention layers", fmt::format("{}", fmt::join(linear, ""))},
+      {"linear_num_key_heads", std::to_string(c.linear_key_heads)},
+      {"linear_num_value_heads", std::to_string(c.linear_value_heads)},
+      {"linear_key_head_dim", std::to_string(c.linear_key_head_dim)},
+      {"linear_value_head_dim", std::to_string(c.linear_value_head_dim)},
+      {"linear_conv_kernel_dim", std::to_string(c.linear_conv_kernel)},
       {"quantization_config", std::string(quantization_label(c, c.quantization))},
       {"quantization_config weights.strategy", std::string(weight_strategy_name(c.weight_strategy))},
       {"quantization_config.activation_scheme", c.static_activations ? "static" : "dynamic"},
@@ -199,6 +215,12 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.n_group = std::max<uint64_t>(c.n_group, 1);
   m.index_heads = c.index_heads;
   m.index_head_dim = c.index_head_dim;
+  m.linear_key_heads = c.linear_key_heads;
+  m.linear_value_heads = c.linear_value_heads;
+  m.linear_key_head_dim = c.linear_key_head_dim;
+  m.linear_value_head_dim = c.linear_value_head_dim;
+  m.linear_conv_kernel = c.linear_conv_kernel;
+  m.full_attention_interval = full_attention_interval(c.linear_layer);
   // Written by the families that have MTP layers (the planner skips them; a checkpoint has them).
   try {
     m.mtp_layers =

@@ -51,6 +51,13 @@ void split_wide_heads(TinyModel& m) {
     m.heads *= 2;
     m.kv_heads = m.heads;
   }
+  // Qwen3-Next's linear attention likewise: twice the key and value heads, so groups stay whole.
+  while (m.linear_key_head_dim > 128 && m.linear_key_head_dim % 16 == 0 && m.linear_value_head_dim % 16 == 0) {
+    m.linear_key_head_dim /= 2;
+    m.linear_value_head_dim /= 2;
+    m.linear_key_heads *= 2;
+    m.linear_value_heads *= 2;
+  }
 }
 
 // The base model with hidden = `hidden` (head sizes grow with it) and every intermediate size grown
@@ -64,6 +71,8 @@ TinyModel scaled(const TinyModel& base, uint64_t hidden, double factor) {
   m.qk_nope_head_dim = scale_head(base.qk_nope_head_dim, ratio);
   m.qk_rope_head_dim = scale_head(base.qk_rope_head_dim, ratio);
   m.v_head_dim = scale_head(base.v_head_dim, ratio);
+  m.linear_key_head_dim = scale_head(base.linear_key_head_dim, ratio);
+  m.linear_value_head_dim = scale_head(base.linear_value_head_dim, ratio);
   m.q_lora_rank = scale_dim(base.q_lora_rank, ratio, large);
   m.kv_lora_rank = scale_dim(base.kv_lora_rank, ratio, large);
   split_wide_heads(m);

@@ -99,6 +99,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"minimax_m2", "num_local_experts", "num_experts", "2"},
                       Case{"llama4", "num_local_experts", "num_experts", "2"},
                       Case{"gpt_oss", "num_local_experts", "num_experts", "2"},
+                      Case{"qwen3_next", "num_experts", "num_local_experts", "2"},
                       Case{"ernie4_5_moe", "moe_num_experts", "num_experts", "2"},
                       Case{"llama", "torch_dtype", "dtype", "1"}),
     [](const ::testing::TestParamInfo<Case>& info) {

@@ -186,6 +186,39 @@ TEST(ModelFamilies, GptOssReadsMxfp4AsItsExpertsFormat) {
   EXPECT_EQ(m.quantization, Quantization::kNone) << "nothing is FP8";
 }
 
+TEST(ModelFamilies, Qwen3NextLayerTypesFromTheListOrTheInterval) {
+  nlohmann::json config = {{"architectures", {"Qwen3NextForCausalLM"}},
+                           {"hidden_size", 64}, {"vocab_size", 128}, {"num_hidden_layers", 4},
+                           {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+                           {"intermediate_size", 96}, {"num_experts", 4}, {"moe_intermediate_size", 32},
+                           {"shared_expert_intermediate_size", 32}, {"full_attention_interval", 2},
+                           {"linear_num_key_heads", 4}, {"linear_num_value_heads", 8}};
+  ModelConfig m = ModelConfig::from_json(config);
+  EXPECT_EQ(family_name(m.family), "qwen3_next");
+  EXPECT_EQ(m.linear_layer, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{true, true, true, true}));
+  EXPECT_EQ(m.linear_key_head_dim, 128u) << "transformers' default";
+  EXPECT_EQ(m.linear_conv_kernel, 4u);
+  config.erase("full_attention_interval");  // the default, 4
+  EXPECT_EQ(ModelConfig::from_json(config).linear_layer, (std::vector<bool>{true, true, true, false}));
+  config["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "full_attention"};
+  EXPECT_EQ(ModelConfig::from_json(config).linear_layer, (std::vector<bool>{false, true, true, false}));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"layer_types", {"linear_attention", "sliding_attention", "linear_attention", "full_attention"}},
+           {"layer_types", {"linear_attention"}},
+           {"linear_num_value_heads", 6}}) {  // not whole groups per key head
+    nlohmann::json bad = config;
+    bad[field] = value;
+    try {
+      ModelConfig::from_json(bad);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_EQ(e.field(), field);
+    }
+  }
+}
+
 TEST(ModelFamilies, Glm4MoeExpertCountIsBounded) {
   nlohmann::json config = glm4_moe_config();
   config["n_routed_experts"] = uint64_t{1} << 40;

@@ -19,6 +19,10 @@ ParamGroup expected_group(const std::string& target, std::string_view family) {
   if (family == "minimax_m2" && (target == "self_attn.q_norm.weight" || target == "self_attn.k_norm.weight")) {
     return ParamGroup::kAttention;
   }
+  // Qwen3-Next's linear attention is attention: split over the attention group, but its gated norm.
+  if (target.starts_with("linear_attn.")) {
+    return target == "linear_attn.norm.weight" ? ParamGroup::kReplicated : ParamGroup::kAttention;
+  }
   if (target == "model.embed_tokens.weight") return ParamGroup::kEmbedding;
   if (target == "lm_head.weight") return ParamGroup::kLmHead;
   if (target.find("shared_expert") != std::string::npos && target.find("_proj.") != std::string::npos) {

@@ -151,13 +151,15 @@ def test_live_model_updates_in_place(tiny):
 
 @pytest.mark.parametrize("arch,probe", [("deepseek_v32", "model.layers.1.self_attn.indexer.wq_b.weight"),
                                         ("minimax_m2", "model.layers.1.self_attn.k_norm.weight"),
+                                        ("qwen3_next", "model.layers.0.linear_attn.conv1d.weight"),
                                         ("llama4", "model.layers.1.feed_forward.experts.w13_weight"),
                                         ("gpt_oss", "model.layers.1.mlp.experts.w2_bias"),
                                         ("gpt_oss:mxfp4", "model.layers.1.mlp.experts.w13_weight_scale")])
 def test_new_families_update_and_rebalance_in_place(tiny, arch, probe):
-    # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, Llama-4's and gpt-oss's fused
-    # experts (gpt-oss's MXFP4 too), and their experts: an update from a second checkpoint and a rebalance
-    # keep every address and equal a fresh load of B under the new placement.
+    # DeepSeek-V3.2's replicated indexer, MiniMax-M2's split per-layer norms, Qwen3-Next's conv1d (three row
+    # ranges of one tensor), Llama-4's and gpt-oss's fused experts (gpt-oss's MXFP4 too), and their experts: an
+    # update from a second checkpoint and a rebalance keep every address and equal a fresh load of B under the
+    # new placement.
     arch, _, quant = arch.partition(":")
     a, b = tiny(arch, quant or "none", seed=1), tiny(arch, quant or "none", seed=2)
     live = shardload.LiveModel(a, tp=2, ep=2)

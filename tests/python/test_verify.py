@@ -17,7 +17,7 @@ from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_fil
 
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2", "llama4", "gpt_oss"]
+       "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss"]
 
 
 @pytest.fixture(autouse=True)
@@ -161,6 +161,10 @@ def test_expert_w2_from_another_expert_fails_naming_the_slot(tiny, tmp_path):
     ("minimax_m2", "self_attn.qkv_proj", lambda c: c["head_dim"]),
     ("llama4", "self_attn.qkv_proj", lambda c: c["head_dim"]),
     ("gpt_oss", "self_attn.qkv_proj", lambda c: c["head_dim"]),
+    # Qwen3-Next's layer 0 is linear attention: two key-head groups of in_proj_qkvz (q, k, v, z rows each).
+    ("qwen3_next", "linear_attn.in_proj_qkvz",
+     lambda c: 2 * c["linear_key_head_dim"] + 2 * c["linear_num_value_heads"] // c["linear_num_key_heads"]
+     * c["linear_value_head_dim"]),
 ])
 def test_new_families_catch_a_head_swap_and_an_expert_swap(tiny, tmp_path, arch, module, head_rows):
     model = tiny(arch)
@@ -189,6 +193,30 @@ def test_new_families_catch_a_head_swap_and_an_expert_swap(tiny, tmp_path, arch,
     report = verify(model, ranks, layout)
     assert [c.module for c in report.failures] == [f"layer {layer} experts.w2"]
     assert report.failures[0].where.startswith("ep rank 0 slot 0 (expert 0)")
+
+def test_qwen3_next_catches_swapped_gated_heads_and_conv_channels(tiny, tmp_path):
+    # The gated q_proj of a full-attention layer: a rank's first two heads (query and gate rows, 2 x head_dim
+    # each) swapped; and in the conv1d, a rank's k channels taken for its q channels. Each is caught, named.
+    model = tiny("qwen3_next")
+    c = json.load(open(os.path.join(model, "config.json")))
+    d = 2 * c["head_dim"]
+    full = c["full_attention_interval"] - 1
+    out = export(model, tmp_path / "export", "--tp", "2", "--ep", "2")
+    q = c["linear_num_key_heads"] * c["linear_key_head_dim"] // 2
+
+    def corrupt(tensors):
+        w = tensors[f"model.layers.{full}.self_attn.qkv_proj.weight"]
+        w[:2 * d] = torch.cat([w[d:2 * d].clone(), w[:d].clone()])
+        conv = tensors["model.layers.0.linear_attn.conv1d.weight"]
+        conv[:q] = conv[q:2 * q].clone()
+
+    rewrite_rank_file(os.path.join(out, "model-rank-1-part-0.safetensors"), corrupt)
+    ranks, layout = rank_source.load_export(out)
+    report = verify(model, ranks, layout, layers=[0, full])
+    assert sorted(c.module for c in report.failures) == ["layer 0 linear_attn.conv1d",
+                                                         f"layer {full} self_attn.qkv_proj"]
+    assert all(c.where.startswith("rank 1") for c in report.failures)
+
 
 def run_verify(*args):
     # The package this test imported (the build tree's, with the extension), in the child too.

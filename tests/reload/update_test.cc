@@ -66,7 +66,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FullUpdate,
                                            Case{"deepseek_v3", "ct-fp8-channel", "", 4, 2, false},
                                            Case{"llama", "ct-fp8-block", "", 2, 1, false},
                                            Case{"deepseek_v32", "fp8-block", "", 4, 2, false},
-                                           Case{"minimax_m2", "fp8-block", "", 4, 2, false}),
+                                           Case{"minimax_m2", "fp8-block", "", 4, 2, false},
+                                           Case{"qwen3_next", "fp8-block", "", 4, 2, false}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            std::string quant = c.quant;

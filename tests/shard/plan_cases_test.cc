@@ -15,6 +15,7 @@
 
 #include "export_reader.h"
 #include "handmade.h"
+#include "shard/config_plan.h"
 #include "shard_test_util.h"
 #include "shardload/checkpoint.h"
 #include "shardload/plan.h"
@@ -336,6 +337,70 @@ TEST(PlanCases, GptOssKeepsMxfp4OnWholeGroupsAndItsDownBiasOnTheFirstRank) {
     EXPECT_EQ(bias.pieces.size(), m == 0 ? 4u : 0u);
     EXPECT_EQ(param(plan, r, "model.layers.1.self_attn.sinks").pieces.front().row_begin, 2u * static_cast<uint64_t>(r));
   }
+}
+
+TEST(PlanCases, Qwen3NextLinearAttentionSplitsByKeyHeadGroupsAndConvChannels) {
+  // Layer 0 is linear attention: 8 key heads and 16 value heads of 16, so a key-head group of in_proj_qkvz
+  // is 16 + 16 + 2 x (2 x 16) = 96 rows and rank r of 4 takes groups 2r, 2r + 1 (rows [192r, 192r + 192)),
+  // and of in_proj_ba 4 rows a group; the conv1d [512, 1, 4] stacks 128 q, 128 k and 256 v channels, of
+  // which rank r takes 32, 32 and 64. Layer 1 is gated full attention: q_proj's 512 rows (8 heads of
+  // query and gate, 64 rows a head) give rank r rows [128r, 128r + 128).
+  const Plan plan = plan_for(testing::tiny_model("qwen3_next"), {.tp = 4, .ep = 2});
+  const std::string l = "model.layers.0.linear_attn.";
+  for (uint64_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const int rank = static_cast<int>(r);
+    EXPECT_EQ(pieces(plan, param(plan, rank, l + "in_proj_qkvz.weight")),
+              (std::vector<Piece>{{l + "in_proj_qkvz.weight", 192 * r, 192 * r + 192, 0, kHidden, 0}}));
+    EXPECT_EQ(pieces(plan, param(plan, rank, l + "in_proj_ba.weight")),
+              (std::vector<Piece>{{l + "in_proj_ba.weight", 8 * r, 8 * r + 8, 0, kHidden, 0}}));
+    const PlanParam& conv = param(plan, rank, l + "conv1d.weight");
+    EXPECT_EQ(conv.shape, (Shape{128, 1, 4}));
+    const uint64_t row = 4 * kBf16;
+    EXPECT_EQ(pieces(plan, conv), (std::vector<Piece>{{l + "conv1d.weight", 32 * r, 32 * r + 32, 0, 4, 0},
+                                                      {l + "conv1d.weight", 128 + 32 * r, 160 + 32 * r, 0, 4,
+                                                       32 * row},
+                                                      {l + "conv1d.weight", 256 + 64 * r, 320 + 64 * r, 0, 4,
+                                                       64 * row}}));
+    const PlanParam& a_log = param(plan, rank, l + "A_log");
+    EXPECT_EQ(a_log.dtype, DType::kF32);
+    EXPECT_EQ(pieces(plan, a_log), (std::vector<Piece>{{l + "A_log", 4 * r, 4 * r + 4, 0, 1, 0}}));
+    EXPECT_EQ(param(plan, rank, l + "dt_bias").dtype, DType::kBF16);
+    EXPECT_EQ(param(plan, rank, l + "dt_bias").shape, Shape{4});
+    EXPECT_EQ(param(plan, rank, l + "norm.weight").shape, Shape{16});
+    EXPECT_EQ(pieces(plan, param(plan, rank, l + "out_proj.weight")),
+              (std::vector<Piece>{{l + "out_proj.weight", 0, kHidden, 64 * r, 64 * r + 64, 0}}));
+    const std::string a = "model.layers.1.self_attn.";
+    const uint64_t kv = r / 2 * 32;
+    EXPECT_EQ(pieces(plan, param(plan, rank, a + "qkv_proj.weight")),
+              (std::vector<Piece>{{a + "q_proj.weight", 128 * r, 128 * r + 128, 0, kHidden, 0},
+                                  {a + "k_proj.weight", kv, kv + 32, 0, kHidden, 128 * kHidden * kBf16},
+                                  {a + "v_proj.weight", kv, kv + 32, 0, kHidden, 160 * kHidden * kBf16}}));
+    EXPECT_EQ(find_param(plan, rank, "model.layers.0.self_attn.qkv_proj.weight"), nullptr);
+    EXPECT_EQ(find_param(plan, rank, "model.layers.1.linear_attn.conv1d.weight"), nullptr);
+  }
+  EXPECT_TRUE(std::any_of(plan.skipped.begin(), plan.skipped.end(),
+                          [](const std::string& name) { return name == "mtp.fc.weight"; }));
+}
+
+TEST(PlanCases, Qwen3NextLinearHeadsMustDivideOverTheAttentionRanks) {
+  // 4 key heads over tp 8 (the softmax heads divide): refused naming the field; with --dp 2 the
+  // attention group is 4 ranks, which takes them.
+  nlohmann::json config = json::parse(testing::read_file(testing::tiny_model("qwen3_next") + "/config.json"));
+  config["linear_num_key_heads"] = 4;
+  ParallelConfig parallel;
+  parallel.tp = 8;
+  parallel.ep = 2;
+  try {
+    plan_from_config(config, parallel, [](std::string_view) { return true; });
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(e.field(), "linear_num_key_heads");
+  }
+  parallel.dp = 2;
+  const Plan plan = plan_from_config(config, parallel, [](std::string_view) { return true; });
+  EXPECT_EQ(param(plan, 5, "model.layers.0.linear_attn.A_log").shape, Shape{16 / 4});
 }
 
 // ---- vocabulary ----

@@ -49,6 +49,11 @@ struct ConfigView {
   int layers = 0;
   bool tie_embeddings = false;
   bool per_layer_qk_norm = false;  // MiniMax-M2: one norm over the whole q (k) projection, split by heads
+  // Qwen3-Next: q_proj holds each head's query then its output gate (2 x head_dim rows a head); the
+  // linear attention's conv1d stacks key_dim q, key_dim k and value_dim v channels.
+  bool gated_q = false;
+  uint64_t linear_key_dim = 0;
+  uint64_t linear_value_dim = 0;
 
   static ConfigView from_json(const nlohmann::json& c) {
     auto number = [&](const char* key, uint64_t fallback) {
@@ -70,6 +75,9 @@ struct ConfigView {
     v.layers = static_cast<int>(number("num_hidden_layers", 0));
     v.tie_embeddings = c.value("tie_word_embeddings", false);
     v.per_layer_qk_norm = c.value("qk_norm_type", "") == "per_layer";
+    v.gated_q = v.architecture == "Qwen3NextForCausalLM";
+    v.linear_key_dim = number("linear_num_key_heads", 0) * number("linear_key_head_dim", 0);
+    v.linear_value_dim = number("linear_num_value_heads", 0) * number("linear_value_head_dim", 0);
     return v;
   }
   bool is_ernie_moe() const { return architecture == "Ernie4_5_MoeForCausalLM"; }
@@ -80,7 +88,7 @@ inline bool kept_float32(std::string_view name, const ConfigView& config) {
   // MiniMax-M2's router is float32 on the Hub and in vLLM (Mixtral's is in the model dtype).
   if (config.architecture == "MiniMaxM2ForCausalLM" && name.ends_with("block_sparse_moe.gate.weight")) return true;
   return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight") ||
-         name.ends_with("e_score_correction_bias");
+         name.ends_with("e_score_correction_bias") || name.ends_with("linear_attn.A_log");
 }
 
 // The decoder layer of "model.layers.N....", or -1.
@@ -103,6 +111,7 @@ inline bool skipped_by_rule(std::string_view name, const ConfigView& config) {
   if (name == "lm_head.weight" && config.tie_embeddings) return true;
   if (layer_of(name) >= config.layers) return true;  // multi-token-prediction layers
   if (config.is_ernie_moe() && name.find("mtp") != std::string_view::npos) return true;
+  if (config.gated_q && name.starts_with("mtp.")) return true;  // Qwen3-Next's multi-token-prediction block
   return false;
 }
 
@@ -280,6 +289,12 @@ class Reassembler {
         n.ends_with("shared_experts.down_proj.weight")) {
       return row_parallel(name, split_shared_);
     }
+    if (n.ends_with("linear_attn.in_proj_qkvz.weight") || n.ends_with("linear_attn.in_proj_ba.weight") ||
+        n.ends_with("linear_attn.A_log") || n.ends_with("linear_attn.dt_bias")) {
+      return column(name);
+    }
+    if (n.ends_with("linear_attn.conv1d.weight")) return conv_channels(name);
+    if (n.ends_with("linear_attn.out_proj.weight")) return row_parallel(name, true);
     if (n.ends_with("self_attn.o_proj.weight") || n.ends_with("mlp.down_proj.weight") ||
         n.ends_with("feed_forward.down_proj.weight")) {
       return row_parallel(name, true);
@@ -303,7 +318,7 @@ class Reassembler {
           "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight",
           "feed_forward.router.weight",
           "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
-          "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight"}) {
+          "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight", "linear_attn.norm.weight"}) {
       if (n.ends_with(suffix)) {
         HostTensor whole;
         replicated(name, whole);
@@ -343,12 +358,13 @@ class Reassembler {
     const std::string prefix =
         name.substr(0, name.size() - std::string("qkv_proj").size() - suffix.size());
     const uint64_t d = config_.head_dim;
-    const uint64_t nq = config_.heads / tp_;
+    // A gated query's rows count twice: each head's query rows then its gate rows.
+    const uint64_t nq = config_.heads / tp_ * (config_.gated_q ? 2 : 1);
     const bool replicate = tp_ >= config_.kv_heads;
     const uint64_t nkv = replicate ? 1 : config_.kv_heads / tp_;
     const uint64_t rows = (nq + 2 * nkv) * d;
     if (at(0, name).rows() != rows) {
-      return problems_.add("{}: {} rows, expected (nq {} + 2 * nkv {}) * head_dim {} = {}", name,
+      return problems_.add("{}: {} rows, expected (q rows {} + 2 * nkv {}) * head_dim {} = {}", name,
                            at(0, name).rows(), nq, nkv, d, rows);
     }
     std::vector<HostTensor> q, k, v;
@@ -389,6 +405,26 @@ class Reassembler {
   }
 
   void column(const std::string& name) { emit(name, internal::concat_rows(all_ranks(name)), name); }
+
+  // Qwen3-Next's conv1d [C/T, 1, K]: each rank's rows are its share of the q channels, then of the k
+  // channels, then of the v channels; the checkpoint's are all q, all k, all v.
+  void conv_channels(const std::string& name) {
+    const uint64_t q = config_.linear_key_dim / tp_;
+    const uint64_t v = config_.linear_value_dim / tp_;
+    if (at(0, name).rows() != 2 * q + v) {
+      return problems_.add("{}: {} rows, expected 2 * key_dim / T {} + value_dim / T {}", name, at(0, name).rows(),
+                           q, v);
+    }
+    std::vector<HostTensor> parts[3];
+    for (uint64_t r = 0; r < tp_; ++r) {
+      parts[0].push_back(internal::slice_rows(at(r, name), 0, q));
+      parts[1].push_back(internal::slice_rows(at(r, name), q, 2 * q));
+      parts[2].push_back(internal::slice_rows(at(r, name), 2 * q, 2 * q + v));
+    }
+    std::vector<HostTensor> whole;
+    for (const auto& part : parts) whole.push_back(internal::concat_rows(part));
+    emit(name, internal::concat_rows(whole), name);
+  }
 
   // Rows of the kv heads: in blocks over the ranks, or one head per rank replicated T/Hkv times.
   void kv_head_rows(const std::string& name) {

@@ -291,6 +291,40 @@ TEST(TinyFamilies, GptOssWritesBf16OrMxfp4Experts) {
   EXPECT_THROW(make_tiny({.arch = "gpt_oss", .out = dir.file("no"), .quant = "fp8"}), Error);
 }
 
+TEST(TinyFamilies, Qwen3NextAlternatesLinearAndGatedFullAttentionAndHasAnMtpBlock) {
+  Tiny t("qwen3_next");
+  const json& c = t.config();
+  EXPECT_EQ(c.at("architectures"), json::array({"Qwen3NextForCausalLM"}));
+  const int interval = c.at("full_attention_interval");
+  const uint64_t h = c.at("hidden_size"), d = c.at("head_dim"), heads = c.at("num_attention_heads");
+  const uint64_t nk = c.at("linear_num_key_heads"), nv = c.at("linear_num_value_heads");
+  const uint64_t dk = c.at("linear_key_head_dim"), dv = c.at("linear_value_head_dim");
+  EXPECT_EQ(nk % 8, 0u) << "whole key-head groups per rank up to tp 8";
+  EXPECT_EQ(nv % nk, 0u);
+  const int layers = c.at("num_hidden_layers");
+  int linear = 0;
+  for (int i = 0; i < layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const bool full = (i + 1) % interval == 0;
+    linear += !full;
+    EXPECT_EQ(t.has(p + "self_attn.q_proj.weight"), full) << i;
+    EXPECT_EQ(t.has(p + "linear_attn.in_proj_qkvz.weight"), !full) << i;
+    if (full) {
+      EXPECT_EQ(t.at(p + "self_attn.q_proj.weight").shape, (Shape{2 * heads * d, h})) << "query and gate";
+    } else {
+      EXPECT_EQ(t.at(p + "linear_attn.in_proj_qkvz.weight").shape, (Shape{2 * nk * dk + 2 * nv * dv, h}));
+      EXPECT_EQ(t.at(p + "linear_attn.conv1d.weight").shape, (Shape{2 * nk * dk + nv * dv, 1, 4}));
+      EXPECT_EQ(t.at(p + "linear_attn.A_log").shape, Shape{nv});
+      EXPECT_EQ(t.at(p + "linear_attn.in_proj_ba.weight").shape, (Shape{2 * nv, h}));
+    }
+    EXPECT_TRUE(t.has(p + "mlp.shared_expert_gate.weight")) << i;
+  }
+  EXPECT_GT(linear, 0);
+  EXPECT_LT(linear, layers);
+  EXPECT_TRUE(t.has("mtp.fc.weight"));
+  EXPECT_TRUE(t.has("mtp.layers.0.self_attn.q_proj.weight"));
+}
+
 TEST(TinyFamilies, LayersAndExpertsOverrideTheCounts) {
   Tiny small("qwen3_moe");
   Tiny big("qwen3_moe", 6, 16);

@@ -84,6 +84,8 @@ struct Dims {
   uint64_t index_heads = 0, index_dim = 0;  // DeepSeek-V3.2's indexer
   bool per_layer_qk_norm = false;          // MiniMax-M2: q/k norms over the whole projection
   uint64_t i_mlp = 0;                      // Llama-4's dense layers (intermediate_size: the experts')
+  bool gated_q = false;                    // Qwen3-Next: q_proj holds each head's query and gate
+  uint64_t lk = 0, lv = 0, ldk = 0, ldv = 0, conv = 0;  // Qwen3-Next's linear attention
 };
 
 Dims dims(const json& c) {
@@ -117,6 +119,14 @@ Dims dims(const json& c) {
     d.i_mlp = u(c, "intermediate_size_mlp");
     d.shared = d.im;  // Llama-4's one shared expert is as wide as a routed one
   }
+  if (c.value("model_type", "") == "qwen3_next") {
+    d.gated_q = true;
+    d.lk = u(c, "linear_num_key_heads");
+    d.lv = u(c, "linear_num_value_heads");
+    d.ldk = u(c, "linear_key_head_dim");
+    d.ldv = u(c, "linear_value_head_dim");
+    d.conv = u(c, "linear_conv_kernel_dim");
+  }
   if (c.contains("index_n_heads")) {
     d.index_heads = u(c, "index_n_heads");
     d.index_dim = u(c, "index_head_dim");
@@ -141,7 +151,9 @@ bool split_indexed(std::string_view name, std::string_view prefix, uint64_t& ind
 // Shape of `rest` (a name inside a decoder layer, e.g. "self_attn.q_proj.weight"); nullopt if
 // unknown.
 std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
-  const uint64_t q_rows = d.mla ? d.hq * (d.nope + d.rope) : d.hq * d.d;
+  const uint64_t q_rows = d.mla ? d.hq * (d.nope + d.rope) : d.hq * d.d * (d.gated_q ? 2 : 1);
+  const uint64_t keys = d.lk * d.ldk;
+  const uint64_t values = d.lv * d.ldv;
   const std::map<std::string, Shape> fixed = {
       {"input_layernorm.weight", {d.h}},
       {"post_attention_layernorm.weight", {d.h}},
@@ -199,6 +211,13 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"mlp.experts.gate_up_proj_bias", {d.e, 2 * d.im}},
       {"mlp.experts.down_proj", {d.e, d.im, d.h}},
       {"mlp.experts.down_proj_bias", {d.e, d.h}},
+      {"linear_attn.in_proj_qkvz.weight", {2 * keys + 2 * values, d.h}},
+      {"linear_attn.in_proj_ba.weight", {2 * d.lv, d.h}},
+      {"linear_attn.conv1d.weight", {2 * keys + values, 1, d.conv}},
+      {"linear_attn.A_log", {d.lv}},
+      {"linear_attn.dt_bias", {d.lv}},
+      {"linear_attn.norm.weight", {d.ldv}},
+      {"linear_attn.out_proj.weight", {d.h, values}},
       // DeepSeek MTP layer extras.
       {"embed_tokens.weight", {d.v, d.h}},
       {"enorm.weight", {d.h}},
@@ -232,6 +251,12 @@ std::optional<Shape> expected_shape(const json& c, const std::string& name) {
   std::string rest;
   if (split_indexed(name, "model.layers.", index, rest)) return layer_shape(d, rest);
   if (split_indexed(name, "model.mtp_block.", index, rest)) return layer_shape(d, rest);
+  // Qwen3-Next's multi-token-prediction block.
+  if (split_indexed(name, "mtp.layers.", index, rest)) return layer_shape(d, rest);
+  if (name == "mtp.fc.weight") return Shape{d.h, 2 * d.h};
+  for (const char* norm : {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"}) {
+    if (name == norm) return Shape{d.h};
+  }
   if (split_indexed(name, "model.mtp_linear_proj.", index, rest) && rest == "weight") {
     return Shape{d.h, 2 * d.h};
   }
@@ -246,7 +271,7 @@ bool is_moe(const json& c, int i) {
   const std::string type = c.at("model_type");
   const int layers = c.at("num_hidden_layers");
   if (type == "mixtral" || type == "minimax_m2" || type == "gpt_oss") return true;
-  if (type == "qwen2_moe" || type == "qwen3_moe") {
+  if (type == "qwen2_moe" || type == "qwen3_moe" || type == "qwen3_next") {
     const std::vector<int> only = c.at("mlp_only_layers");
     return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
            (i + 1) % c.at("decoder_sparse_step").get<int>() == 0;
@@ -281,6 +306,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"minimax_m2", "MiniMaxM2ForCausalLM"},
     {"llama4", "Llama4ForCausalLM"},
     {"gpt_oss", "GptOssForCausalLM"},
+    {"qwen3_next", "Qwen3NextForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -402,9 +428,15 @@ TEST_P(EveryFamily, ValuesAreSmallDistinctAndNormsNearOne) {
   EXPECT_LE(hi, 0.051f);
   EXPECT_LT(lo, -0.02f);
   EXPECT_GT(hi, 0.02f);
-  // Same-shaped tensors differ, so a loader that misplaces one is caught.
-  EXPECT_NE(read_tensor(dir.path(), c, "model.layers.0.self_attn.o_proj.weight"),
-            read_tensor(dir.path(), c, "model.layers.1.self_attn.o_proj.weight"));
+  // Same-shaped tensors differ, so a loader that misplaces one is caught (the first two layers with
+  // softmax attention: Qwen3-Next's alternate with linear attention).
+  std::vector<std::string> o_proj;
+  for (int i = 0; o_proj.size() < 2 && i < c.config.at("num_hidden_layers").get<int>(); ++i) {
+    const std::string name = "model.layers." + std::to_string(i) + ".self_attn.o_proj.weight";
+    if (has(c, name)) o_proj.push_back(name);
+  }
+  ASSERT_EQ(o_proj.size(), 2u);
+  EXPECT_NE(read_tensor(dir.path(), c, o_proj[0]), read_tensor(dir.path(), c, o_proj[1]));
   EXPECT_NE(read_tensor(dir.path(), c, "model.layers.0.input_layernorm.weight"),
             read_tensor(dir.path(), c, "model.layers.0.post_attention_layernorm.weight"));
 }

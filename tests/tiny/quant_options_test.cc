@@ -150,6 +150,13 @@ TEST(TinyQuantOptions, BlockDefaultsSplitOnWholeBlocks) {
           EXPECT_EQ(heads * m.v_head_dim % 128, 0u) << "o_proj columns";
           EXPECT_EQ(m.q_lora_rank % 128, 0u) << "q_a comes first in fused_qkv_a";
         }
+        if (m.linear_key_heads > 0) {  // Qwen3-Next: whole key-head groups and value heads per rank
+          const uint64_t keys = m.linear_key_heads * m.linear_key_head_dim;
+          const uint64_t values = m.linear_value_heads * m.linear_value_head_dim;
+          EXPECT_EQ(m.linear_key_heads % t, 0u);
+          EXPECT_EQ((2 * keys + 2 * values) / t % 128, 0u) << "in_proj_qkvz rows";
+          EXPECT_EQ(values / t % 128, 0u) << "out_proj columns";
+        }
         EXPECT_EQ(m.intermediate % (t * 128), 0u) << "dense MLP (Mixtral: experts)";
         EXPECT_EQ(m.shared_intermediate % (t * 128), 0u);
         EXPECT_EQ(m.shared_experts * m.moe_intermediate % (t * 128), 0u);
@@ -177,6 +184,8 @@ bool restated_projection(const std::string& name) {
   // DeepSeek-V3.2's indexer: wq_b and wk are FP8 on the Hub, weights_proj is BF16.
   if (module.ends_with("indexer.wq_b") || module.ends_with("indexer.wk")) return true;
   if (module.ends_with("indexer.weights_proj")) return false;
+  // Qwen3-Next's b/a projection stays bf16, as in Qwen's FP8 checkpoints.
+  if (module.ends_with("linear_attn.in_proj_ba")) return false;
   if (last.find("_proj") != std::string::npos) return true;
   return (last == "w1" || last == "w2" || last == "w3") &&
          module.find(".experts.") != std::string::npos;

@@ -260,6 +260,39 @@ TEST(TinyRealConfigs, DeepSeekV32AddsAReplicatedIndexerToEveryLayer) {
   }
 }
 
+TEST(TinyRealConfigs, Qwen3NextPlansItsHybridLayersAtItsDeployments) {
+  // Qwen3-Next-80B-A3B: 48 layers, full attention at 3, 7, ..., 47 (full_attention_interval 4) and gated
+  // DeltaNet elsewhere, every layer MoE with 512 experts and a shared expert. Planned at tp 4, at tp 8 with
+  // ep 8, and with data-parallel attention (attention over 4 and 2 ranks): 16 key heads and 32 value heads
+  // divide, and each rank's linear-attention tensors are its share of them.
+  const Real r("qwen3-next-80b-a3b");
+  const uint64_t h = r.n("hidden_size"), nk = r.n("linear_num_key_heads"), nv = r.n("linear_num_value_heads");
+  const uint64_t dk = r.n("linear_key_head_dim"), dv = r.n("linear_value_head_dim");
+  const uint64_t heads = r.n("num_attention_heads"), d = r.n("head_dim");
+  const std::string lin = "model.layers.0.linear_attn.", full = "model.layers.3.self_attn.";
+  r.expect(lin + "in_proj_qkvz.weight", DType::kBF16, {2 * nk * dk + 2 * nv * dv, h});
+  r.expect(lin + "conv1d.weight", DType::kBF16, {2 * nk * dk + nv * dv, 1, r.n("linear_conv_kernel_dim")});
+  r.expect(lin + "A_log", DType::kBF16, {nv});
+  r.expect(full + "q_proj.weight", DType::kBF16, {2 * heads * d, h});
+  EXPECT_FALSE(r.has("model.layers.3.linear_attn.A_log"));
+  EXPECT_FALSE(r.has("model.layers.0.self_attn.q_proj.weight"));
+  r.expect("model.layers.47.mlp.experts.511.down_proj.weight", DType::kBF16, {h, r.n("moe_intermediate_size")});
+  // Per rank: 36 linear layers of 15 parameters (2 norms, 7 linear attention, router, w13, w2, the shared
+  // expert's 2 and its gate), 12 full layers of 12 (4 attention), embeddings, final norm, lm_head.
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tp", "4"},
+        {"--tp", "8", "--ep", "8"},
+        {"--tp", "8", "--dp", "2", "--ep", "8"},
+        {"--tp", "8", "--dp", "4", "--ep", "8", "--enable-dp-lm-head"}}) {
+    std::vector<std::string> args = {"plan", r.out};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const testing::CommandResult plan = testing::run_shardload(args);
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    const size_t colon = plan.out.find("): ", plan.out.find("rank 0 ("));
+    EXPECT_EQ(std::stoull(plan.out.substr(colon + 3)), 36u * 15 + 12 * 12 + 3) << layout[1] << plan.out;
+  }
+}
+
 TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {
   {
     const Real r("qwen3-30b-a3b");

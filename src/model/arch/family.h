@@ -56,7 +56,15 @@ struct TinySizes {
   uint64_t index_heads = 0;  // DeepSeek-V3.2's indexer
   uint64_t index_head_dim = 0;
 
-  int mtp_layers = 0;  // DeepSeek-V3 num_nextn_predict_layers, ERNIE's mtp_* tensors
+  int mtp_layers = 0;  // DeepSeek-V3 num_nextn_predict_layers, ERNIE's mtp_* tensors, Qwen3-Next's mtp.*
+
+  // Qwen3-Next's gated DeltaNet: linear attention in every layer but each full_attention_interval-th.
+  int full_attention_interval = 0;  // 0: no linear attention
+  uint64_t linear_key_heads = 0;
+  uint64_t linear_value_heads = 0;
+  uint64_t linear_key_head_dim = 0;
+  uint64_t linear_value_head_dim = 0;
+  uint64_t linear_conv_kernel = 0;
   bool mxfp4_experts = false;  // gpt-oss under --quant mxfp4: the experts as the Hub stores them
 };
 
@@ -85,7 +93,7 @@ struct Family {
   // config.json's field with the number of routed experts; empty for a dense family.
   std::string_view expert_count_field;
   // Reads the family's own fields into m, after the fields every family shares (model_config.cc);
-  // m.moe_layer has one false entry per layer. Throws Error(kConfig) naming the field.
+  // m.moe_layer and m.linear_layer have one false entry per layer. Throws Error(kConfig) naming the field.
   void (*read_config)(const nlohmann::json& config, ModelConfig& m);
   const ArchTable& (*table)();
 

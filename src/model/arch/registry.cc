@@ -18,13 +18,14 @@ const Family& glm4_moe_family();
 const Family& minimax_m2_family();
 const Family& llama4_family();
 const Family& gpt_oss_family();
+const Family& qwen3_next_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
       &llama_family(),        &qwen2_family(),    &qwen3_family(),       &qwen2_moe_family(),
       &qwen3_moe_family(),    &mixtral_family(),  &deepseek_v2_family(), &deepseek_v3_family(),
       &deepseek_v32_family(), &ernie4_5_moe_family(), &glm4_moe_family(),
-      &minimax_m2_family(),   &llama4_family(),   &gpt_oss_family(),
+      &minimax_m2_family(),   &qwen3_next_family(),   &llama4_family(),   &gpt_oss_family(),
   };
   return kFamilies;
 }
