@@ -608,6 +608,16 @@ class Executor {
     const uint64_t width = c.col_end - c.col_begin;
     const uint64_t esize = dtype_bits(c.dtype) / 8;
     const uint64_t src_esize = dtype_bits(src_dtype) / 8;
+    if (src_dtype == c.dtype && c.divisor == 1) {  // no conversion: one pass, source to destination
+      const std::byte* first = src_bytes + c.col_begin * src_esize;
+      std::byte* out = c.dst + (row_begin - c.row0) * esize;
+      switch (esize) {
+        case 1: return transpose_block<uint8_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
+        case 2: return transpose_block<uint16_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
+        case 4: return transpose_block<uint32_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
+        default: return transpose_block<uint64_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
+      }
+    }
     tile.resize(kTileRows * width * esize);
     for (uint64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
       const uint64_t n = std::min(kTileRows, row_end - r0);
@@ -621,6 +631,29 @@ class Executor {
         case 2: scatter_columns<uint16_t>(tile.data(), n, width, out, c.ld); break;
         case 4: scatter_columns<uint32_t>(tile.data(), n, width, out, c.ld); break;
         default: scatter_columns<uint64_t>(tile.data(), n, width, out, c.ld); break;
+      }
+    }
+  }
+
+  // rows x cols elements of type T, row r at src + r * src_row_bytes, to out as cols x rows with rows
+  // ld elements apart, in square tiles small enough that both sides stay in the L1 cache.
+  template <class T>
+  static void transpose_block(const std::byte* src, uint64_t src_row_bytes, uint64_t rows, uint64_t cols,
+                              std::byte* out, uint64_t ld) {
+    constexpr uint64_t kTile = 64 / sizeof(T) < 16 ? 16 : 64 / sizeof(T);  // a cache line of T per side
+    for (uint64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const uint64_t r1 = std::min(rows, r0 + kTile);
+      for (uint64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const uint64_t c1 = std::min(cols, c0 + kTile);
+        T block[kTile][kTile];
+        for (uint64_t r = r0; r < r1; ++r) {
+          std::memcpy(block[r - r0], src + r * src_row_bytes + c0 * sizeof(T), (c1 - c0) * sizeof(T));
+        }
+        for (uint64_t c = c0; c < c1; ++c) {
+          T line[kTile];
+          for (uint64_t r = r0; r < r1; ++r) line[r - r0] = block[r - r0][c - c0];
+          std::memcpy(out + (c * ld + r0) * sizeof(T), line, (r1 - r0) * sizeof(T));
+        }
       }
     }
   }

@@ -110,10 +110,10 @@ struct Family {
 
   // A multimodal class of the family whose config.json nests the text model's fields under
   // text_config and whose checkpoint names them under weight_prefix (the other towers skipped).
-  std::string_view multimodal_architecture;
-  std::string_view multimodal_weight_prefix;
+  std::string_view multimodal_architecture = {};
+  std::string_view multimodal_weight_prefix = {};
   // Why make-tiny cannot write the family's FP8 checkpoints (empty: it can).
-  std::string_view no_fp8_checkpoints;
+  std::string_view no_fp8_checkpoints = {};
   // make-tiny --quant mxfp4 (gpt-oss): the family's writer reads TinySizes::mxfp4_experts.
   bool tiny_mxfp4 = false;
 };
