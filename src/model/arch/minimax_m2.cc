@@ -65,7 +65,10 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
       throw unsupported("attn_type_list", "1 (full attention) for every layer", "a layer of another type");
     }
   }
-  if (const auto type = c.find("qk_norm_type"); type != c.end() && *type != "per_layer") {
+  // Compared as a std::string: `*type != "per_layer"` builds a temporary json, and g++ 12 at -O3 then
+  // reports a false -Warray-bounds in nlohmann's operator== (an error under -Werror in Release builds).
+  if (const auto type = c.find("qk_norm_type");
+      type != c.end() && (!type->is_string() || type->get_ref<const std::string&>() != "per_layer")) {
     throw unsupported("qk_norm_type", "\"per_layer\"", brief_json(*type));
   }
   if (!config::get_bool(c, "use_qk_norm", true)) throw unsupported("use_qk_norm", "true", "false");
