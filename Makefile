@@ -1,5 +1,8 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what is missing first.
 JOBS ?= $(shell nproc)
+# One test more than cores: many tests wait on child processes (MPI nodes, weight servers, stalls that
+# must time out) and leave a core idle meanwhile.
+CTEST_JOBS ?= $(shell echo $$(( $(JOBS) + 1 )))
 # CI's 30 minutes on 2 cores bound the fuzzing it does on every run (a longer campaign: make fuzz
 # FUZZ_SECONDS=600 JSON_FUZZ_SECONDS=120).
 FUZZ_SECONDS ?= 40
@@ -56,7 +59,7 @@ test-asan: deps
 	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
 	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers"
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS)
 
 # Every entry point that parses untrusted bytes has a libFuzzer target: the safetensors header
 # (FUZZ_SECONDS), then each JSON reader (JSON_FUZZ_SECONDS each) from a shared seed corpus.
