@@ -597,9 +597,8 @@ class Executor {
   }
 
   // Source rows [row_begin, row_end) (at src_bytes, row_bytes apart) into a transposed consumer:
-  // kTileRows rows at a time are converted into a tile, then each of its columns lands as
-  // kTileRows neighbouring elements of one destination row (a cache line of bf16), so that neither
-  // side is walked one element per cache line.
+  // straight from the source when no cast is needed, else kTileRows rows at a time converted into a
+  // tile and transposed from there.
   static void transpose_rows(const Consumer& c, DType src_dtype, const std::byte* src_bytes,
                              uint64_t row_bytes, uint64_t row_begin, uint64_t row_end,
                              std::vector<float>& scratch) {
@@ -609,14 +608,8 @@ class Executor {
     const uint64_t esize = dtype_bits(c.dtype) / 8;
     const uint64_t src_esize = dtype_bits(src_dtype) / 8;
     if (src_dtype == c.dtype && c.divisor == 1) {  // no conversion: one pass, source to destination
-      const std::byte* first = src_bytes + c.col_begin * src_esize;
-      std::byte* out = c.dst + (row_begin - c.row0) * esize;
-      switch (esize) {
-        case 1: return transpose_block<uint8_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
-        case 2: return transpose_block<uint16_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
-        case 4: return transpose_block<uint32_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
-        default: return transpose_block<uint64_t>(first, row_bytes, row_end - row_begin, width, out, c.ld);
-      }
+      return transpose_any(esize, src_bytes + c.col_begin * src_esize, row_bytes, row_end - row_begin, width,
+                           c.dst + (row_begin - c.row0) * esize, c.ld);
     }
     tile.resize(kTileRows * width * esize);
     for (uint64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
@@ -625,13 +618,18 @@ class Executor {
         convert_values(src_dtype, src_bytes + (r0 - row_begin + i) * row_bytes + c.col_begin * src_esize,
                        c.dtype, tile.data() + i * width * esize, width, c.divisor, scratch);
       }
-      std::byte* out = c.dst + (r0 - c.row0) * esize;
-      switch (esize) {
-        case 1: scatter_columns<uint8_t>(tile.data(), n, width, out, c.ld); break;
-        case 2: scatter_columns<uint16_t>(tile.data(), n, width, out, c.ld); break;
-        case 4: scatter_columns<uint32_t>(tile.data(), n, width, out, c.ld); break;
-        default: scatter_columns<uint64_t>(tile.data(), n, width, out, c.ld); break;
-      }
+      transpose_any(esize, tile.data(), width * esize, n, width, c.dst + (r0 - c.row0) * esize, c.ld);
+    }
+  }
+
+  // transpose_block for elements of `esize` bytes.
+  static void transpose_any(uint64_t esize, const std::byte* src, uint64_t src_row_bytes, uint64_t rows,
+                            uint64_t cols, std::byte* out, uint64_t ld) {
+    switch (esize) {
+      case 1: return transpose_block<uint8_t>(src, src_row_bytes, rows, cols, out, ld);
+      case 2: return transpose_block<uint16_t>(src, src_row_bytes, rows, cols, out, ld);
+      case 4: return transpose_block<uint32_t>(src, src_row_bytes, rows, cols, out, ld);
+      default: return transpose_block<uint64_t>(src, src_row_bytes, rows, cols, out, ld);
     }
   }
 
@@ -654,18 +652,6 @@ class Executor {
           for (uint64_t r = r0; r < r1; ++r) line[r - r0] = block[r - r0][c - c0];
           std::memcpy(out + (c * ld + r0) * sizeof(T), line, (r1 - r0) * sizeof(T));
         }
-      }
-    }
-  }
-
-  // Column j of an n x width tile (elements of type T) to out + j * ld elements, n of them.
-  template <class T>
-  static void scatter_columns(const std::byte* tile, uint64_t n, uint64_t width, std::byte* out,
-                              uint64_t ld) {
-    for (uint64_t j = 0; j < width; ++j) {
-      std::byte* row = out + j * ld * sizeof(T);
-      for (uint64_t i = 0; i < n; ++i) {
-        std::memcpy(row + i * sizeof(T), tile + (i * width + j) * sizeof(T), sizeof(T));
       }
     }
   }

@@ -112,18 +112,16 @@ struct PartView {
 };
 
 PartView part_view(const Part& part, const PlanSource& src, const std::string& target) {
-  Shape shape = src.shape;
+  const Shape& shape = src.shape;
   PartView view;
-  if (part.stacked) {
-    if (shape.size() < 2) {
-      throw Error(ErrorKind::kShapeMismatch, "a fused experts tensor needs an expert dimension",
-                  {.tensor = src.name, .field = target, .expected = "[experts, ...]",
-                   .found = shape_text(shape)});
-    }
-    shape.erase(shape.begin());
+  if (part.stacked && shape.size() < 2) {
+    throw Error(ErrorKind::kShapeMismatch, "a fused experts tensor needs an expert dimension",
+                {.tensor = src.name, .field = target, .expected = "[experts, ...]", .found = shape_text(shape)});
   }
-  view.rows = shape.empty() ? 1 : shape[0];
-  view.cols = std::accumulate(shape.begin() + (shape.empty() ? 0 : 1), shape.end(), uint64_t{1},
+  // Per expert: the dimensions after the expert one (no copy: the planner asks this for every piece).
+  const auto first = shape.begin() + (part.stacked ? 1 : 0);
+  view.rows = first == shape.end() ? 1 : *first;
+  view.cols = std::accumulate(first == shape.end() ? first : first + 1, shape.end(), uint64_t{1},
                               std::multiplies<>());
   view.expert_rows = view.rows;
   if (part.transposed) std::swap(view.rows, view.cols);
