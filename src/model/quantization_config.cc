@@ -122,8 +122,10 @@ void read_quantization(const json& config, ModelConfig& m) {
     throw quant_error("unknown activation scheme", "activation_scheme", "static or dynamic", activations);
   }
   m.static_activations = activations == "static";
-  if (const auto fmt_it = q.find("fmt"); fmt_it != q.end() && *fmt_it != "e4m3") {
-    throw quant_error("unsupported FP8 format", "fmt", "e4m3", brief_json(*fmt_it));
+  // DeepSeek writes "e4m3", MiniMax-M2 torch's dtype name "float8_e4m3fn": the same format.
+  if (const auto fmt_it = q.find("fmt");
+      fmt_it != q.end() && *fmt_it != "e4m3" && *fmt_it != "float8_e4m3fn") {
+    throw quant_error("unsupported FP8 format", "fmt", "e4m3 or float8_e4m3fn", brief_json(*fmt_it));
   }
   check_unquantized_modules(q);
   const auto block = q.find("weight_block_size");

@@ -69,6 +69,22 @@ TEST(ConfigLimits, ExpertCountsAndBlocksAreBounded) {
   EXPECT_EQ(config_error(config).field(), "quantization_config.weight_block_size");
 }
 
+// DeepSeek-V3 spells the FP8 format "e4m3", MiniMax-M2 "float8_e4m3fn" (torch's name); both are e4m3. Any
+// other format is refused by name rather than read as e4m3.
+TEST(ConfigLimits, Fp8FormatIsE4m3UnderEitherSpelling) {
+  nlohmann::json config = llama_config();
+  for (const char* fmt : {"e4m3", "float8_e4m3fn"}) {
+    config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", fmt}, {"weight_block_size", {128, 128}}};
+    EXPECT_EQ(ModelConfig::from_json(config).quantization, Quantization::kFp8Block) << fmt;
+  }
+  for (const char* fmt : {"e5m2", "float8_e5m2", "float8_e4m3fnuz"}) {
+    config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", fmt}};
+    const Error e = config_error(config);
+    EXPECT_EQ(e.field(), "quantization_config.fmt") << fmt;
+    EXPECT_EQ(e.found(), std::string("\"") + fmt + "\"") << e.what();
+  }
+}
+
 TEST(ConfigLimits, NegativeAndFractionalSizesAreNotSizes) {
   for (const nlohmann::json& bad : {nlohmann::json(-4), nlohmann::json(4.5), nlohmann::json("4")}) {
     nlohmann::json config = llama_config();

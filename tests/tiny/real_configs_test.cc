@@ -1,7 +1,7 @@
 // make-tiny --config --sparse on the real config.json files the repository carries in
-// tests/data/configs (DeepSeek-V3 block FP8, Qwen3-30B-A3B, Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B,
-// Qwen3-8B): hundreds of GB of tensors as holes, whose names, shapes and dtypes follow the config's
-// numbers, and which `shardload plan` plans at several layouts. CMake passes the folder's path
+// tests/data/configs (DeepSeek-V3 and V3.2 block FP8, Qwen3-30B-A3B, Qwen3-Next, gpt-oss, MiniMax-M2.5,
+// Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B): hundreds of GB of tensors as holes, whose names, shapes
+// and dtypes follow the config's numbers, and which `shardload plan` plans at several layouts. CMake passes the folder's path
 // (SHARDLOAD_TEST_CONFIGS). SHARDLOAD_REFERENCE_CONFIGS, when set, names an outside copy of the same
 // files (one folder per model) that the carried ones must equal byte for byte.
 
@@ -106,7 +106,10 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     EXPECT_GT(apparent, real.summary.bytes) << name;
     EXPECT_LT(allocated, uint64_t{64} << 20) << name << ": headers and index only";
 
-    // Layouts the model allows: tp dividing the heads, ep dividing the experts.
+    // Layouts the model allows: tp dividing the heads, ep dividing the experts. The largest models are
+    // planned at their own deployments in their own tests below (each of their plans takes about a second
+    // on the sanitized build).
+    if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0) continue;
     const uint64_t heads = real.n("num_attention_heads");
     uint64_t experts = 0;
     for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
@@ -378,6 +381,62 @@ TEST(TinyRealConfigs, GptOssKeepsItsMxfp4ExpertsAndRefusesACutInsideAGroup) {
     EXPECT_NE(cut.err.find("model.layers.0.mlp.experts.w13_weight"), std::string::npos) << cut.err;
     EXPECT_NE(cut.err.find("MXFP4 32-value groups"), std::string::npos) << cut.err;
   }
+}
+
+// MiniMax-M2.5 (MiniMax-M2's geometry: 62 layers, 256 experts of 1536, 48 query and 8 kv heads of 128, per-layer
+// q/k norms over the whole projection). The carried file is the published config.json of its BF16 conversion;
+// the Hub's block FP8 one adds the quantization_config below (as published, fmt "float8_e4m3fn"). Both plan at
+// tp 4, tp 8 x ep 8 and DP attention; the FP8 one at tp 8 without EP cuts the experts' 1536 rows into 192 per
+// rank, inside the 128-blocks, and is refused naming the group (the engines deploy it with EP at tp 8).
+TEST(TinyRealConfigs, MiniMaxM2PlansAtItsDeploymentsInBf16AndBlockFp8) {
+  const Real bf16("minimax-m2.5");
+  const uint64_t h = bf16.n("hidden_size"), e = bf16.n("num_local_experts"), i = bf16.n("intermediate_size");
+  const uint64_t hq = bf16.n("num_attention_heads") * bf16.n("head_dim");
+  const uint64_t hkv = bf16.n("num_key_value_heads") * bf16.n("head_dim");
+  const uint64_t layers = bf16.n("num_hidden_layers");
+  // Per layer: q/k/v/o, q/k norms, two layer norms, router and score bias, 3 matrices per expert.
+  EXPECT_EQ(bf16.tensors.size(), 3 + layers * (4 + 2 + 2 + 2 + 3 * e));
+  const std::string l = "model.layers." + std::to_string(layers - 1) + ".";
+  bf16.expect(l + "self_attn.q_norm.weight", DType::kBF16, {hq});
+  bf16.expect(l + "self_attn.k_norm.weight", DType::kBF16, {hkv});
+  bf16.expect(l + "block_sparse_moe.gate.weight", DType::kF32, {e, h});
+  bf16.expect(l + "block_sparse_moe.experts.255.w2.weight", DType::kBF16, {h, i});
+
+  json fp8_config = bf16.config;
+  fp8_config["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                       {"fmt", "float8_e4m3fn"},
+                                       {"quant_method", "fp8"},
+                                       {"weight_block_size", {128, 128}},
+                                       {"modules_to_not_convert", {"gate", "e_score_correction_bias", "lm_head"}}};
+  TempDir dir;
+  const std::string config_path = dir.file("config.json");
+  testing::write_file(config_path, fp8_config.dump(2));
+  const std::string fp8 = dir.file("fp8");
+  const TinySummary summary = make_tiny({.out = fp8, .config = config_path, .sparse = true});
+  // Every matrix but the router gains a block scale; the router, score bias and norms stay as they are.
+  EXPECT_EQ(summary.tensors, bf16.tensors.size() + layers * (4 + 3 * e));
+
+  for (const std::string& model : {bf16.out, fp8}) {
+    for (const std::vector<std::string>& layout : {std::vector<std::string>{"--tp", "4"},
+                                                   {"--tp", "8", "--ep", "8"},
+                                                   {"--tp", "8", "--dp", "8", "--ep", "8"}}) {
+      std::vector<std::string> args = {"plan", model};
+      args.insert(args.end(), layout.begin(), layout.end());
+      const testing::CommandResult plan = testing::run_shardload(args);
+      ASSERT_EQ(plan.exit_code, 0) << plan.err;
+      // Per rank: 10 parameters a layer (fused qkv, o, q/k norms, two layer norms, router, score bias, w13,
+      // w2), embeddings, final norm, lm_head; with FP8 the qkv, o, w13 and w2 block scales as well.
+      const size_t colon = plan.out.find("): ", plan.out.find("rank 0 ("));
+      EXPECT_EQ(std::stoull(plan.out.substr(colon + 3)), layers * (model == fp8 ? 14 : 10) + 3)
+          << layout[1] << plan.out;
+    }
+  }
+  const testing::CommandResult cut = testing::run_shardload({"plan", fp8, "--tp", "8"});
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_NE(cut.err.find("block_sparse_moe.experts.w13_weight: the tensor-parallel cut [0, 192) of its 1536 rows "
+                         "does not fall on the 128-wide FP8 blocks (group experts, split over 8 ranks)"),
+            std::string::npos)
+      << cut.err;
 }
 
 TEST(TinyRealConfigs, TheCarriedConfigsEqualAReferenceCopy) {
