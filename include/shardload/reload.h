@@ -24,6 +24,19 @@ struct WeightFilter {
   bool selects_all() const { return substrings.empty() && regex.empty() && experts.empty(); }
 };
 
+// A second buffer of every live rank (the weight server's double-buffered shared memory): an update or
+// a rebalance stages straight into it, and its commit swaps it with the live buffer instead of copying
+// (the pause is the swap). Readers of such a pair follow whichever buffer is live (the server's active
+// slot word); LiveModel::ranks holds the live one. `stale`: per rank, the byte ranges (offset, bytes)
+// where the spare may differ from the live buffer, i.e. what the last change rewrote; the next change
+// first copies those of them it does not rewrite itself, so that a filtered update repeated (RL weight
+// sync) copies nothing but its own bytes.
+struct SpareBuffers {
+  std::vector<AlignedBuffer> buffers{};  // one per LiveModel::ranks entry, of the same size; empty: none
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> stale{};
+  bool active() const { return !buffers.empty(); }
+};
+
 // A model loaded once and then updated in place: its plan, one buffer per rank (every rank of the
 // plan, in rank order) and the count of successful updates. Buffers never move or change size.
 struct LiveModel {
@@ -37,6 +50,10 @@ struct LiveModel {
   // The staging area of the last update with UpdateOptions::keep_staging, reused by the next one so
   // that its pages are not faulted in again (the engines' double buffer); empty otherwise.
   std::vector<AlignedBuffer> kept_staging{};
+  // Double buffering (SpareBuffers): set by its owner, the weight server. Each successful change then
+  // swaps the buffers of `ranks` with these, so the live addresses alternate between two buffers; an
+  // in-process model whose addresses must never change leaves it empty (staging + copy).
+  SpareBuffers spare{};
 };
 
 struct UpdateOptions {
@@ -51,6 +68,8 @@ struct UpdateOptions {
   bool keep_staging = false;
   // Run around each commit group, on the calling thread: begin before the first live byte of the
   // group changes, end after its last (the weight server's sequence word).
+  // With LiveModel::spare the commit swaps buffers between them, and with every update one group
+  // (staging_bytes and keep_staging do not apply: the spare is the staging).
   std::function<void()> begin_commit;
   std::function<void()> end_commit;
 };
@@ -65,7 +84,8 @@ struct UpdateResult {
   uint64_t modules = 0;       // (rank, module) pairs rewritten
   uint64_t groups = 0;        // atomic commit groups
   double seconds_stage = 0;   // read, convert, validate, post-process into staging
-  double seconds_commit = 0;  // copy staging to live, all groups
+  double seconds_commit = 0;  // copy staging to live, all groups (double buffering: the swap)
+  uint64_t synced_bytes = 0;  // double buffering: bytes of the last change copied into the spare first
   double max_pause_seconds = 0;  // longest single commit group (begin_commit to end_commit)
 };
 

@@ -86,8 +86,10 @@ std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uin
 
 Staging::Staging(LiveModel& live) {
   ranks_.reserve(live.ranks.size());
-  std::vector<AlignedBuffer> kept = std::move(live.kept_staging);
+  const bool spare = live.spare.active();
+  std::vector<AlignedBuffer> kept = std::move(spare ? live.spare.buffers : live.kept_staging);
   live.kept_staging.clear();
+  live.spare.buffers.clear();
   const bool reuse = kept.size() == live.ranks.size() &&
                      std::equal(kept.begin(), kept.end(), live.ranks.begin(),
                                 [](const AlignedBuffer& b, const RankWeights& w) {
@@ -105,6 +107,11 @@ Staging::Staging(LiveModel& live) {
     if (index_of_.size() <= id) index_of_.resize(id + 1);
     index_of_[id] = i;
   }
+}
+
+void Staging::return_spare(LiveModel& live) {
+  live.spare.buffers.clear();
+  for (RankWeights& mirror : ranks_) live.spare.buffers.push_back(std::move(mirror.buffer));
 }
 
 void Staging::keep(LiveModel& live) {

@@ -47,13 +47,16 @@ std::vector<std::vector<size_t>> group_units(const std::vector<Unit>& units, uin
 // is staged.
 class Staging {
  public:
-  // Reuses live.kept_staging when it fits the ranks (its buffers move in).
+  // Reuses live.kept_staging when it fits the ranks (its buffers move in); with double buffering
+  // (live.spare) the spare buffers move in instead, brought up to date by sync_spare first.
   explicit Staging(LiveModel& live);
   std::vector<RankWeights>& ranks() { return ranks_; }
   // Position of rank id `rank` in ranks() (and in LiveModel::ranks).
   size_t index_of(int rank) const { return index_of_[static_cast<size_t>(rank)]; }
   // Hands the buffers back to live.kept_staging for the next update.
   void keep(LiveModel& live);
+  // Hands the buffers back to live.spare (double buffering), after swap_commit or a failure.
+  void return_spare(LiveModel& live);
   // Gives back the pages of the units' ranges (between commit groups of a bounded update).
   void release(const std::vector<Unit>& units, const std::vector<size_t>& group);
 
@@ -66,6 +69,17 @@ class Staging {
 // begin_commit and end_commit hooks. Returns the seconds the commit took (the pause readers see).
 double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& units,
                     const std::vector<size_t>& group, const UpdateOptions& options);
+
+// Double buffering (LiveModel::spare). Copies from the live buffers into the spare the stale ranges
+// that no unit rewrites, with `threads` threads, so that the spare is whole once the units are staged
+// into it; returns the bytes copied.
+uint64_t sync_spare(LiveModel& live, const std::vector<Unit>& units, int threads);
+// The commit of a double-buffered change: between the begin_commit and end_commit hooks, each live
+// buffer and its staged spare (staging.ranks()) change places. Returns the seconds it took.
+double swap_commit(LiveModel& live, Staging& staging, const UpdateOptions& options);
+// The spare's stale ranges after a change: the units' ranges, and (`failed`: the spare may hold a part
+// of the units and still lacks what it lacked) those it had before too.
+void mark_stale(LiveModel& live, const std::vector<Unit>& units, bool failed);
 
 // The identity of every file of a checkpoint when staging starts; check() throws Error(kConflict)
 // naming the file when one was modified, truncated or replaced since (its bytes may be a mix of old

@@ -25,9 +25,69 @@ Plan plan_update(const Checkpoint& checkpoint, const LiveModel& live,
   return plan;
 }
 
+namespace {
+
+// run_update with double buffering: one pass over the changed bytes, into the spare, then a swap.
+UpdateResult run_double_buffered(LiveModel& live, const Checkpoint* checkpoint, const std::vector<Unit>& units,
+                                 const StageGroup& stage, const UpdateOptions& options) {
+  for (size_t i = 0; i < live.ranks.size(); ++i) {
+    if (live.spare.buffers.size() != live.ranks.size() ||
+        live.spare.buffers[i].size() != live.ranks[i].buffer.size()) {
+      throw Error(ErrorKind::kInternal, "the spare buffers do not match the live ranks",
+                  {.field = fmt::format("rank {}", live.ranks[i].rank),
+                   .expected = fmt::format("{} bytes", live.ranks[i].buffer.size()),
+                   .found = i < live.spare.buffers.size() ? fmt::format("{} bytes", live.spare.buffers[i].size())
+                                                          : "none"});
+    }
+  }
+  UpdateResult result;
+  std::optional<FileWatch> watch;
+  if (checkpoint != nullptr) watch.emplace(*checkpoint);
+  result.synced_bytes = sync_spare(live, units, options.threads);
+  Staging staging(live);  // the spare, whole but for the units' ranges
+  std::vector<size_t> all(units.size());
+  for (size_t u = 0; u < units.size(); ++u) all[u] = u;
+  try {
+    result.read_bytes = stage(staging, all);
+    if (watch) watch->check();
+    if (options.cancel != nullptr && options.cancel->load()) {
+      throw Error(ErrorKind::kCancelled, "the update was cancelled before its commit");
+    }
+  } catch (...) {
+    staging.return_spare(live);
+    mark_stale(live, units, /*failed=*/true);
+    throw;
+  }
+  double pause = 0;
+  try {
+    pause = swap_commit(live, staging, options);
+  } catch (...) {
+    // A hook failed around the swap (a GPU copy): the buffers did change places.
+    staging.return_spare(live);
+    mark_stale(live, units, /*failed=*/false);
+    ++live.version;
+    throw;
+  }
+  staging.return_spare(live);
+  mark_stale(live, units, /*failed=*/false);
+  result.seconds_commit = pause;
+  result.max_pause_seconds = pause;
+  for (const Unit& unit : units) {
+    result.changed_bytes += unit.bytes;
+    result.updated_tensors += unit.tensors;
+    ++result.modules;
+  }
+  result.groups = 1;
+  result.version = ++live.version;
+  return result;
+}
+
+}  // namespace
+
 UpdateResult run_update(LiveModel& live, const Checkpoint* checkpoint, const Plan& plan,
                         const std::vector<Unit>& units, const StageGroup& stage,
                         const UpdateOptions& options, const std::vector<size_t>& together) {
+  if (live.spare.active()) return run_double_buffered(live, checkpoint, units, stage, options);
   UpdateResult result;
   const auto groups = group_units(units, options.staging_bytes, plan, live.ranks, together);
   std::optional<FileWatch> watch;
