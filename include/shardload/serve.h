@@ -26,6 +26,15 @@ inline constexpr uint64_t kShmSequenceOffset = 8;  // little-endian uint64, odd 
 inline constexpr uint64_t kShmVersionOffset = 16;
 inline constexpr uint64_t kShmUpdateFlagOffset = 24;
 inline constexpr std::string_view kShmManifestFormat = "shardload-shm/1";
+// Double buffering (ServeOptions::double_buffer): each rank file holds two slots of the rank's bytes,
+// slot 0 at kShmHeaderBytes and slot 1 `slot_bytes` (the manifest's, a whole number of pages) after
+// it; the little-endian uint64 word at kShmActiveSlotOffset is the byte offset to add to the
+// manifest's tensor offsets to reach the live slot (0 or slot_bytes). An update writes the other slot
+// and then, between the sequence words, stores the new offset: a reader that read the sequence word
+// even before its copy and the same after it copied one whole version. The manifest's format is
+// kShmDoubleBufferFormat, so that a reader knowing only the single layout refuses it.
+inline constexpr uint64_t kShmActiveSlotOffset = 32;
+inline constexpr std::string_view kShmDoubleBufferFormat = "shardload-shm/2";
 
 // /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]
 // and not "." or "..", so that it can never name a path outside /dev/shm.
@@ -44,6 +53,11 @@ struct ServeOptions {
   bool keep = false;           // leave the shared memory when the server object is destroyed
   int threads = 0;             // loader and update threads; 0: one per core
   uint64_t staging_bytes = 0;  // bound on staged update bytes; 0: every update is one atomic commit
+  // Two slots per rank file (kShmDoubleBufferFormat): an update is written once, into the slot readers
+  // do not read, and published by switching slots, so readers wait for the switch alone. Costs a
+  // second copy of every rank in /dev/shm (and no staging area). One node, CPU only, no staging bound;
+  // its restart loads again (the directory is not reused).
+  bool double_buffer = false;
   // "cuda": every rank also in GPU memory, exported as CUDA IPC handles (docs/gpu.md); device_map:
   // the GPU of each rank (empty: rank % GPUs).
   std::string device = "cpu";

@@ -94,9 +94,17 @@ void publish_version(std::byte* header, uint64_t version) {
 
 void init_header(std::byte* header) {
   std::memcpy(header, kShmMagic.data(), kShmMagic.size());
-  for (uint64_t offset : {kShmSequenceOffset, kShmVersionOffset, kShmUpdateFlagOffset}) {
+  for (uint64_t offset : {kShmSequenceOffset, kShmVersionOffset, kShmUpdateFlagOffset, kShmActiveSlotOffset}) {
     word_at(header, offset).store(0, std::memory_order_release);
   }
+}
+
+uint64_t load_active_slot(const std::byte* header) {
+  return word_at(header, kShmActiveSlotOffset).load(std::memory_order_acquire);
+}
+
+void store_active_slot(std::byte* header, uint64_t offset) {
+  word_at(header, kShmActiveSlotOffset).store(offset, std::memory_order_release);
 }
 
 bool has_magic(const std::byte* header) {

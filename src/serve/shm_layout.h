@@ -29,6 +29,10 @@ void publish_version(std::byte* header, uint64_t version);
 
 // Writes the magic and zero words into a new header page.
 void init_header(std::byte* header);
+// The active slot word (kShmActiveSlotOffset): release store by the writer between the sequence
+// words, acquire load by readers.
+uint64_t load_active_slot(const std::byte* header);
+void store_active_slot(std::byte* header, uint64_t offset);
 bool has_magic(const std::byte* header);
 
 }  // namespace shardload::serve

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "core/fault_injection.h"
+#include "core/parallel_for.h"
 #include "core/plural.h"
 #include "serve/manifest.h"
 #include "serve/requests.h"
@@ -110,7 +111,18 @@ ShmStore::ShmStore(const ServeOptions& options)
       read_(options.read),
       dir_(ShmDir::open(node_shm_dir(options.name, scope_.node, scope_.nodes), options.shm_group)),
       threads_(options.threads),
-      staging_bytes_(options.staging_bytes) {
+      staging_bytes_(options.staging_bytes),
+      double_buffer_(options.double_buffer) {
+  if (double_buffer_) {
+    const char* conflict = transport_ != nullptr        ? "a server on several nodes (updates commit on every node)"
+                           : options.device != "cpu"    ? "--device cuda (the GPU copies are one buffer)"
+                           : options.staging_bytes != 0 ? "--staging-bytes (the second slot is the staging)"
+                                                        : nullptr;
+    if (conflict != nullptr) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--double-buffer does not apply to {}", conflict),
+                  {.field = "--double-buffer"});
+    }
+  }
   // The kernel drops the lock when its holder dies, even by SIGKILL, so a crash never blocks a
   // restart.
   bool locked = ::flock(dir_.fd(), LOCK_EX | LOCK_NB) == 0;
@@ -275,6 +287,9 @@ void ShmStore::open_or_load(const ServeOptions& options) {
     found = examine(*checkpoint, std::move(plan), options, model_path);
   });
   if (transport_ != nullptr) check_same_plan(*transport_, found.plan);
+  // A double-buffered directory is loaded again at each start: its spare slot's state is not
+  // recorded anywhere a restart could trust.
+  if (double_buffer_ && found.why.empty()) found.why = "a double-buffered server loads at each start";
   if (agree_on_reuse(found)) {
     on_every_node([&] { adopt(std::move(found), model_path); });
     return;
@@ -313,12 +328,15 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
       ShmRankFile& file = files_[i];
       // A file of the right size is loaded in place, so that a process which mapped it sees the
       // reload through its header; any other is replaced by a new file.
-      const bool in_place =
-          file.valid() && file.file_bytes() == kShmHeaderBytes + bytes && has_magic(file.header());
-      if (!in_place) file = ShmRankFile::create(dir_, rank_file_name(rank), bytes);
+      const bool in_place = !double_buffer_ && file.valid() && file.file_bytes() == kShmHeaderBytes + bytes &&
+                            has_magic(file.header());
+      if (!in_place) {
+        file = double_buffer_ ? ShmRankFile::create_double(dir_, rank_file_name(rank), bytes)
+                              : ShmRankFile::create(dir_, rank_file_name(rank), bytes);
+      }
       set_update_in_progress(file.header());
       begin_sequence(file.header());
-      ranks.push_back({rank, file.map_data(), {}});
+      ranks.push_back({rank, double_buffer_ ? file.map_slot(0, bytes) : file.map_data(), {}});
       // The loader writes every tensor byte but leaves padding as it finds it: zero in a new
       // buffer.
       if (in_place) std::memset(ranks.back().buffer.data(), 0, ranks.back().buffer.size());
@@ -337,6 +355,7 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   live_.plan = std::move(plan);
   live_.ranks = std::move(ranks);
   live_.version = version;
+  if (double_buffer_) fill_spare_slots();
   // Manifest first, headers last: a server killed in between leaves odd words and set flags, and a
   // restart reloads.
   on_every_node([&] {
@@ -348,8 +367,39 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   if (note_.empty()) {
     uint64_t total = 0;
     for (const RankWeights& rank : live_.ranks) total += rank.buffer.size();
-    note_ = fmt::format("loaded {} into {}: {}, {} bytes", model_path, dir(),
-                        count_of(live_.ranks.size(), "rank"), total);
+    note_ = fmt::format("loaded {} into {}: {}, {} bytes{}", model_path, dir(),
+                        count_of(live_.ranks.size(), "rank"), total,
+                        double_buffer_ ? " (double-buffered: two slots per rank)" : "");
+  }
+}
+
+void ShmStore::fill_spare_slots() {
+  live_.spare = SpareBuffers();
+  slot0_.clear();
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const AlignedBuffer& live = live_.ranks[i].buffer;
+    slot0_.push_back(live.data());
+    live_.spare.buffers.push_back(files_[i].map_slot(1, live.size()));
+  }
+  // One copy of every byte, once: from here on an update copies only what the last one rewrote.
+  constexpr uint64_t kChunk = uint64_t{8} << 20;
+  std::vector<std::pair<size_t, uint64_t>> chunks;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    for (uint64_t at = 0; at < live_.ranks[i].buffer.size(); at += kChunk) chunks.push_back({i, at});
+  }
+  parallel_for(chunks.size(), threads_, [&](size_t c, int) {
+    const auto [i, at] = chunks[c];
+    const uint64_t bytes = std::min<uint64_t>(kChunk, live_.ranks[i].buffer.size() - at);
+    std::memcpy(live_.spare.buffers[i].data() + at, live_.ranks[i].buffer.data() + at, bytes);
+  });
+  live_.spare.stale.assign(files_.size(), {});
+  store_active_slots();
+}
+
+void ShmStore::store_active_slots() {
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const AlignedBuffer& live = live_.ranks[i].buffer;
+    store_active_slot(files_[i].header(), live.data() == slot0_[i] ? 0 : ShmRankFile::slot_bytes(live.size()));
   }
 }
 
@@ -375,6 +425,12 @@ UpdateOptions ShmStore::update_options() {
         device_error = std::current_exception();
       }
     }
+    // Double buffering: the live buffers were swapped with the spare ones; readers switch slots here.
+    if (double_buffer_) {
+      store_active_slots();
+      // The version this commit makes (one group: run_update counts it next).
+      for (ShmRankFile& file : files_) publish_version(file.header(), live_.version + 1);
+    }
     for (ShmRankFile& file : files_) end_sequence(file.header());
     if (device_error) std::rethrow_exception(device_error);
   };
@@ -384,6 +440,15 @@ UpdateOptions ShmStore::update_options() {
 nlohmann::json ShmStore::manifest(bool update_in_progress) const {
   nlohmann::json manifest = make_manifest(name_, live_, update_in_progress, scope_);
   manifest["sources"] = sources_;
+  if (double_buffer_) {
+    manifest["format"] = kShmDoubleBufferFormat;
+    manifest["slots"] = 2;
+    for (nlohmann::json& rank : manifest["ranks"]) {
+      const uint64_t slot = ShmRankFile::slot_bytes(rank["bytes"].get<uint64_t>() - kShmHeaderBytes);
+      rank["slot_bytes"] = slot;
+      rank["bytes"] = kShmHeaderBytes + 2 * slot;
+    }
+  }
   if (!device_manifest_.is_null()) manifest["cuda"] = device_manifest_;
   return manifest;
 }
@@ -401,7 +466,11 @@ void ShmStore::begin_change() {
     throw Error(e.kind(), fmt::format("{} (before any byte changed: nothing was changed)", e.message()),
                 e.details());
   }
-  for (ShmRankFile& file : files_) set_update_in_progress(file.header());
+  // Double buffering: the commit is one switch of slots on every rank between the sequence words,
+  // and it publishes its version there too; readers need not wait for the whole update.
+  if (!double_buffer_) {
+    for (ShmRankFile& file : files_) set_update_in_progress(file.header());
+  }
 }
 
 std::string ShmStore::publish_change() noexcept {

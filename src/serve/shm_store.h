@@ -106,6 +106,10 @@ class ShmStore {
   void open_or_load(const ServeOptions& options);
   void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
             uint64_t version);
+  // Double buffering, after a load into slot 0: slot 1 made a copy of it and handed to live_.spare.
+  void fill_spare_slots();
+  // The active slot word of each file, from where its live buffer is mapped.
+  void store_active_slots();
   void remove_leftovers() const;
   // Node directories of this NAME on this host that no node of this server owns and no live server
   // holds (a job that ran on more nodes, --keep leftovers); on several nodes also what a server on
@@ -127,6 +131,10 @@ class ShmStore {
   bool reused_ = false;
   int threads_ = 0;
   uint64_t staging_bytes_ = 0;
+  bool double_buffer_ = false;
+  // Double buffering: where slot 0 of each held rank is mapped, to tell which slot is live after a
+  // swap (live_.ranks and live_.spare trade these mappings).
+  std::vector<const std::byte*> slot0_;
   std::vector<ShmRankFile> files_;
   LiveModel live_;
   std::function<void()> device_sync_;

@@ -244,6 +244,10 @@ class MappedRankFile {
     return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmUpdateFlagOffset),
                            __ATOMIC_ACQUIRE);
   }
+  // The byte offset of the live slot of a double-buffered file (0 in a single one).
+  uint64_t active_slot() const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(data_ + kShmActiveSlotOffset), __ATOMIC_ACQUIRE);
+  }
   std::span<const std::byte> bytes(uint64_t offset, uint64_t n) const {
     return {data_ + offset, n};
   }
@@ -321,10 +325,11 @@ inline Checksums mapped_checksums(const std::string& dir) {
     EXPECT_EQ(file.size(), rank["bytes"].get<uint64_t>());
     while (true) {
       const uint64_t before = file.sequence();
+      const uint64_t slot = file.active_slot();
       Checksums pass;
       for (const auto& [name, tensor] : rank["tensors"].items()) {
         pass[checksum_key(rank["rank"].get<int>(), name)] =
-            xxh3_hex(file.bytes(tensor["offset"], tensor["nbytes"]));
+            xxh3_hex(file.bytes(tensor["offset"].get<uint64_t>() + slot, tensor["nbytes"]));
       }
       std::atomic_thread_fence(std::memory_order_acquire);
       if (before % 2 == 0 && file.sequence() == before) {
@@ -602,9 +607,10 @@ inline bool settled(const std::vector<Stamp>& all) {
       Checksums snapshot;
       for (size_t r = 0; r < files.size(); ++r) {
         const nlohmann::json& rank = manifest["ranks"][r];
+        const uint64_t slot = files[r]->active_slot();  // 0 but in a double-buffered file
         for (const auto& [name, tensor] : rank["tensors"].items()) {
-          snapshot[checksum_key(rank["rank"].get<int>(), name)] = xxh3_hex(
-              files[r]->bytes(tensor["offset"].get<uint64_t>(), tensor["nbytes"].get<uint64_t>()));
+          snapshot[checksum_key(rank["rank"].get<int>(), name)] = xxh3_hex(files[r]->bytes(
+              tensor["offset"].get<uint64_t>() + slot, tensor["nbytes"].get<uint64_t>()));
         }
       }
       std::atomic_thread_fence(std::memory_order_acquire);

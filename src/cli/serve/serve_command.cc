@@ -40,6 +40,7 @@ struct ServeCommandOptions {
   bool keep = false;
   int threads = 0;
   std::string staging_bytes = "0";
+  bool double_buffer = false;
   std::string shm_group;
   std::string host = "127.0.0.1";
   std::string api_key;
@@ -179,11 +180,17 @@ void run_serve(const ServeCommandOptions& options) {
   serve.keep = options.keep;
   serve.threads = options.threads;
   serve.staging_bytes = staging_bytes(options.staging_bytes);
+  serve.double_buffer = options.double_buffer;
   serve.shm_group = options.shm_group;
   serve.host = options.host;
   serve.api_key = options.api_key;
   serve.device = options.device;
   serve.device_map = parse_device_map(options.device_map);
+  if (serve.double_buffer) {
+    if (serve.staging_bytes != 0) throw UsageError("--double-buffer and --staging-bytes exclude each other");
+    if (serve.device != "cpu") throw UsageError("--double-buffer serves from host memory only (not --device cuda)");
+    if (transport != nullptr && transport->nodes() > 1) throw UsageError("--double-buffer runs on one node");
+  }
   if (serve.device == "cpu" && !serve.device_map.empty())
     throw UsageError("--device-map needs --device cuda");
   // Its length is the command line's to get right too (exit 2), GPU or not: one GPU per rank, and
@@ -301,6 +308,9 @@ void add_serve_options(CLI::App& cmd) {
          "Bound on the bytes an update stages (K/M/G suffixes); 0: one atomic commit per update")
       ->check(check_staging_bytes)
       ->capture_default_str();
+  cmd.add_flag("--double-buffer", options->double_buffer,
+               "Two slots per rank in shared memory: an update is written once into the slot readers do "
+               "not read, and readers pause only for the switch (twice the memory; docs/reload.md)");
   cmd.add_option("--shm-group", options->shm_group,
                  "Let this group read the shared memory (directory 0750, files 0640); default: "
                  "this user only (0700, 0600)")
