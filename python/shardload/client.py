@@ -13,6 +13,12 @@ same addresses. They are read-only mappings (PROT_READ): numpy arrays say so (no
 torch has no read-only tensors, and writing into a view kills the process (SIGSEGV). Copy first.
 A view keeps its mapping alive after `close()` or the client's collection.
 
+A double-buffered server (`serve --double-buffer`, manifest format shardload-shm/2) keeps two slots
+per rank file and writes each update into the one readers do not read, then switches the header's
+active slot word (bytes 32-39: the offset added to the manifest's offsets). `copy_into` follows the
+switch. A view shows the slot live when it was taken: after the next update it shows an older
+version, and the update after that rewrites it; take views again after each update, or copy.
+
 Consistent copies (`copy_into`) follow the README's whole-update protocol on x86-64 (loads are not
 reordered with loads, so no fence is needed from Python): on every rank file copied from, the update
 flag is 0 and the sequence word even before the copy, and the sequence and version words are the
@@ -54,14 +60,16 @@ _MAX_SLEEP = 0.01  # the backoff's ceiling: an update ends at most this long bef
 
 SHM_ROOT = "/dev/shm"
 MANIFEST_FORMAT = "shardload-shm/1"
+DOUBLE_BUFFER_FORMAT = "shardload-shm/2"  # two slots per rank file (serve --double-buffer)
 MAGIC = b"SHLDSHM1"
 HEADER_BYTES = 4096
 MAX_MANIFEST_BYTES = 64 << 20  # as the server's own reader (kMaxManifestBytes)
 MAX_RANKS = 1 << 16
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 MAX_NODES = 64  # as the server's kMaxNodes: node directories looked at for a rank
-# Header words (uint64 little-endian) by index: 1 sequence, 2 version, 3 update in progress.
-_SEQUENCE, _VERSION, _UPDATING = 1, 2, 3
+# Header words (uint64 little-endian) by index: 1 sequence, 2 version, 3 update in progress, 4 the
+# active slot's offset (double buffering; 0 otherwise).
+_SEQUENCE, _VERSION, _UPDATING, _ACTIVE = 1, 2, 3, 4
 
 # Safetensors dtype name -> (numpy dtype the bytes are read as, torch dtype of views). BF16 is read
 # as int16 and viewed as bfloat16; FP8 stays uint8 (see as_float8).
@@ -110,18 +118,28 @@ class _RankMap:
     """One mapped rank file: the mapping, its descriptor (kept to notice the file being unlinked:
     the server replaces a file only by unlinking it) and its header words."""
 
-    def __init__(self, fd, mm, path):
+    def __init__(self, fd, mm, path, slot_bytes=0):
         self.fd = fd
         self.mm = mm
         self.path = path
         self.identity = _identity(os.fstat(fd))
-        self.header = np.frombuffer(mm, dtype="<u8", count=4)
+        self.header = np.frombuffer(mm, dtype="<u8", count=5)
+        self.slot_bytes = slot_bytes  # 0: one slot
         self.bytes = np.frombuffer(mm, dtype=np.uint8)
 
     def stamp(self):
         # One aligned 8-byte load per word (numpy scalar access), so a word is never torn.
         h = self.header
         return int(h[_SEQUENCE]), int(h[_VERSION]), int(h[_UPDATING])
+
+    def active(self):
+        """The live slot's offset (0 in a single-buffered file). A word that is neither slot, which
+        no server writes, is refused rather than followed out of the slots."""
+        offset = int(self.header[_ACTIVE]) if self.slot_bytes else 0
+        if offset not in (0, self.slot_bytes):
+            raise FormatError("the active slot word names no slot", file=self.path, field="active slot",
+                              expected=f"0 or {self.slot_bytes}", found="another value")
+        return offset
 
     def replaced(self):
         return os.fstat(self.fd).st_nlink == 0
@@ -343,8 +361,9 @@ class Client:
             if busy is None:
                 with torch.no_grad():
                     for r in ranks:
-                        for target, source in plan[r]:
-                            target.copy_(source)
+                        slot = self._rank(r).active()  # read after the words: the copy follows it
+                        for target, name in plan[r]:
+                            target.copy_(self._source(r, name, slot))
                 after = [self._rank(r).stamp() for r in ranks]
                 if after == before:
                     version = before[0][1]
@@ -370,9 +389,15 @@ class Client:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _tensor(self, rank, name):
+    def _source(self, rank, name, slot):
+        """The view the copy reads: `name` of `rank` in the slot at offset `slot`."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return self._tensor(rank, name, slot)
+
+    def _tensor(self, rank, name, slot=None):
         entry = self._entry(rank, name)
-        t = torch.from_numpy(self._array(rank, name, entry))
+        t = torch.from_numpy(self._array(rank, name, entry, slot))
         if entry["dtype"] == "BF16":
             t = t.view(torch.bfloat16)
         t.shardload_dtype = entry["dtype"]
@@ -401,14 +426,16 @@ class Client:
                                        "of the manifest")
         return entry
 
-    def _array(self, rank, name, entry):
-        key = (rank, name)
+    def _array(self, rank, name, entry, slot=None):
+        if slot is None:
+            slot = self._rank(rank).active()
+        key = (rank, name, slot)
         array = self._views.get(key)
         if array is None:
             np_dtype = _DTYPES[entry["dtype"]][0]
             count = entry["nbytes"] // np.dtype(np_dtype).itemsize
             array = np.frombuffer(self._rank(rank).mm, dtype=np_dtype, count=count,
-                                  offset=entry["offset"]).reshape(entry["shape"])
+                                  offset=entry["offset"] + slot).reshape(entry["shape"])
             self._views[key] = array
         return array
 
@@ -433,10 +460,10 @@ class Client:
                 if why:
                     problems.append((name, f"rank {r} '{name}': {why}"))
                     continue
-                source = self.tensor(r, name)  # a view: the copy reads the live bytes
-                if target.dtype != source.dtype:
-                    target = target.view(source.dtype)  # a float8 target takes the FP8 bytes as they are
-                pairs.append((target, source))
+                view_dtype = _DTYPES[self._entry(r, name)["dtype"]][1]
+                if target.dtype != view_dtype:
+                    target = target.view(view_dtype)  # a float8 target takes the FP8 bytes as they are
+                pairs.append((target, name))
         if problems:
             raise InvalidArgumentError(f"{len(problems)} target(s) do not match the manifest: "
                                        + "; ".join(p for _, p in problems),
@@ -634,7 +661,7 @@ class Client:
                 mm.close()
                 raise FormatError("not a weight server rank file (bad magic)", file=path, field="magic",
                                   expected=MAGIC.decode())
-            return _RankMap(fd, mm, path)
+            return _RankMap(fd, mm, path, rank.get("slot_bytes", 0))
         except BaseException:
             os.close(fd)
             raise
@@ -730,8 +757,12 @@ def _validate_manifest(manifest, name, path):
 
     if not isinstance(manifest, dict):
         raise bad("(top level)", "a JSON object", type(manifest).__name__)
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise bad("format", MANIFEST_FORMAT, "another format" if "format" in manifest else "none")
+    if manifest.get("format") not in (MANIFEST_FORMAT, DOUBLE_BUFFER_FORMAT):
+        raise bad("format", f"{MANIFEST_FORMAT} or {DOUBLE_BUFFER_FORMAT}",
+                  "another format" if "format" in manifest else "none")
+    double = manifest["format"] == DOUBLE_BUFFER_FORMAT
+    if double and (manifest.get("slots") != 2 or isinstance(manifest.get("slots"), bool)):
+        raise bad("slots", "2")
     if manifest.get("name") != name:
         raise bad("name", repr(name), "another name")
     for field in ("version", "tp_size", "ep_size"):
@@ -763,6 +794,14 @@ def _validate_manifest(manifest, name, path):
         size = rank.get("bytes")
         if not _is_uint(size) or size < HEADER_BYTES:
             raise bad(f"{where}.bytes", f"an integer of at least {HEADER_BYTES}")
+        if double:
+            # The tensors lie in slot 0; slot 1 is slot_bytes (whole pages) further.
+            slot = rank.get("slot_bytes")
+            if not _is_uint(slot) or slot % 4096 or size != HEADER_BYTES + 2 * slot:
+                raise bad(f"{where}.slot_bytes", "a multiple of 4096, half of the bytes after the header")
+            size = HEADER_BYTES + slot
+        elif "slot_bytes" in rank:
+            raise bad(f"{where}.slot_bytes", f"none in a {MANIFEST_FORMAT} manifest", "present")
         tensors = rank.get("tensors")
         if not isinstance(tensors, dict):
             raise bad(f"{where}.tensors", "an object", type(tensors).__name__)

@@ -458,6 +458,74 @@ def test_copies_beside_updates_are_never_torn(serve, models, exports):
         assert not mixed, f"a copy of version {version} has {len(mixed)} tensors of another version"
 
 
+def test_a_double_buffered_server_is_copied_whole_beside_its_updates(serve, models, exports):
+    # serve --double-buffer: each update is written into the slot readers do not read and published
+    # by switching the active slot word; copy_into follows the switch, and every copy is one version.
+    server = serve(models["first"], "--double-buffer")
+    by_version = {0: digest(exports(models["first"])), 1: digest(exports(models["second"]))}
+    updates = 20
+    results = []
+
+    def update_again_and_again():
+        try:
+            for i in range(updates):
+                results.append(server.update(models["second"] if i % 2 == 0 else models["first"]))
+        except BaseException as e:  # reported by the main thread
+            results.append(e)
+
+    with shl.connect(server.name) as c:
+        assert c.manifest["format"] == "shardload-shm/2" and c.manifest["slots"] == 2
+        before = {r: c.tensors(r) for r in range(c.ranks)}  # slot 0, the first model
+        targets = empty_targets(c)
+        updater = threading.Thread(target=update_again_and_again)
+        updater.start()
+        copies = []
+        try:
+            while True:
+                done = not updater.is_alive()
+                version = c.copy_into(targets, timeout=REQUEST_TIMEOUT)
+                copies.append((version, digest(targets)))
+                if done:
+                    break
+        finally:
+            updater.join(timeout=REQUEST_TIMEOUT * updates)
+        assert results == list(range(1, updates + 1))
+        assert copies[-1][0] == updates
+        for version, copied in copies:
+            assert copied == by_version[version % 2], f"a copy of version {version} is not that version"
+        # One more update: slot 1 is live. Views taken now show it; views taken before show slot 0.
+        assert server.update(models["second"]) == updates + 1
+        assert digest({r: c.tensors(r) for r in range(c.ranks)}) == by_version[1]
+        assert digest(before) == by_version[0]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda m: m["ranks"][0].update(slot_bytes=m["ranks"][0]["slot_bytes"] + 4096), "slot_bytes"),
+    (lambda m: m["ranks"][0].update(slot_bytes=m["ranks"][0]["slot_bytes"] - 1), "slot_bytes"),
+    (lambda m: m.update(slots=3), "slots"),
+    (lambda m: _first_tensor(m).update(offset=4096 + m["ranks"][0]["slot_bytes"]), "offset"),
+], ids=["slot_size", "slot_not_pages", "slots", "offset_in_slot_1"])
+def test_a_double_buffered_manifest_pointing_outside_its_slots_is_refused(serve, models, edit, field):
+    server = serve(models["first"], "--double-buffer")
+    _edit_manifest(server.name, edit)
+    with pytest.raises(FormatError) as error:
+        shl.connect(server.name)
+    assert field in error.value.field
+
+
+def test_an_active_slot_word_that_names_no_slot_is_refused(serve, models):
+    server = serve(models["first"], "--double-buffer")
+    with shl.connect(server.name) as c:
+        path = os.path.join(shm_path(server.name), "rank-0.bin")
+        with open(path, "r+b") as f:
+            f.seek(32)
+            f.write((12345).to_bytes(8, "little"))
+        with pytest.raises(FormatError, match="active slot"):
+            c.tensor(0, c.names(0)[0])
+        with pytest.raises(FormatError, match="active slot"):
+            c.copy_into(empty_targets(c))
+
+
 class UpdateOnCopy(torch.Tensor):
     """A target whose first copy_ runs `hook` (a whole update of the server) before copying: an
     update that lands in the middle of a copy, every time."""
