@@ -5,6 +5,8 @@
 //   reload_bench MODEL_A MODEL_B [--tp T] [--ep E] [--runs N] [--filter SUBSTRING] [--staging-bytes
 //   B]
 // Each run updates the live weights alternately from B and from A, so every run changes the bytes.
+// --double-buffer 1: the live model gets a second buffer per rank (LiveModel::spare, a copy faulted in
+// as the weight server's second slot is), so each update is read once into it and committed by a swap.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   std::string filter = "mlp.experts.";
   uint64_t staging = 0;
   bool keep = false;
+  bool double_buffer = false;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* value = argv[i + 1];
@@ -67,6 +70,8 @@ int main(int argc, char** argv) {
       runs = std::atoi(value);
     else if (key == "--filter")
       filter = value;
+    else if (key == "--double-buffer")
+      double_buffer = std::string(value) == "1";
     else if (key == "--keep-staging")
       keep = std::string(value) == "1";
     else if (key == "--staging-bytes")
@@ -76,6 +81,12 @@ int main(int argc, char** argv) {
   shardload::LoadOptions load_options;
   load_options.threads = kThreads;
   shardload::LiveModel live = shardload::load_live(a, parallel, load_options);
+  if (double_buffer) {
+    for (const shardload::RankWeights& rank : live.ranks) {
+      live.spare.buffers.emplace_back(rank.buffer.size());
+      std::memcpy(live.spare.buffers.back().data(), rank.buffer.data(), rank.buffer.size());
+    }
+  }
 
   uint64_t expert_bytes = 0;
   for (const shardload::RankPlan& rank : live.plan.ranks) {
@@ -112,10 +123,10 @@ int main(int argc, char** argv) {
     std::printf(
         "run %d: memcpy %.2f GB/s, reload %.3f s end to end (%.2f GB/s), commit %.3f s (%.2f "
         "GB/s), "
-        "pause %.1f ms, groups %llu, version %llu\n",
+        "pause %.3f ms, groups %llu, synced %llu bytes, version %llu\n",
         run, memcpy_gbs.back(), seconds, e2e_gbs.back(), r.seconds_commit, commit_gbs.back(),
         pause_ms.back(), static_cast<unsigned long long>(r.groups),
-        static_cast<unsigned long long>(r.version));
+        static_cast<unsigned long long>(r.synced_bytes), static_cast<unsigned long long>(r.version));
   }
   const double base = median(memcpy_gbs);
   std::printf(
@@ -128,7 +139,7 @@ int main(int argc, char** argv) {
   std::printf("%-28s %8.2f %8.2f\n", "expert reload, end to end", median(e2e_gbs),
               median(e2e_gbs) / base);
   std::printf("%-28s %8.2f %8.2f\n", "commit", median(commit_gbs), median(commit_gbs) / base);
-  std::printf("commit pause (sequence word odd), median %.1f ms, max %.1f ms\n", median(pause_ms),
+  std::printf("commit pause (sequence word odd), median %.3f ms, max %.3f ms\n", median(pause_ms),
               *std::max_element(pause_ms.begin(), pause_ms.end()));
   return 0;
 }

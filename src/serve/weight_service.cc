@@ -37,9 +37,12 @@ std::string summary(const UpdateResult& result) {
   return fmt::format(
       "{} tensors ({} bytes) rewritten in {} commit group(s); stage {:.3f} s, commit {:.3f} s, "
       "longest "
-      "pause {:.3f} ms",
+      "pause {:.3f} ms{}",
       result.updated_tensors, result.changed_bytes, result.groups, result.seconds_stage,
-      result.seconds_commit, result.max_pause_seconds * 1e3);
+      result.seconds_commit, result.max_pause_seconds * 1e3,
+      result.synced_bytes > 0 ? fmt::format("; {} bytes of the last change copied into the spare slot first",
+                                            result.synced_bytes)
+                              : "");
 }
 
 nlohmann::json static_info(const ShmStore& store) {
