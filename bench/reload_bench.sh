@@ -28,7 +28,7 @@ for layout in "1 1" "4 2"; do
   echo "== tp $tp x ep $ep, staging kept between updates"
   "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --keep-staging 1 | tail -7
   echo "== tp $tp x ep $ep, fresh staging per update"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" | tail -6
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" | tail -7
   echo "== tp $tp x ep $ep, staging bound 512 MiB"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --staging-bytes 536870912 | tail -6
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --staging-bytes 536870912 | tail -7
 done
