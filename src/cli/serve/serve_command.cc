@@ -105,9 +105,13 @@ std::string listen_address(const std::string& host, int port) {
 // must fit on /dev/shm and in this process's memory limits, said before anything is created. What
 // `dir` holds already (a server kept with --keep, or killed) is reused or replaced, so it counts as
 // room on /dev/shm and, charged to the cgroup already, as room there.
-void admit_serve(const Plan& plan, const std::string& dir) {
+void admit_serve(const Plan& plan, const std::string& dir, bool double_buffer) {
   uint64_t needed = 0;
-  for (const RankPlan& rank : plan.ranks) needed += kShmHeaderBytes + rank.bytes;
+  for (const RankPlan& rank : plan.ranks) {
+    // --double-buffer: two slots of whole pages per rank (the second slot's memory is the cost).
+    needed += kShmHeaderBytes + (double_buffer ? 2 * ((rank.bytes + kPageBytes - 1) / kPageBytes * kPageBytes)
+                                               : rank.bytes);
+  }
   uint64_t held = 0;
   std::error_code ec;
   for (const std::filesystem::directory_entry& entry :
@@ -216,7 +220,7 @@ void run_serve(const ServeCommandOptions& options) {
   // other commands; the server plans again from the same checkpoint. On several nodes every node
   // learns of one node's error (a checkpoint path missing there), so that none starts alone.
   if (transport == nullptr) {
-    admit_serve(plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel), dir);
+    admit_serve(plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel), dir, serve.double_buffer);
   } else {
     try {
       run_on_every_node(*transport, [&] {
