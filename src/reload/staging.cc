@@ -17,7 +17,7 @@
 namespace shardload::reload {
 namespace {
 
-constexpr uint64_t kCommitChunk = uint64_t{8} << 20;  // work item of the parallel commit copy
+constexpr uint64_t kCommitChunk = uint64_t{8} << 20;  // the smallest share of the parallel commit copy
 
 }  // namespace
 
@@ -142,15 +142,30 @@ double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& 
     const std::byte* src;
     uint64_t bytes;
   };
-  std::vector<Copy> copies;
+  // One contiguous share of the bytes per thread, as a plain parallel memcpy splits them: small
+  // chunks handed out in turn made each thread's stream jump and the commit ran at about 0.6 of that
+  // memcpy on 2 cores (bench/reload_bench), equal shares at 0.9 or more.
+  const int threads = options.threads > 0 ? options.threads : default_thread_count();
+  uint64_t total = 0;
+  for (size_t u : group) total += units[u].bytes;
+  const uint64_t share = std::max<uint64_t>(
+      kCommitChunk, (total / static_cast<uint64_t>(threads) + kPageBytes - 1) / kPageBytes * kPageBytes);
+  std::vector<std::vector<Copy>> shares(1);
+  uint64_t filled = 0;
   for (size_t u : group) {
     const Unit& unit = units[u];
     std::byte* dst = live.ranks[unit.rank_index].buffer.data();
     const std::byte* src = staging.ranks()[unit.rank_index].buffer.data();
     for (const ByteRange& r : unit.ranges) {
-      for (uint64_t at = 0; at < r.bytes; at += kCommitChunk) {
-        copies.push_back(
-            {dst + r.offset + at, src + r.offset + at, std::min(kCommitChunk, r.bytes - at)});
+      for (uint64_t at = 0; at < r.bytes;) {
+        if (filled == share) {
+          shares.emplace_back();
+          filled = 0;
+        }
+        const uint64_t n = std::min(share - filled, r.bytes - at);
+        shares.back().push_back({dst + r.offset + at, src + r.offset + at, n});
+        filled += n;
+        at += n;
       }
     }
   }
@@ -158,8 +173,9 @@ double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& 
   if (options.begin_commit) options.begin_commit();
   fault::in_commit();
   // memcpy cannot fail: once the first byte is written the group completes.
-  parallel_for(copies.size(), options.threads,
-               [&](size_t i, int) { std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes); });
+  parallel_for(shares.size(), threads, [&](size_t i, int) {
+    for (const Copy& copy : shares[i]) std::memcpy(copy.dst, copy.src, copy.bytes);
+  });
   if (options.end_commit) options.end_commit();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
