@@ -9,55 +9,13 @@ import sys
 import pytest
 import torch
 
-from conftest import run_shardload, shardload_bin
+from conftest import shardload_bin
 from shardload import rank_source
 from shardload.verify import default_layers, verify
 from shardload.fp8 import decode_e4m3
 from shardload.safetensors_io import SafetensorsError, SafetensorsFile, load_file, save_file
 
-DENSE = ["llama", "qwen2", "qwen3"]
-MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss"]
-
-
-@pytest.fixture(autouse=True)
-def binary_for_export(monkeypatch):
-    """rank_source runs `shardload export` from $SHARDLOAD_BIN: the binary the other fixtures use."""
-    monkeypatch.setenv("SHARDLOAD_BIN", shardload_bin())
-
-
-def layout_args(arch, extra=()):
-    return ["--tp", "2"] + ([] if arch in DENSE else ["--ep", "2"]) + list(extra)
-
-
-def export(model, out, *args):
-    run_shardload("export", model, "--out", out, *args)
-    return str(out)
-
-
-def check(model, args):
-    """Verifies MODEL's ranks under the layout `args` (command-line flags), loaded by the extension."""
-    kwargs = {}
-    flags = list(args)
-    while flags:
-        flag = flags.pop(0).lstrip("-").replace("-", "_")
-        kwargs[flag] = int(flags.pop(0)) if flag in ("tp", "ep", "dp") else flags.pop(0)
-    ranks, layout = rank_source.load_with_library(model, kwargs)
-    report = verify(model, ranks, layout)
-    assert report.ok, "\n".join(report.lines())
-    return report, layout
-
-
-@pytest.mark.parametrize("arch", DENSE + MOE)
-@pytest.mark.parametrize("quant", ["none", "fp8", "fp8-block", "dynamic"])
-def test_every_family_and_format_passes(tiny, arch, quant):
-    model = tiny(arch, "none" if quant == "dynamic" else quant)
-    report, layout = check(model, layout_args(arch, ["--quantization", "fp8"] if quant == "dynamic" else []))
-    assert layout["quantization"] == {"dynamic": "fp8-dynamic"}.get(quant, quant)
-    modules = {c.module.split(" ", 2)[-1] for c in report.checks}
-    assert any(m.endswith(("qkv_proj", "q_proj", "q_b_proj")) for m in modules) and "self_attn.o_proj" in modules
-    assert any("experts.w2" in m for m in modules) == (arch in MOE)
-    assert "model.embed_tokens.weight" in modules
+from verify_helpers import MOE, binary_for_export, check, export, layout_args  # noqa: F401 (an autouse fixture)
 
 
 # llm-compressor's compressed-tensors FP8 for a dense, a MoE and an MLA family: per-tensor scales
