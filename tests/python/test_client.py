@@ -418,14 +418,10 @@ def test_an_update_rewrites_views_in_place(serve, models, exports):
         assert c.manifest["version"] == 1  # the client caught up with the new manifest
 
 
-def test_copies_beside_updates_are_never_torn(serve, models, exports):
-    # Many commit groups per update (--staging-bytes): a reader trusting the sequence words alone
-    # would copy between two groups and mix old and new tensors.
-    server = serve(models["first"], "--staging-bytes", "256K")
-    by_version = {0: digest(exports(models["first"])), 1: digest(exports(models["second"]))}
-    assert by_version[0].keys() == by_version[1].keys()
-    assert all(by_version[0][k] != by_version[1][k] for k in by_version[0]), "the two models share a tensor"
-    updates = 6
+def copies_beside_updates(server, c, models, updates):
+    """Updates the server `updates` times (the second model, the first, ...) on another thread while `c`
+    copies every tensor again and again; returns the updates' versions (or the error that stopped them)
+    and every copy as (version, digest), the last one taken after the updates ended."""
     results = []
 
     def update_again_and_again():
@@ -435,20 +431,32 @@ def test_copies_beside_updates_are_never_torn(serve, models, exports):
         except BaseException as e:  # reported by the main thread
             results.append(e)
 
+    targets = empty_targets(c)
+    updater = threading.Thread(target=update_again_and_again)
+    updater.start()
+    copies = []
+    try:
+        while True:
+            done = not updater.is_alive()
+            version = c.copy_into(targets, timeout=REQUEST_TIMEOUT)
+            copies.append((version, digest(targets)))
+            if done:
+                break
+    finally:
+        updater.join(timeout=REQUEST_TIMEOUT * updates)
+    return results, copies
+
+
+def test_copies_beside_updates_are_never_torn(serve, models, exports):
+    # Many commit groups per update (--staging-bytes): a reader trusting the sequence words alone
+    # would copy between two groups and mix old and new tensors.
+    server = serve(models["first"], "--staging-bytes", "256K")
+    by_version = {0: digest(exports(models["first"])), 1: digest(exports(models["second"]))}
+    assert by_version[0].keys() == by_version[1].keys()
+    assert all(by_version[0][k] != by_version[1][k] for k in by_version[0]), "the two models share a tensor"
+    updates = 6
     with shl.connect(server.name) as c:
-        targets = empty_targets(c)
-        updater = threading.Thread(target=update_again_and_again)
-        updater.start()
-        copies = []
-        try:
-            while True:
-                done = not updater.is_alive()
-                version = c.copy_into(targets, timeout=REQUEST_TIMEOUT)
-                copies.append((version, digest(targets)))
-                if done:
-                    break
-        finally:
-            updater.join(timeout=REQUEST_TIMEOUT * updates)
+        results, copies = copies_beside_updates(server, c, models, updates)
     assert results == list(range(1, updates + 1))
     assert copies[-1][0] == updates
     for version, copied in copies:
@@ -464,31 +472,10 @@ def test_a_double_buffered_server_is_copied_whole_beside_its_updates(serve, mode
     server = serve(models["first"], "--double-buffer")
     by_version = {0: digest(exports(models["first"])), 1: digest(exports(models["second"]))}
     updates = 20
-    results = []
-
-    def update_again_and_again():
-        try:
-            for i in range(updates):
-                results.append(server.update(models["second"] if i % 2 == 0 else models["first"]))
-        except BaseException as e:  # reported by the main thread
-            results.append(e)
-
     with shl.connect(server.name) as c:
         assert c.manifest["format"] == "shardload-shm/2" and c.manifest["slots"] == 2
         before = {r: c.tensors(r) for r in range(c.ranks)}  # slot 0, the first model
-        targets = empty_targets(c)
-        updater = threading.Thread(target=update_again_and_again)
-        updater.start()
-        copies = []
-        try:
-            while True:
-                done = not updater.is_alive()
-                version = c.copy_into(targets, timeout=REQUEST_TIMEOUT)
-                copies.append((version, digest(targets)))
-                if done:
-                    break
-        finally:
-            updater.join(timeout=REQUEST_TIMEOUT * updates)
+        results, copies = copies_beside_updates(server, c, models, updates)
         assert results == list(range(1, updates + 1))
         assert copies[-1][0] == updates
         for version, copied in copies:

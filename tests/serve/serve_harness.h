@@ -626,4 +626,22 @@ inline bool settled(const std::vector<Stamp>& all) {
   _exit(mixed == 0 ? 0 : 1);
 }
 
+// Tells a run_snapshot_reader child to stop (it accepts one more snapshot) and waits for it; a test
+// failure when it never finishes or accepted a mixed snapshot.
+inline void stop_snapshot_reader(pid_t reader, const std::string& stop_path, const std::string& result_path) {
+  write_file(stop_path, std::string_view("stop"));
+  int status = 0;
+  const auto deadline = Clock::now() + kRequestTimeout;
+  while (waitpid(reader, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(reader, SIGKILL);
+      waitpid(reader, &status, 0);
+      FAIL() << "the reader never accepted a snapshot after the updates";
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "accepted, mixed: " << read_file(result_path);
+}
+
 }  // namespace shardload::testing
