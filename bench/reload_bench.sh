@@ -24,11 +24,11 @@ cat "$a"/*.safetensors "$b"/*.safetensors > /dev/null  # both in the page cache
 for layout in "1 1" "4 2"; do
   read -r tp ep <<< "$layout"
   echo "== tp $tp x ep $ep, double-buffered (serve --double-buffer: read once into the spare, then a swap)"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --double-buffer 1 | tail -7
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --double-buffer 1 | tail -9
   echo "== tp $tp x ep $ep, staging kept between updates"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --keep-staging 1 | tail -7
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --keep-staging 1 | tail -9
   echo "== tp $tp x ep $ep, fresh staging per update"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" | tail -7
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" | tail -9
   echo "== tp $tp x ep $ep, staging bound 512 MiB"
-  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --staging-bytes 536870912 | tail -7
+  "$bench" "$a" "$b" --tp "$tp" --ep "$ep" --runs "$runs" --staging-bytes 536870912 | tail -9
 done
