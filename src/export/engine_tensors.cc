@@ -1,0 +1,189 @@
+// What an engine's sharded_state loader expects of a rank file, as table data: the engine loads a
+// file only when its names are exactly those of its model's state dict (with tensors that share
+// storage reduced to one name, the smaller), every one of them present. The rows below are what
+// vLLM 0.33 and SGLang 0.5.23 models hold on CPU for each family (tests/engines/ compares them).
+#include "export/engine_tensors.h"
+
+#include <algorithm>
+#include <span>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+#include "shardload/model.h"
+
+namespace shardload {
+namespace {
+
+// The first rename whose `from` a name contains replaces that part of it.
+struct Rename {
+  std::string_view from;
+  std::string_view to;
+};
+
+// A parameter whose name ends with `after` comes with the scale buffers of an attention module:
+// its name with `after` replaced by `module` + each of `kAttentionScales`.
+struct Buffers {
+  std::string_view after;
+  std::string_view module;
+};
+
+// vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
+constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+
+struct EngineFamily {
+  Engine engine;
+  std::string_view family;
+  std::span<const Rename> renames;
+  std::span<const Buffers> buffers;
+};
+
+// With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
+// under two names, of which the state dict keeps the smaller.
+constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
+
+constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn."}};
+// vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
+// o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
+constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn."}};
+
+// vLLM's fused MoE layer holds the router (gate) and, since 0.33, its routed experts in a child
+// routed_experts; both are reachable from the MLP too, and "experts..." is the smaller name.
+constexpr Rename kVllmMoe[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.", ".mlp.experts.gate."},
+};
+constexpr Rename kVllmDeepseek[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.", ".mlp.experts.gate."},
+    {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
+    {".self_attn.o_proj.", ".self_attn.mla_attn.o_proj."},
+    {".self_attn.q_b_proj.", ".self_attn.mla_attn.q_b_proj."},
+    {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
+};
+
+constexpr EngineFamily kEngineFamilies[] = {
+    {Engine::kVllm, "llama", {}, kVllmAttention},
+    {Engine::kVllm, "qwen3", {}, kVllmAttention},
+    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
+    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+};
+
+const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine == engine && row.family == family) return &row;
+  }
+  return nullptr;
+}
+
+std::string families_of(Engine engine) {
+  std::string out;
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine != engine) continue;
+    if (!out.empty()) out += ", ";
+    out += row.family;
+  }
+  return out.empty() ? "none yet" : out;
+}
+
+std::string renamed(const std::string& name, std::span<const Rename> renames) {
+  for (const Rename& rename : renames) {
+    const size_t at = name.find(rename.from);
+    if (at == std::string::npos) continue;
+    std::string out = name;
+    out.replace(at, rename.from.size(), rename.to);
+    return out;
+  }
+  return name;
+}
+
+// q/k norms are float32 in docs/layout.md (FastDeploy's choice); the engines keep the model dtype.
+bool is_qk_norm(const std::string& name) {
+  return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight");
+}
+
+[[noreturn]] void refuse(Engine engine, const std::string& what, std::string expected, std::string found) {
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("--engine {} cannot export {}", engine_name(engine), what),
+              {.field = "--engine", .expected = std::move(expected), .found = std::move(found)});
+}
+
+}  // namespace
+
+void check_engine_plan(const Plan& plan, Engine engine) {
+  if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
+  const std::string family(family_name(plan.model.family));
+  if (!find_engine_family(engine, family)) {
+    refuse(engine, "this family: its model's names are not checked yet",
+           "a family of " + families_of(engine), family);
+  }
+  // The engines take FP8 checkpoints before their post-processing, in shapes (one scale per fused
+  // part) that shardload's requantized ranks do not have.
+  if (plan.quantization != Quantization::kNone) {
+    refuse(engine, "FP8 weights before the engine's post-processing", "an unquantized checkpoint",
+           "an FP8 plan");
+  }
+  if (plan.parallel.row_bias != RowBias::kFull) {
+    refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
+           "--row-bias divided");
+  }
+  if (plan.parallel.has_dp_fields()) {
+    refuse(engine, "a data-parallel layout (not checked against the engine yet)", "no --dp",
+           fmt::format("--dp {}", plan.parallel.dp));
+  }
+  if (plan.physical_experts > static_cast<int>(plan.model.experts)) {
+    refuse(engine, "redundant experts (not checked against the engine yet)", "no redundant experts",
+           std::to_string(plan.physical_experts - static_cast<int>(plan.model.experts)));
+  }
+}
+
+std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine) {
+  const EngineFamily* row =
+      engine == Engine::kVllm || engine == Engine::kSglang
+          ? find_engine_family(engine, family_name(plan.model.family))
+          : nullptr;
+  std::vector<EngineTensor> out;
+  for (const PlanParam& param : rank.params) {
+    if (!param.exported()) continue;  // post-processing inputs, not part of the layout
+    if (!row) {
+      out.push_back({param.name, param.dtype, param.shape, &param});
+      continue;
+    }
+    const bool model_dtype = is_qk_norm(param.name) && param.dtype == DType::kF32;
+    const std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
+                                 ? std::string(kTiedEmbedding.to)
+                                 : renamed(param.name, row->renames);
+    out.push_back({name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    for (const Buffers& buffers : row->buffers) {
+      if (!param.name.ends_with(buffers.after)) continue;
+      const std::string prefix =
+          param.name.substr(0, param.name.size() - buffers.after.size()) + std::string(buffers.module);
+      for (std::string_view scale : kAttentionScales)
+        out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
+    }
+  }
+  return out;
+}
+
+}  // namespace shardload
+
+namespace shardload {
+
+std::string_view engine_name(Engine engine) {
+  for (const auto& [value, name] : kEngineNames) {
+    if (value == engine) return name;
+  }
+  return "layout";
+}
+
+std::optional<Engine> engine_from_name(std::string_view name) {
+  for (const auto& [value, text] : kEngineNames) {
+    if (text == name) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace shardload
