@@ -63,13 +63,39 @@ constexpr Rename kVllmDeepseek[] = {
     {".self_attn.o_proj.", ".self_attn.mla_attn.o_proj."},
     {".self_attn.q_b_proj.", ".self_attn.mla_attn.q_b_proj."},
     {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
+    {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},  // DeepSeek-V2-Lite: no q_lora_rank
+};
+// Mixtral's router stays where it is; Qwen2-MoE's too, while its shared expert (with its gate)
+// moves into the fused MoE layer.
+constexpr Rename kVllmMixtral[] = {
+    {".block_sparse_moe.experts.w13_", ".block_sparse_moe.experts.routed_experts.w13_"},
+    {".block_sparse_moe.experts.w2_", ".block_sparse_moe.experts.routed_experts.w2_"},
+};
+constexpr Rename kVllmQwen2Moe[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.shared_expert_gate.", ".mlp.experts._shared_experts._layer.expert_gate."},
+    {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
+};
+
+// SGLang keeps docs/layout.md's names (no attention buffers in its state dict) but one: DeepSeek's
+// fused q_a / kv_a projection, named after both its parts.
+constexpr Rename kSglangDeepseek[] = {
+    {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
 };
 
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention},
+    {Engine::kVllm, "qwen2", {}, kVllmAttention},
     {Engine::kVllm, "qwen3", {}, kVllmAttention},
+    {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention},
+    {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention},
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
+    {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+    {Engine::kSglang, "llama", {}, {}},
+    {Engine::kSglang, "qwen3", {}, {}},
+    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
