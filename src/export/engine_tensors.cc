@@ -37,6 +37,10 @@ struct EngineFamily {
   std::string_view family;
   std::span<const Rename> renames;
   std::span<const Buffers> buffers;
+  // The engine's model makes every decoder layer an MoE layer, whatever the config says of dense
+  // ones (mlp_only_layers, decoder_sparse_step): a checkpoint with dense layers does not load into
+  // it (its own loader leaves those layers' experts unset).
+  bool every_layer_moe = false;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -94,7 +98,12 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
     {Engine::kSglang, "llama", {}, {}},
+    {Engine::kSglang, "qwen2", {}, {}},
     {Engine::kSglang, "qwen3", {}, {}},
+    {Engine::kSglang, "mixtral", {}, {}},
+    {Engine::kSglang, "qwen2_moe", {}, {}},
+    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true},
+    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, {}},
     {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}},
 };
 
@@ -142,9 +151,19 @@ bool is_qk_norm(const std::string& name) {
 void check_engine_plan(const Plan& plan, Engine engine) {
   if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
   const std::string family(family_name(plan.model.family));
-  if (!find_engine_family(engine, family)) {
+  const EngineFamily* row = find_engine_family(engine, family);
+  if (!row) {
     refuse(engine, "this family: its model's names are not checked yet",
            "a family of " + families_of(engine), family);
+  }
+  const size_t moe_layers = plan.physical_to_logical.size();
+  if (row->every_layer_moe && moe_layers != static_cast<size_t>(plan.model.layers)) {
+    refuse(engine,
+           fmt::format("{} with dense layers: its {} model makes every layer MoE (it reads no "
+                       "mlp_only_layers or decoder_sparse_step)",
+                       family, engine_name(engine)),
+           fmt::format("{} MoE layers", plan.model.layers),
+           fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
   // The engines take FP8 checkpoints before their post-processing, in shapes (one scale per fused
   // part) that shardload's requantized ranks do not have.

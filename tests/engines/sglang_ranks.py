@@ -4,7 +4,7 @@ Hugging Face checkpoint, or `sharded_state` from an export), then saving the ran
 SGLang's `save_sharded_state` sees it (tensors sharing storage reduced to one) to OUT/rank-R.safetensors.
 
 Run by the engines' PyPI interpreter (SGLang installed with --no-deps over the vLLM environment):
-  python sglang_ranks.py MODEL OUT --tp T [--ep EP] [--load-format auto|sharded_state]
+  python sglang_ranks.py --tp T [--ep EP] MODEL:OUT:FORMAT...   (FORMAT: auto or sharded_state)
 PyNccl is off; sgl_kernel (SGLang's CUDA kernels, no CPU wheel on PyPI) and IPython (notebook display helpers
 sglang.utils imports) are stand-in modules here: loading calls nothing of either.
 """
@@ -73,10 +73,12 @@ def rank_main(rank, args, port, errors):
         from sglang.srt.runtime_context import SpawnRanks, publish
         from sglang.srt.server_args import ServerArgs
 
-        server_args = ServerArgs(model_path=args.model, tp_size=args.tp, ep_size=args.ep,
-                                 device="cpu", dtype=args.dtype, load_format=args.load_format,
-                                 skip_tokenizer_init=True, disable_cuda_graph=True)
-        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
+        def server_args(model, load_format):
+            return ServerArgs(model_path=model, tp_size=args.tp, ep_size=args.ep, device="cpu",
+                              dtype=args.dtype, load_format=load_format, skip_tokenizer_init=True,
+                              disable_cuda_graph=True)
+
+        publish(server_args(*args.jobs[0][::2]), role="scheduler", ranks=SpawnRanks(world_rank=rank))
         # PyNccl off: its communicator needs a CUDA device; gloo carries what loading exchanges.
         import sglang.srt.distributed.parallel_state as parallel_state
 
@@ -87,12 +89,17 @@ def rank_main(rank, args, port, errors):
                                      distributed_init_method=f"tcp://127.0.0.1:{port}",
                                      backend="gloo")
         initialize_model_parallel()
-        model = get_model(model_config=ModelConfig.from_server_args(server_args),
-                          load_config=LoadConfig(load_format=args.load_format),
-                          device_config=DeviceConfig("cpu"))
-        state = ShardedStateLoader._filter_subtensors(model.state_dict())
-        save_file({k: v.detach().contiguous() for k, v in state.items()},
-                  os.path.join(args.out, f"rank-{rank}.safetensors"))
+        # The groups are made once; each job then publishes its own server arguments (the same
+        # widths) and builds its model.
+        for model, out, load_format in args.jobs:
+            job_args = server_args(model, load_format)
+            publish(job_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
+            model = get_model(model_config=ModelConfig.from_server_args(job_args),
+                              load_config=LoadConfig(load_format=load_format),
+                              device_config=DeviceConfig("cpu"))
+            state = ShardedStateLoader._filter_subtensors(model.state_dict())
+            save_file({k: v.detach().contiguous() for k, v in state.items()},
+                      os.path.join(out, f"rank-{rank}.safetensors"))
     except BaseException as e:  # the parent names the rank that failed
         import traceback
 
@@ -102,14 +109,15 @@ def rank_main(rank, args, port, errors):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("model")
-    parser.add_argument("out")
+    parser.add_argument("jobs", nargs="+", metavar="MODEL:OUT:FORMAT",
+                        help="load MODEL with load format FORMAT (auto, sharded_state), save to OUT")
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--ep", type=int, default=1)
-    parser.add_argument("--load-format", default="auto")
     parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    args.jobs = [job.rsplit(":", 2) for job in args.jobs]
+    for _, out, _ in args.jobs:
+        os.makedirs(out, exist_ok=True)
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
