@@ -214,21 +214,3 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
 }
 
 }  // namespace shardload
-
-namespace shardload {
-
-std::string_view engine_name(Engine engine) {
-  for (const auto& [value, name] : kEngineNames) {
-    if (value == engine) return name;
-  }
-  return "layout";
-}
-
-std::optional<Engine> engine_from_name(std::string_view name) {
-  for (const auto& [value, text] : kEngineNames) {
-    if (text == name) return value;
-  }
-  return std::nullopt;
-}
-
-}  // namespace shardload
