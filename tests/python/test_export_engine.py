@@ -147,3 +147,13 @@ def test_an_edited_engine_is_refused(tiny, tmp_path, edit, words):
         shardload.load_export(out)
     for word in words:
         assert word in done.stderr and word in str(error.value), (word, done.stderr)
+
+
+def test_verify_refuses_an_engine_export(tiny, tmp_path):
+    import subprocess
+    import sys
+
+    out = export(tiny("llama"), tmp_path / "out", "--tp", 2, "--engine", "vllm")
+    done = subprocess.run([sys.executable, "-m", "shardload.verify", tiny("llama"), "--export", out],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "engine" in done.stderr, done.stderr
