@@ -35,7 +35,8 @@ std::optional<Engine> engine_from_name(std::string_view name);
 // Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine`: a family whose names
 // that engine's model has not been checked for (tests/engines/), or a layout choice the engine has
 // no sharded_state load for (FP8 before its post-processing, divided row biases, data-parallel
-// fields, redundant experts). kLayout and kFastdeploy take every plan. export_ranks checks it; a
+// fields, redundant experts, an expert map other than slot p = expert p). kLayout and kFastdeploy
+// take every plan. export_ranks checks it; a
 // caller that loads first calls it before the load.
 void check_engine_plan(const Plan& plan, Engine engine);
 

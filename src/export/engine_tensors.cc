@@ -183,6 +183,16 @@ void check_engine_plan(const Plan& plan, Engine engine) {
     refuse(engine, "redundant experts (not checked against the engine yet)", "no redundant experts",
            std::to_string(plan.physical_experts - static_cast<int>(plan.model.experts)));
   }
+  // The engine's own load places expert p in slot p; another placement is its EPLB's to give.
+  for (size_t layer = 0; layer < plan.physical_to_logical.size(); ++layer) {
+    const std::vector<int>& row = plan.physical_to_logical[layer];
+    for (size_t p = 0; p < row.size(); ++p) {
+      if (row[p] == static_cast<int>(p)) continue;
+      refuse(engine, "an expert map other than the engine's own placement (not checked yet)",
+             fmt::format("physical expert {} holding logical expert {}", p, p),
+             fmt::format("logical expert {} (MoE layer {})", row[p], layer));
+    }
+  }
 }
 
 std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine) {

@@ -117,8 +117,15 @@ def test_python_api_engine(tiny, tmp_path):
     ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
     ("llama", "none", ["--tp", 2, "--dp", 2, "--engine", "vllm"], ["--dp 2"]),
     ("llama", "none", ["--tp", 2, "--engine", "tensorrt"], ["--engine"]),
+    ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--redundant-experts", 2, "--engine", "vllm"],
+     ["redundant experts"]),
+    ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--expert-map", "MAP", "--engine", "vllm"],
+     ["expert map", "logical expert 1"]),
 ])
 def test_what_an_engine_cannot_take_is_refused(tiny, tmp_path, arch, quant, flags, words):
+    if "MAP" in flags:  # experts 0 and 1 swapped in every MoE layer (make-tiny's Qwen3-MoE: 3 of 8 experts)
+        (tmp_path / "map.json").write_text(json.dumps({"physical_to_logical_map": [[1, 0, 2, 3, 4, 5, 6, 7]] * 3}))
+        flags = [str(tmp_path / "map.json") if f == "MAP" else f for f in flags]
     done = run_shardload("export", tiny(arch, quant), "--out", tmp_path / "out", *flags, check=False)
     assert done.returncode != 0
     for word in words:
