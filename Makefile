@@ -54,10 +54,14 @@ SANITIZE_CXX ?= clang++
 # made once per lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no
 # network), its tests say they skipped.
 PRODUCERS_LOCK := tests/producers/requirements.lock
+# The engines' (vLLM, then SGLang installed over it with --no-deps), the same way: tests/engines/.
+ENGINES_LOCKS := tests/engines/requirements.lock tests/engines/requirements-nodeps.lock
 test-asan: deps
 	producers=$$(bash scripts/pypi-env.sh $(PRODUCERS_LOCK) || echo ""); \
+	engines=$$(bash scripts/pypi-env.sh $(ENGINES_LOCKS) || echo ""); \
 	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
-	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers"
+	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers" \
+	  "-DSHARDLOAD_ENGINES_PYTHON=$$engines"
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS)
 

@@ -5,6 +5,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -16,8 +18,31 @@
 
 namespace shardload {
 
+// Whose sharded_state loader an export is written for (docs/engines.md). kLayout: docs/layout.md's
+// names and dtypes as they are. kVllm / kSglang: the names, buffers and dtypes that engine's model
+// holds on each rank, so that its load_format="sharded_state" takes the files as they are.
+// kFastdeploy: FastDeploy's conventions, which docs/layout.md already follows (float32 q/k norms;
+// --row-bias divided is its tp_row_bias), recorded as its target.
+enum class Engine { kLayout, kVllm, kSglang, kFastdeploy };
+
+inline constexpr std::pair<Engine, const char*> kEngineNames[] = {
+    {Engine::kVllm, "vllm"}, {Engine::kSglang, "sglang"}, {Engine::kFastdeploy, "fastdeploy"}};
+// "vllm", "sglang", "fastdeploy"; "layout" for kLayout (never written: such an export records no
+// engine).
+std::string_view engine_name(Engine engine);
+std::optional<Engine> engine_from_name(std::string_view name);
+
+// Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine`: a family whose names
+// that engine's model has not been checked for (tests/engines/), or a layout choice the engine has
+// no sharded_state load for (FP8 before its post-processing, divided row biases, data-parallel
+// fields, redundant experts, an expert map other than slot p = expert p). kLayout and kFastdeploy
+// take every plan. export_ranks checks it; a
+// caller that loads first calls it before the load.
+void check_engine_plan(const Plan& plan, Engine engine);
+
 struct ExportOptions {
   std::string out;
+  Engine engine = Engine::kLayout;
   uint64_t max_file_size = uint64_t{5} << 30;  // a part is closed when the next tensor would pass it
   bool overwrite = false;
   // Told of what earlier exports to `out` left behind: each staging directory removed because its

@@ -41,6 +41,12 @@ def read_manifest(export_dir):
 def load_export(export_dir):
     """(ranks, layout) of an export directory; every rank file is parsed and checked against the manifest."""
     layout = read_manifest(export_dir)
+    # verify reads layout.md's names and dtypes; an export written for an engine's sharded_state loader has
+    # that engine's (docs/engines.md). FastDeploy's target is layout.md's layout.
+    if layout.get("engine", "fastdeploy") != "fastdeploy":
+        raise SafetensorsError("an export written for an engine (--engine) has the engine's names: verify reads "
+                               "layout.md's", file="shardload.json", field="engine",
+                               expected="no engine or fastdeploy", found=layout["engine"])
     ranks = []
     for r, entry in enumerate(layout["ranks"]):
         files = entry.get("files") if isinstance(entry, dict) else None

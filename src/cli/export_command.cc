@@ -31,6 +31,7 @@ struct ExportCommandOptions {
   std::string out;
   std::string max_file_size = "5G";
   bool overwrite = false;
+  std::string engine;
   int threads = 0;
   ReadOptions read;
 };
@@ -65,6 +66,7 @@ void run_export(const ExportCommandOptions& options) {
   export_options.max_file_size =
       as_usage_error([&] { return parse_byte_size(options.max_file_size, "--max-file-size"); });
   export_options.overwrite = options.overwrite;
+  if (!options.engine.empty()) export_options.engine = *engine_from_name(options.engine);
   // What earlier exports to --out left behind: removed when their process is gone, else named.
   export_options.note = [](const std::string& text) { std::cerr << "note: " + text + "\n"; };
   // Where the export goes is checked before the (long) load, and again by export_ranks before it
@@ -75,6 +77,8 @@ void run_export(const ExportCommandOptions& options) {
   const Checkpoint ckpt = Checkpoint::open(options.model);
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
+  // What the engine cannot take is said before the (long) load.
+  as_usage_error([&] { check_engine_plan(plan, export_options.engine); });
   // Every rank is loaded into memory before the files are written: all of them must fit.
   admit_load(plan, {}, options.threads, IoMode::kAuto);
   LoadOptions load_options;
@@ -107,6 +111,10 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag(
       "--overwrite", options->overwrite,
       "Replace an earlier export in --out (once the new one is complete; other files stay)");
+  cmd->add_option("--engine", options->engine,
+                  "Write the rank files for this engine's sharded_state loader: its names, buffers "
+                  "and dtypes (vllm, sglang; fastdeploy: the layout's own). Default: docs/layout.md")
+      ->check(CLI::IsMember(names_of(kEngineNames)));
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   add_read_option(*cmd, options->read);

@@ -187,6 +187,15 @@ ExportManifest check_manifest(const nlohmann::json& manifest, const std::string&
                          std::to_string(out.moe_tp));
   }
   check_dp_fields(manifest, file, out);
+  if (const auto engine = manifest.find("engine"); engine != manifest.end()) {
+    const std::optional<Engine> known =
+        engine->is_string() ? engine_from_name(engine->get<std::string>()) : std::nullopt;
+    if (!known) {
+      throw manifest_error("not an engine shardload writes for", file, "engine",
+                           "\"vllm\", \"sglang\" or \"fastdeploy\"", shown(*engine));
+    }
+    out.engine = *known;
+  }
   const auto ranks = manifest.find("ranks");
   if (ranks == manifest.end() || !ranks->is_array()) {
     throw manifest_error("no ranks list", file, "ranks", "a list",

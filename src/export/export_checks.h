@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export/engine_tensors.h"
 #include "shardload/export.h"
 #include "shardload/safetensors.h"
 
@@ -26,6 +27,7 @@ struct ExportManifest {
   std::vector<std::vector<std::string>> files;  // per rank r = 0..tp-1, its file names
   // The fields each rank file records as well (recorded_layout.h), as its metadata spells them.
   std::map<std::string, std::string> recorded;
+  Engine engine = Engine::kLayout;  // "engine", absent in exports of docs/layout.md's names
 };
 
 // Checks shardload.json's format, layout and rank list (`file` names it in errors). Throws
@@ -45,10 +47,12 @@ void check_rank_file(const SafetensorsFile& file, const ExportManifest& manifest
 // split or not, lm_head and dense MLP scopes).
 ParallelConfig exported_scoping(const ExportManifest& checked, const nlohmann::json& manifest);
 
-// Checks that one rank's files (in order) hold exactly the exported tensors `rank` plans, each in
-// one file with the planned dtype and shape, and as many tensors as each file records. Throws
-// Error naming the file and tensor: kUnknownTensor (one the plan lacks), kDuplicateTensor,
-// kUnsupportedDtype, kShapeMismatch, kTensorNotFound (one the plan has), kInvalidMetadata (count).
-void check_rank_tensors(const RankPlan& rank, const std::vector<const SafetensorsFile*>& files);
+// Checks that one rank's files (in order) hold exactly the `expected` tensors of `rank` (the
+// exported tensors its plan has, under the names of the export's engine), each in one file with the
+// expected dtype and shape, and as many tensors as each file records. Throws Error naming the file
+// and tensor: kUnknownTensor (one not expected), kDuplicateTensor, kUnsupportedDtype,
+// kShapeMismatch, kTensorNotFound (one expected), kInvalidMetadata (count).
+void check_rank_tensors(int rank, const std::vector<EngineTensor>& expected,
+                        const std::vector<const SafetensorsFile*>& files);
 
 }  // namespace shardload

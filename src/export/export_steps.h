@@ -18,14 +18,15 @@ namespace shardload {
 // The directory the export is written into (StagingDir beside options.out). Throws Error(kIo).
 std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options);
 
-// Writes one rank's model-rank-R-part-K.safetensors files into `dir`; returns its manifest entry
-// {"rank": R, "files": [...]}.
+// Writes one rank's model-rank-R-part-K.safetensors files into `dir`, with the names, buffers and
+// dtypes of `engine` (engine_tensors.h); returns its manifest entry {"rank": R, "files": [...]}.
 nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights,
-                                const std::filesystem::path& dir, uint64_t max_file_size);
+                                const std::filesystem::path& dir, uint64_t max_file_size,
+                                Engine engine);
 
 // Copies the model's other files, writes the manifest with `manifest_ranks` (every rank, in order)
 // and moves the staged export into place.
-void finish_export(const Checkpoint& checkpoint, const Plan& plan,
+void finish_export(const Checkpoint& checkpoint, const Plan& plan, Engine engine,
                    const nlohmann::json& manifest_ranks, StagingDir& staging, bool overwrite);
 
 }  // namespace shardload

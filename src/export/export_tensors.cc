@@ -20,18 +20,17 @@ std::string described(DType dtype, const Shape& shape) {
 
 }  // namespace
 
-void check_rank_tensors(const RankPlan& rank, const std::vector<const SafetensorsFile*>& files) {
-  std::unordered_map<std::string_view, const PlanParam*> planned;
-  for (const PlanParam& param : rank.params) {
-    if (param.exported()) planned.emplace(param.name, &param);
-  }
+void check_rank_tensors(int rank, const std::vector<EngineTensor>& expected,
+                        const std::vector<const SafetensorsFile*>& files) {
+  std::unordered_map<std::string_view, const EngineTensor*> planned;
+  for (const EngineTensor& tensor : expected) planned.emplace(tensor.name, &tensor);
   std::unordered_map<std::string_view, const SafetensorsFile*> found;
   for (const SafetensorsFile* file : files) {
     for (const TensorInfo& info : file->header().tensors) {
       const auto it = planned.find(info.name);
       if (it == planned.end()) {
         throw Error(ErrorKind::kUnknownTensor,
-                    fmt::format("not a tensor of rank {} in the export's layout", rank.rank),
+                    fmt::format("not a tensor of rank {} in the export's layout", rank),
                     {.file = file->path(),
                      .tensor = info.name,
                      .expected = "only the tensors config.json and shardload.json plan",
@@ -45,7 +44,7 @@ void check_rank_tensors(const RankPlan& rank, const std::vector<const Safetensor
                      .expected = "each tensor in one file",
                      .found = "also in " + seen->second->path()});
       }
-      const PlanParam& param = *it->second;
+      const EngineTensor& param = *it->second;
       if (info.dtype != param.dtype) {
         throw Error(ErrorKind::kUnsupportedDtype, "dtype disagrees with the export's layout",
                     {.file = file->path(),
@@ -64,10 +63,10 @@ void check_rank_tensors(const RankPlan& rank, const std::vector<const Safetensor
       }
     }
   }
-  for (const PlanParam& param : rank.params) {
-    if (!param.exported() || found.contains(param.name)) continue;
+  for (const EngineTensor& param : expected) {
+    if (found.contains(param.name)) continue;
     throw Error(ErrorKind::kTensorNotFound,
-                fmt::format("missing from the files of rank {}", rank.rank),
+                fmt::format("missing from the files of rank {}", rank),
                 {.file = files.empty() ? std::string() : files.front()->path(),
                  .tensor = param.name,
                  .expected = described(param.dtype, param.shape),

@@ -1,5 +1,6 @@
 // Writes an export as docs/layout.md specifies: vLLM sharded_state file names, per-file metadata,
 // the shardload.json manifest, and the model directory's other top-level files copied unchanged.
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,12 +12,14 @@
 
 #include "core/fault_injection.h"
 #include "core/plural.h"
+#include "export/engine_tensors.h"
 #include "export/resolved_path.h"
 #include "export/export_steps.h"
 #include "export/recorded_layout.h"
 #include "export/staging_dir.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
+#include "shardload/convert.h"
 #include "shardload/safetensors.h"
 
 namespace shardload {
@@ -58,7 +61,7 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
 }  // namespace
 
 nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, const fs::path& dir,
-                                uint64_t max_file_size) {
+                                uint64_t max_file_size, Engine engine) {
   const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
   std::map<std::string, std::string> metadata = {
       {"format", "shardload/1"},
@@ -76,7 +79,7 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
     metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
   }
-  metadata.merge(recorded_layout(manifest_layout(plan)));
+  metadata.merge(recorded_layout(manifest_layout(plan, engine)));
   nlohmann::json files = nlohmann::json::array();
   std::vector<TensorToWrite> part;
   uint64_t part_bytes = 0;
@@ -90,23 +93,39 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     part.clear();
     part_bytes = 0;
   };
-  for (const PlanParam& param : rank.params) {
-    if (!param.exported()) continue;  // post-processing inputs, not part of the layout
+  // Bytes an engine's file holds that the rank buffer does not (a tensor in another dtype, a
+  // buffer), alive until the rank's last part is written.
+  std::deque<std::vector<std::byte>> made;
+  for (const EngineTensor& tensor : engine_tensors(plan, rank, engine)) {
+    std::span<const std::byte> data =
+        tensor.param ? weights.buffer.span().subspan(tensor.param->offset, tensor.param->nbytes)
+                     : std::span<const std::byte>();
+    if (!tensor.param || tensor.dtype != tensor.param->dtype) {
+      uint64_t elements = 1;
+      for (uint64_t size : tensor.shape) elements *= size;
+      std::vector<std::byte>& bytes = made.emplace_back(elements * dtype_bits(tensor.dtype) / 8);
+      if (tensor.param) {
+        convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), elements);
+      } else {
+        const std::vector<float> fill(elements, tensor.fill);
+        convert(DType::kF32, fill.data(), tensor.dtype, bytes.data(), elements);
+      }
+      data = bytes;
+    }
     // A part is closed when the next tensor would take it past the limit, unless it is still empty.
-    if (!part.empty() && part_bytes + param.nbytes > max_file_size) flush();
-    part.push_back({param.name, param.dtype, param.shape,
-                    weights.buffer.span().subspan(param.offset, param.nbytes)});
-    part_bytes += param.nbytes;
+    if (!part.empty() && part_bytes + data.size() > max_file_size) flush();
+    part.push_back({tensor.name, tensor.dtype, tensor.shape, data});
+    part_bytes += data.size();
   }
   if (!part.empty() || files.empty()) flush();
   fault::at("export_rank_written");  // an export killed with its staging directory half full
   return {{"rank", rank.rank}, {"files", files}};
 }
 
-void finish_export(const Checkpoint& ckpt, const Plan& plan, const nlohmann::json& manifest_ranks,
-                   StagingDir& staging, bool overwrite) {
+void finish_export(const Checkpoint& ckpt, const Plan& plan, Engine engine,
+                   const nlohmann::json& manifest_ranks, StagingDir& staging, bool overwrite) {
   const fs::path& out = staging.path();
-  nlohmann::json manifest = manifest_layout(plan);
+  nlohmann::json manifest = manifest_layout(plan, engine);
   manifest["ranks"] = manifest_ranks;
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
@@ -146,6 +165,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
                   const ExportOptions& options) {
   check_export_target(ckpt.path(), options);
   check_all_ranks(plan, ranks);
+  check_engine_plan(plan, options.engine);
   // Everything is written into a directory beside --out and moved into place when complete: a
   // failed or interrupted export never leaves a directory a load would take for an export (or for
   // the checkpoint).
@@ -153,9 +173,9 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
     manifest_ranks.push_back(
-        write_rank_files(plan, weights, staging->path(), options.max_file_size));
+        write_rank_files(plan, weights, staging->path(), options.max_file_size, options.engine));
   }
-  finish_export(ckpt, plan, manifest_ranks, *staging, options.overwrite);
+  finish_export(ckpt, plan, options.engine, manifest_ranks, *staging, options.overwrite);
 }
 
 }  // namespace shardload

@@ -4,6 +4,7 @@
 // node agreeing on its outcome, so a failure anywhere leaves --out as it was on every node.
 #include <nlohmann/json.hpp>
 
+#include "export/engine_tensors.h"
 #include "export/export_steps.h"
 #include "shardload/distributed.h"
 #include "shardload/export.h"
@@ -17,13 +18,14 @@ void export_node_ranks(const Checkpoint& ckpt, const Plan& plan,
   std::unique_ptr<StagingDir> staging;
   run_on_every_node(transport, [&] {
     check_export_target(ckpt.path(), options);
+    check_engine_plan(plan, options.engine);
     if (first) staging = make_export_staging(options);
   });
   const std::string dir = transport.all_gather(first ? staging->path().string() : "")[0];
   nlohmann::json mine = nlohmann::json::array();
   run_on_every_node(transport, [&] {
     for (const RankWeights& weights : ranks) {
-      mine.push_back(write_rank_files(plan, weights, dir, options.max_file_size));
+      mine.push_back(write_rank_files(plan, weights, dir, options.max_file_size, options.engine));
     }
   });
   const std::vector<std::string> lists = transport.all_gather(mine.dump());
@@ -34,7 +36,7 @@ void export_node_ranks(const Checkpoint& ckpt, const Plan& plan,
       for (nlohmann::json& entry : nlohmann::json::parse(list))
         manifest_ranks.push_back(std::move(entry));
     }
-    finish_export(ckpt, plan, manifest_ranks, *staging, options.overwrite);
+    finish_export(ckpt, plan, options.engine, manifest_ranks, *staging, options.overwrite);
   });
 }
 

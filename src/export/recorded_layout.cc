@@ -6,7 +6,7 @@
 
 namespace shardload {
 
-nlohmann::json manifest_layout(const Plan& plan) {
+nlohmann::json manifest_layout(const Plan& plan, Engine engine) {
   const bool moe = plan.physical_experts > 0;
   nlohmann::json manifest = {
       {"format", "shardload/1"},
@@ -28,6 +28,7 @@ nlohmann::json manifest_layout(const Plan& plan) {
     manifest["dp_style"] = dp_style_name(plan.parallel.dp_style);
     manifest["scopes"] = scopes_json(plan.parallel);
   }
+  if (engine != Engine::kLayout) manifest["engine"] = engine_name(engine);
   return manifest;
 }
 

@@ -8,6 +8,7 @@
 #include "python/layout_kwargs.h"
 #include "python/tensor.h"
 #include "shardload/checkpoint.h"
+#include "shardload/error.h"
 #include "shardload/export.h"
 #include "shardload/loader.h"
 
@@ -16,12 +17,24 @@ namespace py = pybind11;
 namespace shardload::python {
 namespace {
 
+// engine=None: docs/layout.md's names; "vllm", "sglang", "fastdeploy": as `export --engine`.
+Engine engine_arg(const std::optional<std::string>& name) {
+  if (!name) return Engine::kLayout;
+  const std::optional<Engine> engine = engine_from_name(*name);
+  if (!engine) {
+    throw Error(ErrorKind::kInvalidArgument, "not an engine shardload exports for",
+                {.field = "engine", .expected = "\"vllm\", \"sglang\", \"fastdeploy\" or None", .found = *name});
+  }
+  return *engine;
+}
+
 py::dict export_model(const py::object& model_path, const py::object& out_path, const py::object& max_file_size,
-                      bool overwrite, int threads, const py::kwargs& layout) {
+                      bool overwrite, int threads, const std::optional<std::string>& engine,
+                      const py::kwargs& layout) {
   const std::string model = path_arg(model_path);
   const std::string out = path_arg(out_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
-  ExportOptions options{.out = out, .overwrite = overwrite};
+  ExportOptions options{.out = out, .engine = engine_arg(engine), .overwrite = overwrite};
   if (!max_file_size.is_none()) {
     options.max_file_size = py::isinstance<py::str>(max_file_size)
                                 ? parse_byte_size(py::cast<std::string>(max_file_size))
@@ -34,6 +47,7 @@ py::dict export_model(const py::object& model_path, const py::object& out_path, 
     const Checkpoint ckpt = Checkpoint::open(model);
     check_export_target(ckpt.path(), options);  // before the load, as the command line does
     const Plan plan = make_plan(ckpt, parallel);
+    check_engine_plan(plan, options.engine);  // before the load too
     LoadOptions load_options;
     load_options.threads = threads;
     const std::vector<RankWeights> weights = load_ranks(ckpt, plan, load_options);
@@ -72,7 +86,9 @@ py::dict load_export_dir(const py::object& dir_path, const std::optional<std::ve
 void bind_export(py::module_& m) {
   m.def("export", &export_model, py::arg("model"), py::arg("out"), py::kw_only(),
         py::arg("max_file_size") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
-        "Writes the layout's rank files and shardload.json into `out` (atomically)");
+        py::arg("engine") = py::none(),
+        "Writes the layout's rank files and shardload.json into `out` (atomically); engine=\"vllm\" or "
+        "\"sglang\" writes them for that engine's sharded_state loader (docs/engines.md)");
   m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
         py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
 }

@@ -274,6 +274,23 @@ TEST_F(MpirunTest, AnExportFromSeveralNodesEqualsASingleProcessExport) {
   }
 }
 
+// An export for an engine (--engine vllm: renamed tensors, attention buffers, q/k norms recast) is
+// written by each node for its ranks as a single process writes it.
+TEST_F(MpirunTest, AnEngineExportFromSeveralNodesEqualsASingleProcessExport) {
+  TempDir dir;
+  for (const std::string arch : {"qwen3_moe", "deepseek_v3"}) {
+    const std::string model = make_model(dir, arch, "none");
+    const std::vector<std::string> layout = {"--tp", "4", "--ep", "4", "--engine", "vllm"};
+    std::vector<std::string> args = {"export", model, "--out", dir.file(arch + "-single")};
+    args.insert(args.end(), layout.begin(), layout.end());
+    ASSERT_EQ(shardload(args).exit_code, 0);
+    args[3] = dir.file(arch + "-nodes");
+    const CommandResult run = mpirun(2, args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(tree(dir.file(arch + "-nodes")), tree(dir.file(arch + "-single"))) << arch;
+  }
+}
+
 // A failed run: every node printed the same error line, naming the failing node (counted in the
 // merged stderr of all nodes, whose lines the launcher may interleave). `np`: the nodes that print.
 void expect_same_error_on_every_node(const CommandResult& run, int np, const std::string& error) {

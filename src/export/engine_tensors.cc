@@ -1,0 +1,226 @@
+// What an engine's sharded_state loader expects of a rank file, as table data: the engine loads a
+// file only when its names are exactly those of its model's state dict (with tensors that share
+// storage reduced to one name, the smaller), every one of them present. The rows below are what
+// vLLM 0.33 and SGLang 0.5.23 models hold on CPU for each family (tests/engines/ compares them).
+#include "export/engine_tensors.h"
+
+#include <algorithm>
+#include <span>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "shardload/error.h"
+#include "shardload/model.h"
+
+namespace shardload {
+namespace {
+
+// The first rename whose `from` a name contains replaces that part of it.
+struct Rename {
+  std::string_view from;
+  std::string_view to;
+};
+
+// A parameter whose name ends with `after` comes with the scale buffers of an attention module:
+// its name with `after` replaced by `module` + each of `kAttentionScales`.
+struct Buffers {
+  std::string_view after;
+  std::string_view module;
+};
+
+// vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
+constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+
+struct EngineFamily {
+  Engine engine;
+  std::string_view family;
+  std::span<const Rename> renames;
+  std::span<const Buffers> buffers;
+  // The engine's model makes every decoder layer an MoE layer, whatever the config says of dense
+  // ones (mlp_only_layers, decoder_sparse_step): a checkpoint with dense layers does not load into
+  // it (its own loader leaves those layers' experts unset).
+  bool every_layer_moe = false;
+};
+
+// With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
+// under two names, of which the state dict keeps the smaller.
+constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
+
+constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn."}};
+// vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
+// o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
+constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn."}};
+
+// vLLM's fused MoE layer holds the router (gate) and, since 0.33, its routed experts in a child
+// routed_experts; both are reachable from the MLP too, and "experts..." is the smaller name.
+constexpr Rename kVllmMoe[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.", ".mlp.experts.gate."},
+};
+constexpr Rename kVllmDeepseek[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.", ".mlp.experts.gate."},
+    {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
+    {".self_attn.o_proj.", ".self_attn.mla_attn.o_proj."},
+    {".self_attn.q_b_proj.", ".self_attn.mla_attn.q_b_proj."},
+    {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
+    {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},  // DeepSeek-V2-Lite: no q_lora_rank
+};
+// Mixtral's router stays where it is; Qwen2-MoE's too, while its shared expert (with its gate)
+// moves into the fused MoE layer.
+constexpr Rename kVllmMixtral[] = {
+    {".block_sparse_moe.experts.w13_", ".block_sparse_moe.experts.routed_experts.w13_"},
+    {".block_sparse_moe.experts.w2_", ".block_sparse_moe.experts.routed_experts.w2_"},
+};
+constexpr Rename kVllmQwen2Moe[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.shared_expert_gate.", ".mlp.experts._shared_experts._layer.expert_gate."},
+    {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
+};
+
+// SGLang keeps docs/layout.md's names (no attention buffers in its state dict) but one: DeepSeek's
+// fused q_a / kv_a projection, named after both its parts.
+constexpr Rename kSglangDeepseek[] = {
+    {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
+};
+
+constexpr EngineFamily kEngineFamilies[] = {
+    {Engine::kVllm, "llama", {}, kVllmAttention},
+    {Engine::kVllm, "qwen2", {}, kVllmAttention},
+    {Engine::kVllm, "qwen3", {}, kVllmAttention},
+    {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention},
+    {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention},
+    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
+    {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
+    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+    {Engine::kSglang, "llama", {}, {}},
+    {Engine::kSglang, "qwen2", {}, {}},
+    {Engine::kSglang, "qwen3", {}, {}},
+    {Engine::kSglang, "mixtral", {}, {}},
+    {Engine::kSglang, "qwen2_moe", {}, {}},
+    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true},
+    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, {}},
+    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}},
+};
+
+const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine == engine && row.family == family) return &row;
+  }
+  return nullptr;
+}
+
+std::string families_of(Engine engine) {
+  std::string out;
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine != engine) continue;
+    if (!out.empty()) out += ", ";
+    out += row.family;
+  }
+  return out.empty() ? "none yet" : out;
+}
+
+std::string renamed(const std::string& name, std::span<const Rename> renames) {
+  for (const Rename& rename : renames) {
+    const size_t at = name.find(rename.from);
+    if (at == std::string::npos) continue;
+    std::string out = name;
+    out.replace(at, rename.from.size(), rename.to);
+    return out;
+  }
+  return name;
+}
+
+// q/k norms are float32 in docs/layout.md (FastDeploy's choice); the engines keep the model dtype.
+bool is_qk_norm(const std::string& name) {
+  return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight");
+}
+
+[[noreturn]] void refuse(Engine engine, const std::string& what, std::string expected, std::string found) {
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("--engine {} cannot export {}", engine_name(engine), what),
+              {.field = "--engine", .expected = std::move(expected), .found = std::move(found)});
+}
+
+}  // namespace
+
+void check_engine_plan(const Plan& plan, Engine engine) {
+  if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
+  const std::string family(family_name(plan.model.family));
+  const EngineFamily* row = find_engine_family(engine, family);
+  if (!row) {
+    refuse(engine, "this family: its model's names are not checked yet",
+           "a family of " + families_of(engine), family);
+  }
+  const size_t moe_layers = plan.physical_to_logical.size();
+  if (row->every_layer_moe && moe_layers != static_cast<size_t>(plan.model.layers)) {
+    refuse(engine,
+           fmt::format("{} with dense layers: its {} model makes every layer MoE (it reads no "
+                       "mlp_only_layers or decoder_sparse_step)",
+                       family, engine_name(engine)),
+           fmt::format("{} MoE layers", plan.model.layers),
+           fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
+  }
+  // The engines take FP8 checkpoints before their post-processing, in shapes (one scale per fused
+  // part) that shardload's requantized ranks do not have.
+  if (plan.quantization != Quantization::kNone) {
+    refuse(engine, "FP8 weights before the engine's post-processing", "an unquantized checkpoint",
+           "an FP8 plan");
+  }
+  if (plan.parallel.row_bias != RowBias::kFull) {
+    refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
+           "--row-bias divided");
+  }
+  if (plan.parallel.has_dp_fields()) {
+    refuse(engine, "a data-parallel layout (not checked against the engine yet)", "no --dp",
+           fmt::format("--dp {}", plan.parallel.dp));
+  }
+  if (plan.physical_experts > static_cast<int>(plan.model.experts)) {
+    refuse(engine, "redundant experts (not checked against the engine yet)", "no redundant experts",
+           std::to_string(plan.physical_experts - static_cast<int>(plan.model.experts)));
+  }
+  // The engine's own load places expert p in slot p; another placement is its EPLB's to give.
+  for (size_t layer = 0; layer < plan.physical_to_logical.size(); ++layer) {
+    const std::vector<int>& row = plan.physical_to_logical[layer];
+    for (size_t p = 0; p < row.size(); ++p) {
+      if (row[p] == static_cast<int>(p)) continue;
+      refuse(engine, "an expert map other than the engine's own placement (not checked yet)",
+             fmt::format("physical expert {} holding logical expert {}", p, p),
+             fmt::format("logical expert {} (MoE layer {})", row[p], layer));
+    }
+  }
+}
+
+std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine) {
+  const EngineFamily* row =
+      engine == Engine::kVllm || engine == Engine::kSglang
+          ? find_engine_family(engine, family_name(plan.model.family))
+          : nullptr;
+  std::vector<EngineTensor> out;
+  for (const PlanParam& param : rank.params) {
+    if (!param.exported()) continue;  // post-processing inputs, not part of the layout
+    if (!row) {
+      out.push_back({param.name, param.dtype, param.shape, &param});
+      continue;
+    }
+    const bool model_dtype = is_qk_norm(param.name) && param.dtype == DType::kF32;
+    const std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
+                                 ? std::string(kTiedEmbedding.to)
+                                 : renamed(param.name, row->renames);
+    out.push_back({name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    for (const Buffers& buffers : row->buffers) {
+      if (!param.name.ends_with(buffers.after)) continue;
+      const std::string prefix =
+          param.name.substr(0, param.name.size() - buffers.after.size()) + std::string(buffers.module);
+      for (std::string_view scale : kAttentionScales)
+        out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
+    }
+  }
+  return out;
+}
+
+}  // namespace shardload

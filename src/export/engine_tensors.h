@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardload/export.h"
+#include "shardload/plan.h"
+
+namespace shardload {
+
+// One tensor of a rank file written for an engine (docs/engines.md): a planned parameter under the
+// name the engine's model gives it, maybe in another dtype, or a buffer the engine's model holds
+// that no checkpoint has (vLLM's attention scales, float32 scalars of value 1).
+struct EngineTensor {
+  std::string name;
+  DType dtype = DType::kBF16;
+  Shape shape{};
+  const PlanParam* param = nullptr;  // null: a buffer, every element `fill`
+  float fill = 0;
+};
+
+// check_engine_plan (what an engine can take) is in shardload/export.h.
+
+// The tensors of `rank`'s files for `engine`, in the plan's order with each buffer after the
+// parameter it belongs to. kLayout and kFastdeploy: the exported parameters as they are.
+std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine);
+
+}  // namespace shardload

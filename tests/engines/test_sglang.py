@@ -1,0 +1,17 @@
+"""SGLang 0.5.23's load_format="sharded_state" takes `shardload export --engine sglang` and holds what its
+own loader holds from the checkpoint, rank by rank (engines.py): every family shardload exports for SGLang
+at tp 2 (expert parallelism 2 for the MoE families; the dense ones in the same group), and MoE-TP inside
+EP at tp 4 x ep 2. make-tiny's Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold:
+`--engine sglang` refuses it (tests/python/test_export_engine.py)."""
+from engines import check_engine_loads_the_export, needs_engines
+
+pytestmark = needs_engines
+
+
+def test_sglang_tp2(tmp_path):
+    check_engine_loads_the_export(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
+                                  [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]])
+
+
+def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
+    check_engine_loads_the_export(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2)])

@@ -1,0 +1,166 @@
+"""`export --engine vllm|sglang|fastdeploy` (and shardload.export(engine=...)): rank files with the names,
+buffers and dtypes of that engine's sharded_state loader, recorded in shardload.json and in every rank file,
+which load_export checks against the export's own plan under the engine's names. What an engine cannot take
+is refused before the load, naming it. (tests/engines/ has vLLM and SGLang themselves load these exports.)"""
+import json
+import pathlib
+import struct
+
+import pytest
+
+import shardload
+from conftest import read_safetensors, run_shardload
+
+
+def rank_tensors(out, rank):
+    """{name: (dtype, shape, bytes)} of every part of one rank, read directly."""
+    manifest = json.loads((pathlib.Path(out) / "shardload.json").read_text())
+    tensors = {}
+    for name in manifest["ranks"][rank]["files"]:
+        tensors.update(read_safetensors(pathlib.Path(out) / name))
+    return tensors
+
+
+def metadata(out, rank):
+    data = (pathlib.Path(out) / f"model-rank-{rank}-part-0.safetensors").read_bytes()
+    return json.loads(data[8:8 + int.from_bytes(data[:8], "little")])["__metadata__"]
+
+
+def export(model, out, *flags):
+    done = run_shardload("export", model, "--out", out, *flags, check=False)
+    assert done.returncode == 0, done.stderr
+    return str(out)
+
+
+def bf16_of_f32(blob):
+    """float32 values rounded to bfloat16 (nearest, ties to even), as bytes."""
+    out = b""
+    for (bits,) in struct.iter_unpack("<I", blob):
+        out += (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF).to_bytes(2, "little")
+    return out
+
+
+def test_vllm_names_buffers_and_dtypes(tiny, tmp_path):
+    model = tiny("qwen3")
+    plain = export(model, tmp_path / "plain", "--tp", 2)
+    vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
+    assert "engine" not in json.loads((pathlib.Path(plain) / "shardload.json").read_text())
+    assert "engine" not in metadata(plain, 0)
+    assert json.loads((pathlib.Path(vllm) / "shardload.json").read_text())["engine"] == "vllm"
+    assert metadata(vllm, 1)["engine"] == "vllm"
+    for rank in range(2):
+        a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
+        # q/k norms in the model dtype (the layout's float32 rounded), vLLM's attention scales added.
+        q_norm = "model.layers.0.self_attn.q_norm.weight"
+        assert a[q_norm][0] == "F32" and b[q_norm][0] == "BF16"
+        assert b[q_norm][2] == bf16_of_f32(a[q_norm][2])
+        scales = {n for n in b if n.startswith("model.layers.0.self_attn.attn.")}
+        assert scales == {f"model.layers.0.self_attn.attn._{s}_scale" for s in ("k", "v", "q", "prob")}
+        for name in scales:
+            assert b[name] == ("F32", [], struct.pack("<f", 1.0))
+        # Tied embeddings: the table under lm_head.weight, the name vLLM's state dict keeps.
+        assert b["lm_head.weight"] == a["model.embed_tokens.weight"]
+        assert "model.embed_tokens.weight" not in b
+        same = {n for n in a if "norm" not in n and n != "model.embed_tokens.weight"}
+        assert all(a[n] == b[n] for n in same)
+    # load_export takes it, with the engine's names.
+    loaded = shardload.load_export(vllm)
+    assert "model.layers.0.self_attn.attn._k_scale" in loaded[0]
+    assert run_shardload("load", vllm, "--checksum").returncode == 0
+
+
+def test_vllm_moe_and_mla_names(tiny, tmp_path):
+    names = set(rank_tensors(export(tiny("deepseek_v3"), tmp_path / "ds", "--tp", 2, "--ep", 2,
+                                    "--engine", "vllm"), 0))
+    for name in ("model.layers.1.mlp.experts.routed_experts.w13_weight", "model.layers.1.mlp.experts.gate.weight",
+                 "model.layers.1.mlp.experts.gate.e_score_correction_bias",
+                 "model.layers.1.mlp.experts._shared_experts._layer.gate_up_proj.weight",
+                 "model.layers.1.self_attn.mla_attn.o_proj.weight", "model.layers.1.self_attn.mla_attn.q_b_proj.weight",
+                 "model.layers.1.self_attn.mla_attn.mla_attn._k_scale",
+                 "model.layers.1.self_attn.fused_qkv_a_proj.weight"):
+        assert name in names, name
+    assert not {n for n in names if ".mlp.gate." in n or ".mlp.experts.w13" in n}
+
+
+def test_sglang_names(tiny, tmp_path):
+    model = tiny("deepseek_v3")
+    plain = rank_tensors(export(model, tmp_path / "plain", "--tp", 2, "--ep", 2), 0)
+    sglang = rank_tensors(export(model, tmp_path / "sglang", "--tp", 2, "--ep", 2, "--engine", "sglang"), 0)
+    fused = "model.layers.1.self_attn.fused_qkv_a_proj.weight"
+    assert sglang[fused.replace("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa")] == plain[fused]
+    assert set(sglang) == {n.replace("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa") for n in plain}
+
+
+def test_fastdeploy_is_the_layout_recorded(tiny, tmp_path):
+    model = tiny("qwen3_moe")
+    plain = export(model, tmp_path / "plain", "--tp", 2, "--ep", 2, "--row-bias", "divided")
+    fastdeploy = export(model, tmp_path / "fd", "--tp", 2, "--ep", 2, "--row-bias", "divided", "--engine",
+                        "fastdeploy")
+    for rank in range(2):
+        assert rank_tensors(plain, rank) == rank_tensors(fastdeploy, rank)
+    assert metadata(fastdeploy, 0)["engine"] == "fastdeploy"
+    assert sorted(shardload.load_export(fastdeploy)) == [0, 1]
+
+
+def test_python_api_engine(tiny, tmp_path):
+    shardload.export(tiny("llama"), tmp_path / "api", tp=2, engine="vllm")
+    assert rank_tensors(tmp_path / "api", 0) == rank_tensors(
+        export(tiny("llama"), tmp_path / "cli", "--tp", 2, "--engine", "vllm"), 0)
+    with pytest.raises(shardload.Error, match="engine"):
+        shardload.export(tiny("llama"), tmp_path / "bad", tp=2, engine="tensorrt")
+
+
+@pytest.mark.parametrize("arch,quant,flags,words", [
+    ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
+    ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
+    ("llama", "fp8", ["--tp", 2, "--engine", "vllm"], ["FP8"]),
+    ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
+    ("llama", "none", ["--tp", 2, "--dp", 2, "--engine", "vllm"], ["--dp 2"]),
+    ("llama", "none", ["--tp", 2, "--engine", "tensorrt"], ["--engine"]),
+    ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--redundant-experts", 2, "--engine", "vllm"],
+     ["redundant experts"]),
+    ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--expert-map", "MAP", "--engine", "vllm"],
+     ["expert map", "logical expert 1"]),
+])
+def test_what_an_engine_cannot_take_is_refused(tiny, tmp_path, arch, quant, flags, words):
+    if "MAP" in flags:  # experts 0 and 1 swapped in every MoE layer (make-tiny's Qwen3-MoE: 3 of 8 experts)
+        (tmp_path / "map.json").write_text(json.dumps({"physical_to_logical_map": [[1, 0, 2, 3, 4, 5, 6, 7]] * 3}))
+        flags = [str(tmp_path / "map.json") if f == "MAP" else f for f in flags]
+    done = run_shardload("export", tiny(arch, quant), "--out", tmp_path / "out", *flags, check=False)
+    assert done.returncode != 0
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def edit_manifest(out, edit):
+    path = pathlib.Path(out) / "shardload.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda m: m.pop("engine"), ["engine", "nothing"]),             # the files still say vllm
+    (lambda m: m.update(engine="sglang"), ["engine", "sglang"]),     # another engine's names
+    (lambda m: m.update(engine="tensorrt"), ["engine", "tensorrt"]),  # not an engine
+])
+def test_an_edited_engine_is_refused(tiny, tmp_path, edit, words):
+    out = export(tiny("llama"), tmp_path / "out", "--tp", 2, "--engine", "vllm")
+    edit_manifest(out, edit)
+    done = run_shardload("load", out, check=False)
+    assert done.returncode == 1
+    with pytest.raises(shardload.Error) as error:
+        shardload.load_export(out)
+    for word in words:
+        assert word in done.stderr and word in str(error.value), (word, done.stderr)
+
+
+def test_verify_refuses_an_engine_export(tiny, tmp_path):
+    import subprocess
+    import sys
+
+    out = export(tiny("llama"), tmp_path / "out", "--tp", 2, "--engine", "vllm")
+    done = subprocess.run([sys.executable, "-m", "shardload.verify", tiny("llama"), "--export", out],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "engine" in done.stderr, done.stderr
