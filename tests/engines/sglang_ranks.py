@@ -11,8 +11,9 @@ sglang.utils imports) are stand-in modules here: loading calls nothing of either
 import argparse
 import importlib.machinery
 import os
-import socket
 import sys
+
+from rank_group import run_ranks
 import types
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -49,12 +50,6 @@ class _StubFinder:
 
     def exec_module(self, module):
         pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_main(rank, args, port, errors):
@@ -118,21 +113,7 @@ def main():
     args.jobs = [job.rsplit(":", 2) for job in args.jobs]
     for _, out, _ in args.jobs:
         os.makedirs(out, exist_ok=True)
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    errors = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, args, port, errors)) for r in range(args.tp)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-    if failed:
-        while not errors.empty():
-            sys.stderr.write(errors.get() + "\n")
-        sys.exit(f"sglang_ranks: ranks {failed} failed")
+    run_ranks("sglang_ranks", rank_main, args)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,14 @@ expert-parallel group vLLM makes spans the T ranks either way, so one group serv
 """
 import argparse
 import os
-import socket
-import sys
+
+from rank_group import run_ranks
 
 # vLLM's CUDA wheel picks its CPU platform from this, read when vllm is first imported.
 os.environ["VLLM_TARGET_DEVICE"] = "cpu"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 # One thread per rank: the ranks run side by side on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_main(rank, args, port, errors):
@@ -95,21 +89,7 @@ def main():
     args.jobs = jobs
     for _, out, _, _ in args.jobs:
         os.makedirs(out, exist_ok=True)
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    errors = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, args, port, errors)) for r in range(args.tp)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-    if failed:
-        while not errors.empty():
-            sys.stderr.write(errors.get() + "\n")
-        sys.exit(f"vllm_ranks: ranks {failed} failed")
+    run_ranks("vllm_ranks", rank_main, args)
 
 
 if __name__ == "__main__":
