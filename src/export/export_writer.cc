@@ -101,8 +101,7 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
         tensor.param ? weights.buffer.span().subspan(tensor.param->offset, tensor.param->nbytes)
                      : std::span<const std::byte>();
     if (!tensor.param || tensor.dtype != tensor.param->dtype) {
-      uint64_t elements = 1;
-      for (uint64_t size : tensor.shape) elements *= size;
+      const uint64_t elements = shape_numel(tensor.shape);
       std::vector<std::byte>& bytes = made.emplace_back(elements * dtype_bits(tensor.dtype) / 8);
       if (tensor.param) {
         convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), elements);

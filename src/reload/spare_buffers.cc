@@ -4,19 +4,16 @@
 // the other buffer.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <utility>
 
 #include "core/fault_injection.h"
-#include "core/parallel_for.h"
+#include "core/parallel_copy.h"
 #include "reload/staging.h"
 
 namespace shardload::reload {
 namespace {
 
 using Range = std::pair<uint64_t, uint64_t>;  // offset, bytes
-
-constexpr uint64_t kSyncChunk = uint64_t{8} << 20;  // work item of the parallel copy
 
 // Sorted, with neighbours and overlaps merged.
 std::vector<Range> merged(std::vector<Range> ranges) {
@@ -64,26 +61,17 @@ std::vector<std::vector<Range>> unit_ranges(size_t ranks, const std::vector<Unit
 }  // namespace
 
 uint64_t sync_spare(LiveModel& live, const std::vector<Unit>& units, int threads) {
-  struct Copy {
-    std::byte* dst;
-    const std::byte* src;
-    uint64_t bytes;
-  };
   const std::vector<std::vector<Range>> written = unit_ranges(live.ranks.size(), units);
   live.spare.stale.resize(live.ranks.size());
-  std::vector<Copy> copies;
+  std::vector<ByteCopy> copies;
   uint64_t total = 0;
   for (size_t i = 0; i < live.ranks.size(); ++i) {
     for (const Range& r : minus(merged(live.spare.stale[i]), written[i])) {
-      for (uint64_t at = 0; at < r.second; at += kSyncChunk) {
-        copies.push_back({live.spare.buffers[i].data() + r.first + at, live.ranks[i].buffer.data() + r.first + at,
-                          std::min(kSyncChunk, r.second - at)});
-      }
+      copies.push_back({live.spare.buffers[i].data() + r.first, live.ranks[i].buffer.data() + r.first, r.second});
       total += r.second;
     }
   }
-  parallel_for(copies.size(), threads,
-               [&](size_t i, int) { std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes); });
+  parallel_copy(copies, threads);
   // Whole now but for what the units are about to rewrite: that is what mark_stale records.
   for (size_t i = 0; i < live.ranks.size(); ++i) live.spare.stale[i] = written[i];
   return total;

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "core/fault_injection.h"
-#include "core/parallel_for.h"
+#include "core/parallel_copy.h"
 #include "core/shape_text.h"
 #include "shardload/error.h"
 #include "shardload/tensor.h"
@@ -17,7 +17,6 @@
 namespace shardload::reload {
 namespace {
 
-constexpr uint64_t kCommitChunk = uint64_t{8} << 20;  // the smallest share of the parallel commit copy
 
 }  // namespace
 
@@ -137,45 +136,19 @@ void Staging::release(const std::vector<Unit>& units, const std::vector<size_t>&
 
 double commit_group(LiveModel& live, Staging& staging, const std::vector<Unit>& units,
                     const std::vector<size_t>& group, const UpdateOptions& options) {
-  struct Copy {
-    std::byte* dst;
-    const std::byte* src;
-    uint64_t bytes;
-  };
-  // One contiguous share of the bytes per thread, as a plain parallel memcpy splits them: small
-  // chunks handed out in turn made each thread's stream jump and the commit ran at about 0.6 of that
-  // memcpy on 2 cores (bench/reload_bench), equal shares at 0.9 or more.
-  const int threads = options.threads > 0 ? options.threads : default_thread_count();
-  uint64_t total = 0;
-  for (size_t u : group) total += units[u].bytes;
-  const uint64_t share = std::max<uint64_t>(
-      kCommitChunk, (total / static_cast<uint64_t>(threads) + kPageBytes - 1) / kPageBytes * kPageBytes);
-  std::vector<std::vector<Copy>> shares(1);
-  uint64_t filled = 0;
+  std::vector<ByteCopy> copies;
   for (size_t u : group) {
     const Unit& unit = units[u];
     std::byte* dst = live.ranks[unit.rank_index].buffer.data();
     const std::byte* src = staging.ranks()[unit.rank_index].buffer.data();
-    for (const ByteRange& r : unit.ranges) {
-      for (uint64_t at = 0; at < r.bytes;) {
-        if (filled == share) {
-          shares.emplace_back();
-          filled = 0;
-        }
-        const uint64_t n = std::min(share - filled, r.bytes - at);
-        shares.back().push_back({dst + r.offset + at, src + r.offset + at, n});
-        filled += n;
-        at += n;
-      }
-    }
+    for (const ByteRange& r : unit.ranges) copies.push_back({dst + r.offset, src + r.offset, r.bytes});
   }
+  const std::vector<std::vector<ByteCopy>> shares = copy_shares(copies, options.threads);
   const auto start = std::chrono::steady_clock::now();
   if (options.begin_commit) options.begin_commit();
   fault::in_commit();
   // memcpy cannot fail: once the first byte is written the group completes.
-  parallel_for(shares.size(), threads, [&](size_t i, int) {
-    for (const Copy& copy : shares[i]) std::memcpy(copy.dst, copy.src, copy.bytes);
-  });
+  run_copy_shares(shares, options.threads);
   if (options.end_commit) options.end_commit();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "core/fault_injection.h"
-#include "core/parallel_for.h"
+#include "core/parallel_copy.h"
 #include "core/plural.h"
 #include "serve/manifest.h"
 #include "serve/requests.h"
@@ -382,16 +382,11 @@ void ShmStore::fill_spare_slots() {
     live_.spare.buffers.push_back(files_[i].map_slot(1, live.size()));
   }
   // One copy of every byte, once: from here on an update copies only what the last one rewrote.
-  constexpr uint64_t kChunk = uint64_t{8} << 20;
-  std::vector<std::pair<size_t, uint64_t>> chunks;
+  std::vector<ByteCopy> copies;
   for (size_t i = 0; i < files_.size(); ++i) {
-    for (uint64_t at = 0; at < live_.ranks[i].buffer.size(); at += kChunk) chunks.push_back({i, at});
+    copies.push_back({live_.spare.buffers[i].data(), live_.ranks[i].buffer.data(), live_.ranks[i].buffer.size()});
   }
-  parallel_for(chunks.size(), threads_, [&](size_t c, int) {
-    const auto [i, at] = chunks[c];
-    const uint64_t bytes = std::min<uint64_t>(kChunk, live_.ranks[i].buffer.size() - at);
-    std::memcpy(live_.spare.buffers[i].data() + at, live_.ranks[i].buffer.data() + at, bytes);
-  });
+  parallel_copy(copies, threads_);
   live_.spare.stale.assign(files_.size(), {});
   store_active_slots();
 }
