@@ -9,6 +9,7 @@
 
 #include "shardload/distributed.h"
 #include "shardload/plan.h"
+#include "shardload/tensor.h"
 #include "shardload/transport.h"
 
 namespace shardload {
@@ -34,6 +35,11 @@ inline constexpr std::string_view kShmManifestFormat = "shardload-shm/1";
 // even before its copy and the same after it copied one whole version. The manifest's format is
 // kShmDoubleBufferFormat, so that a reader knowing only the single layout refuses it.
 inline constexpr uint64_t kShmActiveSlotOffset = 32;
+// The slot size of a double-buffered rank file whose rank has `rank_bytes`: whole pages, so that each
+// slot maps on its own.
+inline constexpr uint64_t shm_slot_bytes(uint64_t rank_bytes) {
+  return (rank_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
 inline constexpr std::string_view kShmDoubleBufferFormat = "shardload-shm/2";
 
 // /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]

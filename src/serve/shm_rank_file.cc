@@ -70,17 +70,13 @@ ShmRankFile ShmRankFile::open_existing(const ShmDir& dir, const std::string& nam
   return file;
 }
 
-uint64_t ShmRankFile::slot_bytes(uint64_t data_bytes) {
-  return (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-}
-
 ShmRankFile ShmRankFile::create_double(const ShmDir& dir, const std::string& name, uint64_t data_bytes) {
-  return create(dir, name, 2 * slot_bytes(data_bytes));
+  return create(dir, name, 2 * shm_slot_bytes(data_bytes));
 }
 
 AlignedBuffer ShmRankFile::map_slot(int slot, uint64_t data_bytes) const {
   try {
-    return AlignedBuffer::map_file(fd_, kShmHeaderBytes + static_cast<uint64_t>(slot) * slot_bytes(data_bytes),
+    return AlignedBuffer::map_file(fd_, kShmHeaderBytes + static_cast<uint64_t>(slot) * shm_slot_bytes(data_bytes),
                                    data_bytes);
   } catch (const Error& e) {
     throw e.with_file(path_);

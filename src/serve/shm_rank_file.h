@@ -26,11 +26,8 @@ class ShmRankFile {
   // words). Any entry of that name is unlinked first, so a process still mapping it keeps the old
   // bytes instead of faulting on a shrunk file. Throws Error(kIo).
   static ShmRankFile create(const ShmDir& dir, const std::string& name, uint64_t data_bytes);
-  // A new file of two slots (ServeOptions::double_buffer): kShmHeaderBytes + 2 x slot_bytes(data_bytes).
+  // A new file of two slots (ServeOptions::double_buffer): kShmHeaderBytes + 2 x shm_slot_bytes(data_bytes).
   static ShmRankFile create_double(const ShmDir& dir, const std::string& name, uint64_t data_bytes);
-  // The distance between the two slots of a double-buffered file of `data_bytes` per slot: whole pages,
-  // so that each slot maps on its own.
-  static uint64_t slot_bytes(uint64_t data_bytes);
 
   bool valid() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
@@ -42,7 +39,7 @@ class ShmRankFile {
   // Error(kIo).
   AlignedBuffer map_data() const;
   // A shared mapping of slot `slot` (0 or 1) of a double-buffered file: `data_bytes` from
-  // kShmHeaderBytes + slot x slot_bytes(data_bytes). Throws Error(kIo).
+  // kShmHeaderBytes + slot x shm_slot_bytes(data_bytes). Throws Error(kIo).
   AlignedBuffer map_slot(int slot, uint64_t data_bytes) const;
 
  private:

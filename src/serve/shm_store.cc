@@ -394,7 +394,7 @@ void ShmStore::fill_spare_slots() {
 void ShmStore::store_active_slots() {
   for (size_t i = 0; i < files_.size(); ++i) {
     const AlignedBuffer& live = live_.ranks[i].buffer;
-    store_active_slot(files_[i].header(), live.data() == slot0_[i] ? 0 : ShmRankFile::slot_bytes(live.size()));
+    store_active_slot(files_[i].header(), live.data() == slot0_[i] ? 0 : shm_slot_bytes(live.size()));
   }
 }
 
@@ -439,7 +439,7 @@ nlohmann::json ShmStore::manifest(bool update_in_progress) const {
     manifest["format"] = kShmDoubleBufferFormat;
     manifest["slots"] = 2;
     for (nlohmann::json& rank : manifest["ranks"]) {
-      const uint64_t slot = ShmRankFile::slot_bytes(rank["bytes"].get<uint64_t>() - kShmHeaderBytes);
+      const uint64_t slot = shm_slot_bytes(rank["bytes"].get<uint64_t>() - kShmHeaderBytes);
       rank["slot_bytes"] = slot;
       rank["bytes"] = kShmHeaderBytes + 2 * slot;
     }

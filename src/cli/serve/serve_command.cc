@@ -19,7 +19,6 @@
 #include "core/byte_size.h"
 #include "core/plural.h"
 #include "cli/usage_error.h"
-#include "core/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/device.h"
 #include "shardload/distributed.h"
@@ -109,8 +108,7 @@ void admit_serve(const Plan& plan, const std::string& dir, bool double_buffer) {
   uint64_t needed = 0;
   for (const RankPlan& rank : plan.ranks) {
     // --double-buffer: two slots of whole pages per rank (the second slot's memory is the cost).
-    needed += kShmHeaderBytes + (double_buffer ? 2 * ((rank.bytes + kPageBytes - 1) / kPageBytes * kPageBytes)
-                                               : rank.bytes);
+    needed += kShmHeaderBytes + (double_buffer ? 2 * shm_slot_bytes(rank.bytes) : rank.bytes);
   }
   uint64_t held = 0;
   std::error_code ec;
