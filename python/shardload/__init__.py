@@ -2,7 +2,7 @@
 updated in place, exports, the weight server's client, engine hooks and a numerical check of sharded
 weights (python3 -m shardload.verify). docs/python.md shows each."""
 
-from . import errors
+from . import engines, errors
 from ._shardload import (Checkpoint, LiveModel, LoadedModel, Tensor, cuda_unavailable_reason, export, load,
                          load_export, plan)
 from .client import Client, connect

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "core/byte_size.h"
+#include "export/engine_tensors.h"
 #include "python/bindings.h"
 #include "python/path_arg.h"
 #include "python/json_value.h"
@@ -81,6 +82,45 @@ py::dict load_export_dir(const py::object& dir_path, const std::optional<std::ve
   return out;
 }
 
+// What rank `rank` of a layout holds under `engine`'s names (docs/engines.md), as the engine hooks
+// (shardload.vllm) fill an engine's model from layout.md's tensors: per tensor its engine name, dtype
+// and shape, and the layout tensor it is made of (None: a buffer no checkpoint has, every element
+// `fill`). A plan the engine cannot take is refused here, before anything is read.
+py::list engine_layout(const py::object& model_path, int rank, const std::string& engine_name_arg,
+                       const py::kwargs& layout) {
+  const Engine engine = engine_arg(engine_name_arg);
+  const std::string model = path_arg(model_path);
+  const ParallelConfig parallel = layout_from_kwargs(layout);
+  py::list out;
+  std::vector<std::pair<EngineTensor, std::string>> tensors;  // with its source's name: the plan dies here
+  {
+    py::gil_scoped_release release;
+    const Plan plan = make_plan(Checkpoint::open(model), parallel);
+    check_engine_plan(plan, engine);
+    if (rank < 0 || rank >= static_cast<int>(plan.ranks.size())) {
+      throw Error(ErrorKind::kInvalidArgument, "no such rank in the layout",
+                  {.field = "rank",
+                   .expected = "0 to " + std::to_string(plan.ranks.size() - 1),
+                   .found = std::to_string(rank)});
+    }
+    for (EngineTensor& t : engine_tensors(plan, plan.ranks[static_cast<size_t>(rank)], engine)) {
+      std::string source = t.param ? t.param->name : std::string();
+      t.param = nullptr;
+      tensors.emplace_back(std::move(t), std::move(source));
+    }
+  }
+  for (const auto& [t, source] : tensors) {
+    py::dict entry;
+    entry["name"] = t.name;
+    entry["dtype"] = std::string(dtype_name(t.dtype));
+    entry["shape"] = py::cast(t.shape);
+    entry["source"] = source.empty() ? py::object(py::none()) : py::object(py::str(source));
+    entry["fill"] = t.fill;
+    out.append(std::move(entry));
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_export(py::module_& m) {
@@ -91,6 +131,10 @@ void bind_export(py::module_& m) {
         "\"sglang\" writes them for that engine's sharded_state loader (docs/engines.md)");
   m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
         py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
+  m.def("engine_layout", &engine_layout, py::arg("model"), py::kw_only(), py::arg("rank"), py::arg("engine"),
+        "What a rank holds under an engine's names: [{name, dtype, shape, source, fill}], source the "
+        "layout tensor it is made of (None: a buffer, every element fill); refuses a plan the engine "
+        "cannot take");
 }
 
 }  // namespace shardload::python

@@ -9,9 +9,14 @@ engine's load_format="sharded_state" load of `shardload export --engine ENGINE`,
 own model classes and loaders on CPU in a gloo group of T processes (vllm_ranks.py, sglang_ranks.py),
 hold the same parameters on every rank: the same names, dtypes, shapes and bytes; and the export's rank
 files hold exactly (a)'s state dict."""
+import json
 import os
 import pathlib
+import re
+import shutil
 import subprocess
+import time
+import uuid
 
 import pytest
 
@@ -29,10 +34,12 @@ def cli(*args):
     return result.stdout
 
 
-def engine_python(script, *args):
+def engine_python(script, *args, shardload=False):
     """Runs SCRIPT (a file of this folder) in the engines' interpreter, without the sanitizer runtime or the
-    shardload package the suite may put in the environment."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH", "ASAN_OPTIONS")}
+    shardload package the suite may put in the environment; with shardload=True, with them (the plugin's
+    jobs: vLLM finds the package, and its entry point, on PYTHONPATH)."""
+    dropped = () if shardload else ("LD_PRELOAD", "PYTHONPATH", "ASAN_OPTIONS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     result = subprocess.run([ENGINES, str(HERE / script), *map(str, args)], capture_output=True, text=True,
                             env=env)
     assert result.returncode == 0, result.stderr[-6000:]
@@ -76,3 +83,80 @@ def check_engine_loads_the_export(tmp_path, engine, tp, cases):
     lines = engine_python("compare_ranks.py", *pairs).splitlines()
     differences = [line for line in lines if not line.endswith(": byte-equal")]
     assert len(lines) >= len(pairs) // 2 and not differences, "\n".join(differences)
+
+
+class WeightServer:
+    """`shardload serve MODEL --tp T --ep E --name NAME --port 0`, output to files; stop() kills it and
+    removes its shared memory."""
+
+    def __init__(self, model, tp, ep, log_dir):
+        self.name = f"engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.log = log_dir / f"{self.name}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [BIN, "serve", model, "--tp", str(tp), "--ep", str(ep), "--name", self.name, "--port", "0",
+                 "--threads", "2"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+)\n", self.log.read_text())
+            if found:
+                self.port = int(found.group(1))
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        pytest.fail(f"the weight server did not start:\n{self.log.read_text()}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=60)
+        shutil.rmtree(f"/dev/shm/shardload-{self.name}", ignore_errors=True)
+
+
+def check_plugin_loads(tmp_path, tp, cases, sync=False):
+    """vLLM's --load-format shardload (shardload.vllm, found by its entry point) for CASES, (family, ep)
+    pairs at tp TP: (c) from the checkpoint and (d) from a running weight server hold byte-equal parameters
+    to (a) vLLM's own load, on every rank. With SYNC, the last case (ep = tp) goes on as an RL trainer
+    syncs a live engine: its server updates to a second checkpoint of that family and the plugin refills
+    the live model in place, equal to vLLM's own load of the second checkpoint; then the server rebalances
+    (every expert to another rank) and the plugin refills again, equal to vLLM's own EPLB applying the
+    same map to its own load. Returns the harness's output (the refill times)."""
+    jobs, pairs, servers, sync_spec = [], [], [], None
+    try:
+        for arch, ep in cases:
+            name = f"{arch}-ep{ep}"
+            model = tmp_path / arch
+            if not model.exists():
+                cli("make-tiny", "--arch", arch, "--out", model)
+            server = WeightServer(model, tp, ep, tmp_path)
+            servers.append(server)
+            suffix = ":ep" if ep > 1 else ""
+            own, plugin, served = (tmp_path / f"{name}-{kind}" for kind in ("own", "plugin", "server"))
+            jobs += [f"{model}:{own}:auto{suffix}", f"{model}:{plugin}:shardload{suffix}",
+                     f"{model}:{served}:server={server.name}{suffix}"]
+            pairs += [own, plugin, own, served]
+        if sync:
+            arch, ep = cases[-1]
+            assert ep == tp, "the rebalance moves experts between the ranks of vLLM's expert group"
+            second = tmp_path / f"{arch}-second"
+            cli("make-tiny", "--arch", arch, "--seed", 1234, "--out", second)
+            current = json.loads(cli("plan", second, "--tp", tp, "--ep", ep, "--json"))["physical_to_logical_map"]
+            # Every expert to another rank: each layer's row reversed, then rotated by the layer's number.
+            rows = [row[::-1][layer % len(row):] + row[::-1][:layer % len(row)] for layer, row in enumerate(current)]
+            sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced"),
+                         "rebalance": {"map": rows, "out": str(tmp_path / "rebalanced"),
+                                       "own": str(tmp_path / "own-rebalanced")}}
+            jobs.append(f"{second}:{tmp_path / 'second-own'}:auto:ep")  # vLLM's own load, then its own EPLB
+            pairs += [tmp_path / "second-own", tmp_path / "synced", tmp_path / "own-rebalanced",
+                      tmp_path / "rebalanced"]
+        args = ["--tp", tp, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
+        output = engine_python("vllm_ranks.py", *args, shardload=True)
+    finally:
+        for server in servers:
+            server.stop()
+    lines = engine_python("compare_ranks.py", *pairs).splitlines()
+    differences = [line for line in lines if not line.endswith(": byte-equal")]
+    assert len(lines) >= len(pairs) // 2 and not differences, "\n".join(differences)
+    return output

@@ -4,11 +4,23 @@ Hugging Face checkpoint, or `sharded_state` from an export), then saving the ran
 vLLM's `save_sharded_state` sees it (tensors sharing storage reduced to one) to OUT/rank-R.safetensors.
 
 Run by the engines' PyPI interpreter (tests/engines/requirements.lock):
-  python vllm_ranks.py --tp T MODEL:OUT:FORMAT[:ep]...
-FORMAT is auto or sharded_state; `ep` turns on vLLM's expert parallelism (ep = tp) for that job (the
-expert-parallel group vLLM makes spans the T ranks either way, so one group serves both).
+  python vllm_ranks.py --tp T MODEL:OUT:FORMAT[:ep]... [--sync SYNC_JSON]
+FORMAT is auto, sharded_state, shardload (the plugin, `--load-format shardload`, from the checkpoint)
+or server=NAME (the plugin from the weight server NAME); `ep` turns on vLLM's expert parallelism
+(ep = tp) for that job (the expert-parallel group vLLM makes spans the T ranks either way, so one group
+serves both). The plugin's formats need the shardload package on PYTHONPATH: vLLM finds it by its
+entry point, as it does every general plugin.
+
+--sync {"port": P, "model": NEW, "out": DIR, "rebalance": {"map": [[...]], "out": DIR, "own": DIR}}
+goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine: rank 0 asks
+the weight server (port P) to update to the checkpoint NEW, then every rank refills its parameters in
+place (shardload.vllm.reload) and saves them to DIR; with "rebalance", rank 0 posts the expert map,
+every rank refills again and saves to rebalance's "out", and the same map is applied by vLLM's own EPLB
+(rearrange_expert_weights_inplace, over the gloo group) to the model of the last job that loaded NEW
+with vLLM's own loader, saved to "own". The seconds each refill took are printed by rank 0.
 """
 import argparse
+import json
 import os
 
 from rank_group import run_ranks
@@ -33,10 +45,18 @@ def rank_main(rank, args, port, errors):
         from vllm.model_executor.model_loader.sharded_state_loader import ShardedStateLoader
         from vllm.utils.torch_utils import set_default_torch_dtype
 
+        if any(fmt == "shardload" or fmt.startswith("server=") for _, _, fmt, _ in args.jobs):
+            from vllm.plugins import load_general_plugins
+
+            load_general_plugins()  # as each vLLM process does: shardload's entry point registers its format
+
         def configs(model, load_format, expert_parallel):
             model_config = ModelConfig(model=model, dtype=args.dtype, skip_tokenizer_init=True,
                                        enforce_eager=True, seed=0)
-            load_config = LoadConfig(load_format=load_format)
+            extra = {}
+            if load_format.startswith("server="):
+                load_format, extra = "shardload", {"weight_server": load_format[len("server="):]}
+            load_config = LoadConfig(load_format=load_format, model_loader_extra_config=extra)
             parallel_config = ParallelConfig(tensor_parallel_size=args.tp,
                                              enable_expert_parallel=expert_parallel)
             return model_config, load_config, VllmConfig(
@@ -53,8 +73,14 @@ def rank_main(rank, args, port, errors):
                                          distributed_init_method=f"tcp://127.0.0.1:{port}",
                                          backend="gloo")
             initialize_model_parallel(args.tp, 1)
-        for model, out, load_format, expert_parallel in args.jobs:
-            model_config, load_config, vllm_config = configs(model, load_format, expert_parallel)
+        def save(model, out):
+            state = ShardedStateLoader._filter_subtensors(model.state_dict())
+            save_file({k: v.detach().contiguous() for k, v in state.items()},
+                      os.path.join(out, f"rank-{rank}.safetensors"))
+
+        live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
+        for model_dir, out, load_format, expert_parallel in args.jobs:
+            model_config, load_config, vllm_config = configs(model_dir, load_format, expert_parallel)
             with set_current_vllm_config(vllm_config):
                 # The loader's own steps without the post-processing (CPU GEMM packing, FP8
                 # kernels), which needs vLLM's compiled CPU ops: the parameters as the weight
@@ -63,9 +89,13 @@ def rank_main(rank, args, port, errors):
                 with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
                     model = loader.create_model(vllm_config=vllm_config, model_config=model_config)
                     loader.load_weights(model, model_config)
-                state = ShardedStateLoader._filter_subtensors(model.state_dict())
-                save_file({k: v.detach().contiguous() for k, v in state.items()},
-                          os.path.join(out, f"rank-{rank}.safetensors"))
+                save(model, out)
+            if load_format.startswith("server="):
+                live["server"] = (model, vllm_config, load_format[len("server="):], model_dir)
+            elif args.sync and model_dir == args.sync["model"] and load_format == "auto":
+                live["own"] = (model, vllm_config)
+        if args.sync:
+            sync(rank, args.sync, live, save)
     except BaseException as e:  # the parent names the rank that failed
         import traceback
 
@@ -73,12 +103,81 @@ def rank_main(rank, args, port, errors):
         raise
 
 
+def post(port, path, body):
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        answer = json.loads(reply.read())
+    if not answer.get("success"):
+        raise RuntimeError(f"{path}: {answer}")
+    return answer
+
+
+def sync(rank, spec, live, save):
+    """--sync: the weight server updated (and rebalanced), the live model refilled in place after each."""
+    import torch
+    import torch.distributed as dist
+
+    import shardload.vllm
+    from vllm.config import set_current_vllm_config
+
+    model, vllm_config, server, model_dir = live["server"]
+    addresses = {name: t.data_ptr() for name, t in model.state_dict().items()}
+
+    def refill(what, out):
+        dist.barrier()  # every rank done with the last fill before the server changes (the plugin would
+        # catch a rank left behind, and copy again: this test compares each step)
+        if rank == 0:
+            post(spec["port"], *what)
+        dist.barrier()  # every rank reads the server's new version
+        with set_current_vllm_config(vllm_config):
+            summary = shardload.vllm.reload(model, model_dir, weight_server=server, vllm_config=vllm_config)
+        moved = [n for n, t in model.state_dict().items() if t.data_ptr() != addresses[n]]
+        assert not moved, f"parameters moved: {moved[:5]}"
+        save(model, out)
+        if rank == 0:
+            print(f"{what[0]}: refilled {summary['bytes']} bytes in {summary['seconds']:.4f} s "
+                  f"(version {summary['version']})", flush=True)
+
+    refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
+    rebalance = spec.get("rebalance")
+    if not rebalance:
+        return
+    refill(("/rebalance", {"physical_to_logical_map": rebalance["map"]}), rebalance["out"])
+    # vLLM's own EPLB moves the same experts between the ranks of its own load of NEW.
+    from vllm.distributed.eplb.eplb_communicator import TorchDistGlooStagedEplbCommunicator
+    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
+    from vllm.distributed.parallel_state import get_ep_group
+
+    # Its gloo communicator waits on the accelerator's stream for the device-to-host copies before
+    # sending; on CPU the copies are done when issued and there is no stream (torch would look for CUDA).
+    class _CpuStream:
+        def synchronize(self):
+            pass
+
+    torch.accelerator.current_stream = lambda *a, **k: _CpuStream()
+    own, own_config = live["own"]
+    layers = [m for m in own.modules() if hasattr(m, "w13_weight") and hasattr(m, "w2_weight")]
+    weights = [[m.w13_weight.data, m.w2_weight.data] for m in layers]
+    physical = len(rebalance["map"][0])
+    old = torch.arange(physical).repeat(len(layers), 1)
+    new = torch.tensor(rebalance["map"])
+    group = get_ep_group()
+    with set_current_vllm_config(own_config):
+        rearrange_expert_weights_inplace(old, new, weights, [torch.empty_like(w) for w in weights[0]],
+                                         group.device_group, TorchDistGlooStagedEplbCommunicator(group.cpu_group))
+    save(own, rebalance["own"])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+", metavar="MODEL:OUT:FORMAT",
-                        help="load MODEL with load format FORMAT (auto, sharded_state), save to OUT")
+                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), save to OUT")
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--sync", type=json.loads, default=None, help="see the module's text")
     args = parser.parse_args()
     jobs = []
     for job in args.jobs:
@@ -87,7 +186,10 @@ def main():
             parser.error(f"not MODEL:OUT:FORMAT[:ep] (no ':' in paths): {job}")
         jobs.append((fields[0], fields[1], fields[2], fields[3:] == ["ep"]))
     args.jobs = jobs
-    for _, out, _, _ in args.jobs:
+    outs = [out for _, out, _, _ in args.jobs]
+    if args.sync:
+        outs += [args.sync["out"]] + [args.sync["rebalance"][k] for k in ("out", "own") if args.sync.get("rebalance")]
+    for out in outs:
         os.makedirs(out, exist_ok=True)
     run_ranks("vllm_ranks", rank_main, args)
 

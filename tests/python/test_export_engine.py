@@ -164,3 +164,70 @@ def test_verify_refuses_an_engine_export(tiny, tmp_path):
     done = subprocess.run([sys.executable, "-m", "shardload.verify", tiny("llama"), "--export", out],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "engine" in done.stderr, done.stderr
+
+
+# The engine hooks (shardload.vllm) fill an engine's model from a rank's engine layout; tests/engines/ runs
+# them inside vLLM. Here: the layout is what `export --engine` writes, and a fill checks before it copies.
+
+@pytest.mark.parametrize("arch,engine,flags", [("qwen3", "vllm", {"tp": 2}),
+                                                ("deepseek_v3", "vllm", {"tp": 2, "ep": 2}),
+                                                ("qwen2_moe", "sglang", {"tp": 2, "ep": 2})])
+def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, engine, flags):
+    out = export(tiny(arch), tmp_path / "out", *sum((["--" + k, v] for k, v in flags.items()), []),
+                 "--engine", engine)
+    for rank in range(flags["tp"]):
+        entries = shardload.engines.engine_layout(tiny(arch), rank=rank, engine=engine, **flags)
+        held = rank_tensors(out, rank)
+        assert sorted(e["name"] for e in entries) == sorted(held)
+        for e in entries:
+            dtype, shape, _ = held[e["name"]]
+            assert (e["dtype"], e["shape"]) == (dtype, shape), e["name"]
+            assert (e["source"] is None) == (e["fill"] == 1.0 and e["name"].endswith("_scale")), e["name"]
+
+
+def test_engine_layout_refuses_what_the_engine_cannot_take(tiny):
+    with pytest.raises(shardload.InvalidArgumentError, match="FP8"):
+        shardload.engines.engine_layout(tiny("llama", "fp8"), rank=0, engine="vllm", tp=2)
+    with pytest.raises(shardload.InvalidArgumentError, match="rank"):
+        shardload.engines.engine_layout(tiny("llama"), rank=2, engine="vllm", tp=2)
+
+
+def test_a_fill_names_every_mismatch_and_copies_nothing(tiny):
+    torch = pytest.importorskip("torch")
+    model = tiny("qwen3")
+    entries = shardload.engines.engine_layout(model, rank=1, engine="vllm", tp=2)
+    loaded = shardload.load(model, ranks=[1], tp=2)
+
+    def module(skip=(), shapes=None):
+        """A torch module holding the engine's names (dots replaced by nesting), zero-filled."""
+        root = torch.nn.Module()
+        for e in entries:
+            if e["name"] in skip:
+                continue
+            *path, leaf = e["name"].split(".")
+            parent = root
+            for part in path:
+                if not hasattr(parent, part):
+                    parent.add_module(part, torch.nn.Module())
+                parent = getattr(parent, part)
+            dtype = shardload.engines.torch_dtype(e["dtype"])
+            shape = (shapes or {}).get(e["name"], tuple(e["shape"]))
+            parent.register_buffer(leaf, torch.zeros(shape, dtype=dtype))
+        return root
+
+    good = module()
+    shardload.engines.fill_from_tensors(good, entries, loaded.tensors(1))
+    state = good.state_dict()
+    sources = {k: shardload.to_torch(v) for k, v in loaded.tensors(1).items()}
+    for e in entries:
+        want = sources[e["source"]].to(state[e["name"]].dtype) if e["source"] else torch.tensor(e["fill"])
+        assert torch.equal(state[e["name"]], want), e["name"]
+    norm = next(e["name"] for e in entries if e["name"].endswith("q_norm.weight"))
+    assert state[norm].dtype == torch.bfloat16  # vLLM's q/k norms: the model dtype, not layout.md's float32
+
+    head = "lm_head.weight"
+    bad = module(skip={norm}, shapes={head: (3, 3)})
+    with pytest.raises(shardload.InvalidArgumentError) as error:
+        shardload.engines.fill_from_tensors(bad, entries, loaded.tensors(1))
+    assert norm in str(error.value) and head in str(error.value)
+    assert all(not t.any() for t in bad.state_dict().values())  # nothing copied

@@ -1,0 +1,123 @@
+"""What the engine hooks (shardload.vllm) share: a rank of a layout under an engine's names, dtypes and
+buffers (docs/engines.md, the same table `export --engine` writes by), filled into the engine's own
+model in place, from shardload's load of the checkpoint or from a running weight server.
+
+A rank's engine tensors are listed by `_shardload.engine_layout(model, rank=, engine=, **layout)`: per
+tensor the engine's name, dtype and shape and the layout.md tensor it is made of (None: a buffer no
+checkpoint has, every element `fill`). Filling checks the whole list against the module first, then
+copies: a module that does not match is named in one error and left untouched."""
+from . import _shardload
+from .errors import InvalidArgumentError
+
+_TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U8": "uint8", "I8": "int8",
+                 "I32": "int32", "I64": "int64"}
+
+
+def torch_dtype(name):
+    import torch
+
+    dtype = getattr(torch, _TORCH_DTYPES.get(name, ""), None)
+    if dtype is None:
+        raise InvalidArgumentError("no torch dtype for this tensor dtype", field="dtype",
+                                   expected=", ".join(_TORCH_DTYPES), found=name)
+    return dtype
+
+
+def engine_layout(model, *, rank, engine, **layout):
+    """[{name, dtype, shape, source, fill}] of `rank` under `engine`; InvalidArgumentError when the
+    engine cannot take the layout (docs/engines.md: what is refused)."""
+    return _shardload.engine_layout(str(model), rank=rank, engine=engine, **layout)
+
+
+def state_targets(module):
+    """The module's state as the engines' sharded_state loaders see it: its persistent parameters and
+    buffers, a tensor held under several names (tied embeddings) under the smallest of them."""
+    state = module.state_dict(keep_vars=True)
+    kept = {}
+    for name in sorted(state):
+        t = state[name]
+        kept.setdefault((t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride())), name)
+    return {name: state[name] for name in kept.values()}
+
+
+def _check(entries, targets, where):
+    """Every mismatch between the engine layout and the module, named, in one error."""
+    problems = []
+    names = {e["name"] for e in entries}
+    problems += [f"{n}: in the module, not in the layout" for n in sorted(targets.keys() - names)]
+    problems += [f"{n}: in the layout, not in the module" for n in sorted(names - targets.keys())]
+    for e in entries:
+        t = targets.get(e["name"])
+        if t is None:
+            continue
+        if tuple(t.shape) != tuple(e["shape"]):
+            problems.append(f"{e['name']}: shape {tuple(e['shape'])} != the module's {tuple(t.shape)}")
+        elif t.dtype != torch_dtype(e["dtype"]):
+            problems.append(f"{e['name']}: dtype {e['dtype']} != the module's {t.dtype}")
+    if problems:
+        raise InvalidArgumentError(f"the engine's model does not hold what {where} holds: " + "; ".join(problems),
+                                   field="state_dict", expected="the layout's names, shapes and dtypes",
+                                   found=f"{len(problems)} mismatch(es)")
+
+
+def fill_from_tensors(module, entries, sources, *, where="the layout"):
+    """Copies a rank into `module` in place: `sources` is {layout name: tensor} (shardload Tensors or
+    torch tensors, e.g. LoadedModel.tensors(rank)); `entries` its engine_layout. Returns the bytes
+    copied."""
+    import torch
+
+    from .tensors import to_torch
+
+    targets = state_targets(module)
+    _check(entries, targets, where)
+    missing = sorted(e["source"] for e in entries if e["source"] is not None and e["source"] not in sources)
+    if missing:
+        raise InvalidArgumentError(f"{len(missing)} layout tensor(s) missing from the source", tensor=missing[0],
+                                   field="sources", expected="every tensor of the rank", found="missing")
+    copied = 0
+    with torch.no_grad():
+        for e in entries:
+            target = targets[e["name"]]
+            if e["source"] is None:
+                target.fill_(e["fill"])
+                continue
+            src = sources[e["source"]]
+            src = src if isinstance(src, torch.Tensor) else to_torch(src)
+            if src.dtype == torch.uint8 and target.dtype != torch.uint8:
+                src = src.view(target.dtype)  # FP8 bytes
+            target.copy_(src)
+            copied += target.numel() * target.element_size()
+    return copied
+
+
+def fill_from_server(module, entries, client, rank):
+    """Copies rank `rank` of a running weight server (shardload.connect) into `module` in place, one
+    consistent version (Client.copy_into) for the whole rank; returns that version. A tensor the
+    engine holds in another dtype than the server (vLLM's and SGLang's q/k norms: the model dtype, not
+    float32) is copied into a scratch tensor within the same snapshot, then cast."""
+    import torch
+
+    targets = state_targets(module)
+    _check(entries, targets, "the weight server's rank")
+    direct, cast = {}, []
+    for e in entries:
+        if e["source"] is None:
+            continue
+        target = targets[e["name"]]
+        served_name = client.dtype(rank, e["source"])
+        served = torch_dtype(served_name)
+        if served == target.dtype or served_name.startswith("F8_"):  # copy_into takes FP8 as bytes
+            direct[e["source"]] = target
+        else:
+            scratch = torch.empty(tuple(e["shape"]), dtype=served)
+            direct[e["source"]] = scratch
+            cast.append((target, scratch))
+    version = client.copy_into(direct, rank=rank)
+    with torch.no_grad():
+        for target, scratch in cast:
+            target.copy_(scratch)
+        for e in entries:
+            if e["source"] is None:
+                targets[e["name"]].fill_(e["fill"])
+    return version
