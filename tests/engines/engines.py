@@ -122,7 +122,8 @@ def check_plugin_loads(tmp_path, tp, cases, sync=False):
     syncs a live engine: its server updates to a second checkpoint of that family and the plugin refills
     the live model in place, equal to vLLM's own load of the second checkpoint; then the server rebalances
     (every expert to another rank) and the plugin refills again, equal to vLLM's own EPLB applying the
-    same map to its own load. Returns the harness's output (the refill times)."""
+    same map to its own load. vLLM's own load of the first checkpoint goes the same way by vLLM's own
+in-place reload_weights and EPLB, and must end equal. Returns the harness's output (the times)."""
     jobs, pairs, servers, sync_spec = [], [], [], None
     try:
         for arch, ep in cases:
@@ -146,11 +147,15 @@ def check_plugin_loads(tmp_path, tp, cases, sync=False):
             # Every expert to another rank: each layer's row reversed, then rotated by the layer's number.
             rows = [row[::-1][layer % len(row):] + row[::-1][:layer % len(row)] for layer, row in enumerate(current)]
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced"),
+                         "own": str(tmp_path / "own-reloaded"),
                          "rebalance": {"map": rows, "out": str(tmp_path / "rebalanced"),
                                        "own": str(tmp_path / "own-rebalanced")}}
-            jobs.append(f"{second}:{tmp_path / 'second-own'}:auto:ep")  # vLLM's own load, then its own EPLB
-            pairs += [tmp_path / "second-own", tmp_path / "synced", tmp_path / "own-rebalanced",
-                      tmp_path / "rebalanced"]
+            # What the plugin's refills hold is what vLLM's own reload and EPLB make of its own load, and
+            # what vLLM's own fresh load of the second checkpoint holds.
+            jobs.append(f"{second}:{tmp_path / 'second-own'}:auto:ep")
+            jobs.append(jobs[-4])  # vLLM's own load of the first, last: the one --sync reloads
+            pairs += [tmp_path / "own-reloaded", tmp_path / "synced", tmp_path / "second-own", tmp_path / "synced",
+                      tmp_path / "own-rebalanced", tmp_path / "rebalanced"]
         args = ["--tp", tp, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
         output = engine_python("vllm_ranks.py", *args, shardload=True)
     finally:

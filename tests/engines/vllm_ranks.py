@@ -11,13 +11,14 @@ or server=NAME (the plugin from the weight server NAME); `ep` turns on vLLM's ex
 serves both). The plugin's formats need the shardload package on PYTHONPATH: vLLM finds it by its
 entry point, as it does every general plugin.
 
---sync {"port": P, "model": NEW, "out": DIR, "rebalance": {"map": [[...]], "out": DIR, "own": DIR}}
-goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine: rank 0 asks
-the weight server (port P) to update to the checkpoint NEW, then every rank refills its parameters in
-place (shardload.vllm.reload) and saves them to DIR; with "rebalance", rank 0 posts the expert map,
-every rank refills again and saves to rebalance's "out", and the same map is applied by vLLM's own EPLB
-(rearrange_expert_weights_inplace, over the gloo group) to the model of the last job that loaded NEW
-with vLLM's own loader, saved to "own". The seconds each refill took are printed by rank 0.
+--sync {"port": P, "model": NEW, "out": DIR, "own": DIR, "rebalance": {"map": [[...]], "out": DIR,
+"own": DIR}} goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine:
+rank 0 asks the weight server (port P) to update to the checkpoint NEW, then every rank refills its
+parameters in place (shardload.vllm.reload) and saves them to "out"; the model of the last auto job
+(vLLM's own load of the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and
+saved to "own". With "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own
+EPLB (rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
+Rank 0 prints the seconds each took.
 """
 import argparse
 import json
@@ -73,8 +74,11 @@ def rank_main(rank, args, port, errors):
                                          distributed_init_method=f"tcp://127.0.0.1:{port}",
                                          backend="gloo")
             initialize_model_parallel(args.tp, 1)
-        def save(model, out):
-            state = ShardedStateLoader._filter_subtensors(model.state_dict())
+        def save(model, out, names=None):
+            state = model.state_dict()
+            if names is not None:  # what the loaders left: not what post-processing added since
+                state = {k: v for k, v in state.items() if k in names}
+            state = ShardedStateLoader._filter_subtensors(state)
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
 
@@ -92,8 +96,8 @@ def rank_main(rank, args, port, errors):
                 save(model, out)
             if load_format.startswith("server="):
                 live["server"] = (model, vllm_config, load_format[len("server="):], model_dir)
-            elif args.sync and model_dir == args.sync["model"] and load_format == "auto":
-                live["own"] = (model, vllm_config)
+            elif load_format == "auto":
+                live["own"] = (model, vllm_config)  # the last: --sync's job puts it beside the server's
         if args.sync:
             sync(rank, args.sync, live, save)
     except BaseException as e:  # the parent names the rank that failed
@@ -116,15 +120,31 @@ def post(port, path, body):
 
 
 def sync(rank, spec, live, save):
-    """--sync: the weight server updated (and rebalanced), the live model refilled in place after each."""
+    """--sync: the weight server updated, then rebalanced; the plugin refills the live model in place
+    after each, and vLLM's own model goes the same way by vLLM's own means (reload_weights from NEW,
+    then its EPLB's rearrange_expert_weights_inplace)."""
+    import time
+
     import torch
     import torch.distributed as dist
 
     import shardload.vllm
     from vllm.config import set_current_vllm_config
+    from vllm.distributed.eplb.eplb_communicator import TorchDistGlooStagedEplbCommunicator
+    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
+    from vllm.distributed.parallel_state import get_ep_group
+    from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
     model, vllm_config, server, model_dir = live["server"]
-    addresses = {name: t.data_ptr() for name, t in model.state_dict().items()}
+    own, own_config = live["own"]
+    addresses = {(id(m), name): t.data_ptr() for m in (model, own) for name, t in m.state_dict().items()}
+
+    def unmoved(m):
+        """Every parameter the loaders made is where it was. vLLM's reload post-processes MLA attention
+        (W_UV, W_UK_T: new tensors derived from kv_b_proj), which its first load here did not: only
+        the loaders' own tensors are checked and saved."""
+        moved = [n for n, t in m.state_dict().items() if t.data_ptr() != addresses.get((id(m), n), t.data_ptr())]
+        assert not moved, f"parameters moved: {moved[:5]}"
 
     def refill(what, out):
         dist.barrier()  # every rank done with the last fill before the server changes (the plugin would
@@ -134,41 +154,55 @@ def sync(rank, spec, live, save):
         dist.barrier()  # every rank reads the server's new version
         with set_current_vllm_config(vllm_config):
             summary = shardload.vllm.reload(model, model_dir, weight_server=server, vllm_config=vllm_config)
-        moved = [n for n, t in model.state_dict().items() if t.data_ptr() != addresses[n]]
-        assert not moved, f"parameters moved: {moved[:5]}"
+        unmoved(model)
         save(model, out)
-        if rank == 0:
-            print(f"{what[0]}: refilled {summary['bytes']} bytes in {summary['seconds']:.4f} s "
-                  f"(version {summary['version']})", flush=True)
+        return summary
 
-    refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
+    summary = refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
+    # vLLM's reload post-processes each layer as it completes; this harness stops where the weight
+    # loaders leave the parameters (CPU GEMM packing needs vLLM's compiled CPU ops), so the
+    # post-processing is a no-op on vLLM's own model here, as it never ran on either model.
+    for module in own.modules():
+        method = getattr(module, "quant_method", None)
+        if method is not None:
+            method.process_weights_after_loading = lambda layer: None
+    with set_current_vllm_config(own_config):
+        start = time.perf_counter()
+        reload_weights(own_config, own, None, spec["model"], True)
+        own_seconds = time.perf_counter() - start
+    unmoved(own)
+    loaded_names = {n for (m, n) in addresses if m == id(own)}
+    save(own, spec["own"], loaded_names)
+    if rank == 0:
+        print(f"update: the plugin refilled {summary['bytes']} bytes from the server in {summary['seconds']:.4f} s; "
+              f"vLLM's own reload_weights from the checkpoint took {own_seconds:.4f} s", flush=True)
     rebalance = spec.get("rebalance")
     if not rebalance:
         return
-    refill(("/rebalance", {"physical_to_logical_map": rebalance["map"]}), rebalance["out"])
-    # vLLM's own EPLB moves the same experts between the ranks of its own load of NEW.
-    from vllm.distributed.eplb.eplb_communicator import TorchDistGlooStagedEplbCommunicator
-    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
-    from vllm.distributed.parallel_state import get_ep_group
+    summary = refill(("/rebalance", {"physical_to_logical_map": rebalance["map"]}), rebalance["out"])
 
-    # Its gloo communicator waits on the accelerator's stream for the device-to-host copies before
+    # vLLM's gloo communicator waits on the accelerator's stream for the device-to-host copies before
     # sending; on CPU the copies are done when issued and there is no stream (torch would look for CUDA).
     class _CpuStream:
         def synchronize(self):
             pass
 
     torch.accelerator.current_stream = lambda *a, **k: _CpuStream()
-    own, own_config = live["own"]
     layers = [m for m in own.modules() if hasattr(m, "w13_weight") and hasattr(m, "w2_weight")]
     weights = [[m.w13_weight.data, m.w2_weight.data] for m in layers]
-    physical = len(rebalance["map"][0])
-    old = torch.arange(physical).repeat(len(layers), 1)
-    new = torch.tensor(rebalance["map"])
+    old = torch.arange(len(rebalance["map"][0])).repeat(len(layers), 1)
     group = get_ep_group()
     with set_current_vllm_config(own_config):
-        rearrange_expert_weights_inplace(old, new, weights, [torch.empty_like(w) for w in weights[0]],
-                                         group.device_group, TorchDistGlooStagedEplbCommunicator(group.cpu_group))
-    save(own, rebalance["own"])
+        start = time.perf_counter()
+        rearrange_expert_weights_inplace(old, torch.tensor(rebalance["map"]), weights,
+                                         [torch.empty_like(w) for w in weights[0]], group.device_group,
+                                         TorchDistGlooStagedEplbCommunicator(group.cpu_group))
+        own_seconds = time.perf_counter() - start
+    unmoved(own)
+    save(own, rebalance["own"], loaded_names)
+    if rank == 0:
+        print(f"rebalance: the plugin refilled {summary['bytes']} bytes from the server in "
+              f"{summary['seconds']:.4f} s; vLLM's own EPLB moved the experts in {own_seconds:.4f} s", flush=True)
 
 
 def main():
@@ -188,7 +222,8 @@ def main():
     args.jobs = jobs
     outs = [out for _, out, _, _ in args.jobs]
     if args.sync:
-        outs += [args.sync["out"]] + [args.sync["rebalance"][k] for k in ("out", "own") if args.sync.get("rebalance")]
+        outs += [args.sync[k] for k in ("out", "own")]
+        outs += [args.sync["rebalance"][k] for k in ("out", "own") if args.sync.get("rebalance")]
     for out in outs:
         os.makedirs(out, exist_ok=True)
     run_ranks("vllm_ranks", rank_main, args)
