@@ -6,8 +6,10 @@ A rank's engine tensors are listed by `_shardload.engine_layout(model, rank=, en
 tensor the engine's name, dtype and shape and the layout.md tensor it is made of (None: a buffer no
 checkpoint has, every element `fill`). Filling checks the whole list against the module first, then
 copies: a module that does not match is named in one error and left untouched."""
+import time
+
 from . import _shardload
-from .errors import InvalidArgumentError
+from .errors import ConflictError, InvalidArgumentError
 
 _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
                  "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U8": "uint8", "I8": "int8",
@@ -121,3 +123,61 @@ def fill_from_server(module, entries, client, rank):
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])
     return version
+
+
+_VERSION_ATTEMPTS = 20
+LOADER_EXTRA_KEYS = ("weight_server", "threads")
+
+
+def loader_extra(config, where):
+    """The engine's model_loader_extra_config (a dict, or its JSON text) for shardload's loaders: only
+    `weight_server` (a running server's name) and `threads` (of the checkpoint's read)."""
+    import json
+
+    extra = config or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    unknown = sorted(set(extra) - set(LOADER_EXTRA_KEYS))
+    if unknown:
+        raise InvalidArgumentError(f"{where}: not a key of shardload's loader", field=unknown[0],
+                                   expected=", ".join(LOADER_EXTRA_KEYS), found=unknown[0])
+    return dict(extra)
+
+
+def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None):
+    """Copies rank `rank` of `layout` into an engine's `module` in place, under `engine`'s names: from the
+    checkpoint `model_dir` (shardload.load of that rank alone: only its bytes are read), or from the weight
+    server named `weight_server`. One consistent version per rank is the client's; one version over the
+    ranks is `group_versions(version) -> [every rank's version]` (a collective of the engine's group): an
+    update that commits while the ranks copy leaves some at the old version, so every rank copies again
+    until the group agrees. Returns {bytes, seconds, version (server only)}."""
+    start = time.perf_counter()
+    entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
+    if weight_server is None:
+        loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
+        copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}")
+        return {"bytes": copied, "seconds": time.perf_counter() - start}
+    from .client import connect
+
+    with connect(weight_server, rank=rank) as client:
+        for attempt in range(_VERSION_ATTEMPTS):
+            version = fill_from_server(module, entries, client, rank)
+            versions = group_versions(version) if group_versions else [version]
+            if len(set(versions)) == 1:
+                break
+            time.sleep(min(0.01 * 2 ** attempt, 1.0))
+        else:
+            raise ConflictError(f"the ranks read different versions of weight server {weight_server!r} "
+                                f"{_VERSION_ATTEMPTS} times: it kept updating", field="version",
+                                expected="one version on every rank", found=str(versions))
+    copied = sum(t.numel() * t.element_size() for t in state_targets(module).values())
+    return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version}
+
+
+def all_gather_versions(version, group):
+    """Every rank's version over a torch.distributed group (the engine's CPU group of its TP ranks)."""
+    import torch.distributed as dist
+
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, version, group=group)
+    return out

@@ -16,15 +16,10 @@ consistent version per rank), which must serve MODEL at the same layout. Loading
 model (vLLM's `reload_weights`, or `reload(model)` here) copies again in place: after
 `/update_weights_from_disk` on the weight server, that is the RL weight sync of a live engine.
 """
-import time
-
-from . import _shardload
-from .engines import engine_layout, fill_from_server, fill_from_tensors
-from .errors import ConflictError, InvalidArgumentError
+from .engines import all_gather_versions, fill_rank, loader_extra
+from .errors import InvalidArgumentError
 
 LOAD_FORMAT = "shardload"
-_EXTRA_KEYS = ("weight_server", "threads")
-_VERSION_ATTEMPTS = 20
 
 
 def vllm_layout(vllm_config=None):
@@ -52,42 +47,12 @@ def vllm_layout(vllm_config=None):
     return get_tensor_model_parallel_rank(), layout
 
 
-def _extra(load_config):
-    extra = dict(load_config.model_loader_extra_config or {})
-    unknown = sorted(extra.keys() - set(_EXTRA_KEYS))
-    if unknown:
-        raise InvalidArgumentError("--model-loader-extra-config: not a key of --load-format shardload",
-                                   field=unknown[0], expected=", ".join(_EXTRA_KEYS), found=unknown[0])
-    return extra
-
-
 def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
     """Copies rank `rank` of `layout` into vLLM's `model` in place, from the checkpoint `model_dir` or
-    from the weight server named `weight_server`. Returns {bytes, seconds, version (server only)}."""
-    start = time.perf_counter()
-    entries = engine_layout(model_dir, rank=rank, engine="vllm", **layout)
-    if weight_server is None:
-        loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
-        copied = fill_from_tensors(model, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}")
-        return {"bytes": copied, "seconds": time.perf_counter() - start}
-    from .client import connect
-
-    # One consistent version per rank is the client's; one version over the ranks is ours: an update
-    # that commits while the ranks copy leaves some ranks at the old version, so every rank copies
-    # again until the group agrees (the server's latest, once it stops updating).
-    with connect(weight_server, rank=rank) as client:
-        for attempt in range(_VERSION_ATTEMPTS):
-            version = fill_from_server(model, entries, client, rank)
-            versions = _group_versions(version)
-            if len(set(versions)) == 1:
-                break
-            time.sleep(min(0.01 * 2 ** attempt, 1.0))
-        else:
-            raise ConflictError(f"the ranks read different versions of weight server {weight_server!r} "
-                                f"{_VERSION_ATTEMPTS} times: it kept updating", field="version",
-                                expected="one version on every rank", found=str(versions))
-    return {"bytes": sum(p.numel() * p.element_size() for p in model.state_dict().values()),
-            "seconds": time.perf_counter() - start, "version": version}
+    from the weight server named `weight_server`, every TP rank at one version. Returns {bytes, seconds,
+    version (server only)}."""
+    return fill_rank(model, model_dir, rank, layout, "vllm", weight_server=weight_server, threads=threads,
+                     group_versions=_group_versions)
 
 
 def _group_versions(version):
@@ -98,10 +63,7 @@ def _group_versions(version):
         return [version]
     from vllm.distributed import get_tp_group
 
-    group = get_tp_group()
-    out = [None] * group.world_size
-    dist.all_gather_object(out, version, group=group.cpu_group)
-    return out
+    return all_gather_versions(version, get_tp_group().cpu_group)
 
 
 def reload(model, model_dir, *, weight_server=None, vllm_config=None, threads=0):
@@ -120,7 +82,7 @@ def _loader_class():
 
         def __init__(self, load_config):
             super().__init__(load_config)
-            self.extra = _extra(load_config)
+            self.extra = loader_extra(load_config.model_loader_extra_config, "--model-loader-extra-config")
 
         def download_model(self, model_config):
             pass  # a local Hugging Face checkpoint: nothing to fetch

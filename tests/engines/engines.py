@@ -115,16 +115,21 @@ class WeightServer:
         shutil.rmtree(f"/dev/shm/shardload-{self.name}", ignore_errors=True)
 
 
-def check_plugin_loads(tmp_path, tp, cases, sync=False):
-    """vLLM's --load-format shardload (shardload.vllm, found by its entry point) for CASES, (family, ep)
-    pairs at tp TP: (c) from the checkpoint and (d) from a running weight server hold byte-equal parameters
-    to (a) vLLM's own load, on every rank. With SYNC, the last case (ep = tp) goes on as an RL trainer
-    syncs a live engine: its server updates to a second checkpoint of that family and the plugin refills
-    the live model in place, equal to vLLM's own load of the second checkpoint; then the server rebalances
-    (every expert to another rank) and the plugin refills again, equal to vLLM's own EPLB applying the
-    same map to its own load. vLLM's own load of the first checkpoint goes the same way by vLLM's own
-in-place reload_weights and EPLB, and must end equal. Returns the harness's output (the times)."""
+def check_plugin_loads(tmp_path, engine, tp, cases, sync=False):
+    """shardload's loader inside ENGINE (vLLM: --load-format shardload, found by its entry point;
+    SGLang: LoadConfig(load_format=shardload.sglang.ShardloadLoader)) for CASES, (family, ep) pairs at tp
+    TP: (c) from the checkpoint and (d) from a running weight server hold byte-equal parameters to (a) the
+    engine's own load, on every rank.
+
+    With SYNC the last case goes on as an RL trainer syncs a live engine: its server updates to a second
+    checkpoint of that family and the live model (d) is refilled in place (vLLM: shardload.vllm.reload;
+    SGLang: its custom weight loader shardload.sglang.sync_weights), equal to the engine's own load of the
+    second checkpoint. vLLM goes on (ep = tp): its own model of the first checkpoint is reloaded in place by
+    vLLM's own reload_weights and must end equal too; then the server rebalances (every expert to another
+    rank), the plugin refills again, and vLLM's own EPLB applies the same map to its own model: equal again.
+    Returns the harness's output (the times)."""
     jobs, pairs, servers, sync_spec = [], [], [], None
+    vllm = engine == "vllm"
     try:
         for arch, ep in cases:
             name = f"{arch}-ep{ep}"
@@ -133,31 +138,38 @@ in-place reload_weights and EPLB, and must end equal. Returns the harness's outp
                 cli("make-tiny", "--arch", arch, "--out", model)
             server = WeightServer(model, tp, ep, tmp_path)
             servers.append(server)
-            suffix = ":ep" if ep > 1 else ""
+            suffix = ":ep" if vllm and ep > 1 else ""
             own, plugin, served = (tmp_path / f"{name}-{kind}" for kind in ("own", "plugin", "server"))
             jobs += [f"{model}:{own}:auto{suffix}", f"{model}:{plugin}:shardload{suffix}",
                      f"{model}:{served}:server={server.name}{suffix}"]
             pairs += [own, plugin, own, served]
         if sync:
             arch, ep = cases[-1]
-            assert ep == tp, "the rebalance moves experts between the ranks of vLLM's expert group"
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--seed", 1234, "--out", second)
+            sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
+            suffix = ":ep" if vllm and ep > 1 else ""
+            jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
+            pairs += [tmp_path / "second-own", tmp_path / "synced"]
+        if sync and vllm:
+            assert ep == tp, "the rebalance moves experts between the ranks of vLLM's expert group"
             current = json.loads(cli("plan", second, "--tp", tp, "--ep", ep, "--json"))["physical_to_logical_map"]
             # Every expert to another rank: each layer's row reversed, then rotated by the layer's number.
             rows = [row[::-1][layer % len(row):] + row[::-1][:layer % len(row)] for layer, row in enumerate(current)]
-            sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced"),
-                         "own": str(tmp_path / "own-reloaded"),
-                         "rebalance": {"map": rows, "out": str(tmp_path / "rebalanced"),
-                                       "own": str(tmp_path / "own-rebalanced")}}
-            # What the plugin's refills hold is what vLLM's own reload and EPLB make of its own load, and
-            # what vLLM's own fresh load of the second checkpoint holds.
-            jobs.append(f"{second}:{tmp_path / 'second-own'}:auto:ep")
-            jobs.append(jobs[-4])  # vLLM's own load of the first, last: the one --sync reloads
-            pairs += [tmp_path / "own-reloaded", tmp_path / "synced", tmp_path / "second-own", tmp_path / "synced",
-                      tmp_path / "own-rebalanced", tmp_path / "rebalanced"]
-        args = ["--tp", tp, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
-        output = engine_python("vllm_ranks.py", *args, shardload=True)
+            sync_spec.update({"own": str(tmp_path / "own-reloaded"),
+                              "rebalance": {"map": rows, "out": str(tmp_path / "rebalanced"),
+                                            "own": str(tmp_path / "own-rebalanced")}})
+            jobs.append(jobs[-4])  # vLLM's own load of the first checkpoint, last: the one --sync reloads
+            pairs += [tmp_path / "own-reloaded", tmp_path / "synced", tmp_path / "own-rebalanced",
+                      tmp_path / "rebalanced"]
+        if vllm:
+            assert all(ep in (1, tp) for _, ep in cases)
+            parallel = ["--tp", tp]
+        else:
+            assert len({ep for _, ep in cases} - {1}) <= 1
+            parallel = ["--tp", tp, "--ep", max(ep for _, ep in cases)]
+        args = [*parallel, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
+        output = engine_python(f"{engine}_ranks.py", *args, shardload=True)
     finally:
         for server in servers:
             server.stop()

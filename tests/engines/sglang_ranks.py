@@ -4,12 +4,18 @@ Hugging Face checkpoint, or `sharded_state` from an export), then saving the ran
 SGLang's `save_sharded_state` sees it (tensors sharing storage reduced to one) to OUT/rank-R.safetensors.
 
 Run by the engines' PyPI interpreter (SGLang installed with --no-deps over the vLLM environment):
-  python sglang_ranks.py --tp T [--ep EP] MODEL:OUT:FORMAT...   (FORMAT: auto or sharded_state)
+  python sglang_ranks.py --tp T [--ep EP] MODEL:OUT:FORMAT... [--sync SYNC_JSON]
+FORMAT: auto, sharded_state, shardload (shardload.sglang.ShardloadLoader from the checkpoint) or
+server=NAME (the same loader from the weight server NAME); the last two need the shardload package on
+PYTHONPATH. --sync {"port": P, "model": NEW, "out": DIR}: rank 0 asks the weight server (port P) of the
+last server=NAME job to update to NEW, then every rank runs shardload.sglang.sync_weights on that job's
+live model, as SGLang's update_weights_from_tensor runs a --custom-weight-loader, and saves it to DIR.
 PyNccl is off; sgl_kernel (SGLang's CUDA kernels, no CPU wheel on PyPI) and IPython (notebook display helpers
 sglang.utils imports) are stand-in modules here: loading calls nothing of either.
 """
 import argparse
 import importlib.machinery
+import json
 import os
 import sys
 
@@ -69,9 +75,27 @@ def rank_main(rank, args, port, errors):
         from sglang.srt.server_args import ServerArgs
 
         def server_args(model, load_format):
+            extra = {}
+            if load_format.startswith("server="):
+                extra = {"weight_server": load_format[len("server="):]}
             return ServerArgs(model_path=model, tp_size=args.tp, ep_size=args.ep, device="cpu",
-                              dtype=args.dtype, load_format=load_format, skip_tokenizer_init=True,
-                              disable_cuda_graph=True)
+                              dtype=args.dtype, load_format="auto" if extra or load_format == "shardload" else load_format,
+                              skip_tokenizer_init=True, disable_cuda_graph=True,
+                              model_loader_extra_config=json.dumps(extra),
+                              custom_weight_loader=["shardload.sglang.sync_weights"] if extra else None)
+
+        def load_config(load_format):
+            if load_format == "shardload" or load_format.startswith("server="):
+                import shardload.sglang
+
+                extra = {"weight_server": load_format[len("server="):]} if load_format != "shardload" else {}
+                return LoadConfig(load_format=shardload.sglang.ShardloadLoader, model_loader_extra_config=extra)
+            return LoadConfig(load_format=load_format)
+
+        def save(model, out):
+            state = ShardedStateLoader._filter_subtensors(model.state_dict())
+            save_file({k: v.detach().contiguous() for k, v in state.items()},
+                      os.path.join(out, f"rank-{rank}.safetensors"))
 
         publish(server_args(*args.jobs[0][::2]), role="scheduler", ranks=SpawnRanks(world_rank=rank))
         # PyNccl off: its communicator needs a CUDA device; gloo carries what loading exchanges.
@@ -86,15 +110,17 @@ def rank_main(rank, args, port, errors):
         initialize_model_parallel()
         # The groups are made once; each job then publishes its own server arguments (the same
         # widths) and builds its model.
-        for model, out, load_format in args.jobs:
-            job_args = server_args(model, load_format)
+        live = None
+        for model_dir, out, load_format in args.jobs:
+            job_args = server_args(model_dir, load_format)
             publish(job_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
             model = get_model(model_config=ModelConfig.from_server_args(job_args),
-                              load_config=LoadConfig(load_format=load_format),
-                              device_config=DeviceConfig("cpu"))
-            state = ShardedStateLoader._filter_subtensors(model.state_dict())
-            save_file({k: v.detach().contiguous() for k, v in state.items()},
-                      os.path.join(out, f"rank-{rank}.safetensors"))
+                              load_config=load_config(load_format), device_config=DeviceConfig("cpu"))
+            save(model, out)
+            if load_format.startswith("server="):
+                live = (model, job_args)
+        if args.sync:
+            sync(rank, args.sync, live, save, publish, SpawnRanks)
     except BaseException as e:  # the parent names the rank that failed
         import traceback
 
@@ -102,16 +128,47 @@ def rank_main(rank, args, port, errors):
         raise
 
 
+def sync(rank, spec, live, save, publish, spawn_ranks):
+    """--sync: the weight server updated, then the live model refilled by the custom weight loader."""
+    import time
+    import urllib.request
+
+    import torch.distributed as dist
+
+    import shardload.sglang
+
+    model, job_args = live
+    addresses = {name: t.data_ptr() for name, t in model.state_dict().items()}
+    dist.barrier()  # every rank done with its first fill before the server changes
+    if rank == 0:
+        request = urllib.request.Request(f"http://127.0.0.1:{spec['port']}/update_weights_from_disk",
+                                         data=json.dumps({"model_path": spec["model"]}).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            assert json.loads(reply.read())["success"]
+    dist.barrier()
+    publish(job_args, role="scheduler", ranks=spawn_ranks(world_rank=rank))  # what SGLang's workers hold
+    start = time.perf_counter()
+    summary = shardload.sglang.sync_weights(model, [])
+    seconds = time.perf_counter() - start
+    moved = [n for n, t in model.state_dict().items() if t.data_ptr() != addresses[n]]
+    assert not moved, f"parameters moved: {moved[:5]}"
+    save(model, spec["out"])
+    if rank == 0:
+        print(f"update: sync_weights refilled {summary['bytes']} bytes from the server in {seconds:.4f} s", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+", metavar="MODEL:OUT:FORMAT",
-                        help="load MODEL with load format FORMAT (auto, sharded_state), save to OUT")
+                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), save to OUT")
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--ep", type=int, default=1)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--sync", type=json.loads, default=None, help="see the module's text")
     args = parser.parse_args()
     args.jobs = [job.rsplit(":", 2) for job in args.jobs]
-    for _, out, _ in args.jobs:
+    for out in [out for _, out, _ in args.jobs] + ([args.sync["out"]] if args.sync else []):
         os.makedirs(out, exist_ok=True)
     run_ranks("sglang_ranks", rank_main, args)
 

@@ -3,7 +3,7 @@ own loader holds from the checkpoint, rank by rank (engines.py): every family sh
 at tp 2 (expert parallelism 2 for the MoE families; the dense ones in the same group), and MoE-TP inside
 EP at tp 4 x ep 2. make-tiny's Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold:
 `--engine sglang` refuses it (tests/python/test_export_engine.py)."""
-from engines import check_engine_loads_the_export, needs_engines
+from engines import check_engine_loads_the_export, check_plugin_loads, needs_engines
 
 pytestmark = needs_engines
 
@@ -15,3 +15,14 @@ def test_sglang_tp2(tmp_path):
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
     check_engine_loads_the_export(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2)])
+
+
+# shardload's loader inside SGLang (shardload.sglang): from the checkpoint and from the weight server,
+# and the custom weight loader syncing a live model after the server's update.
+def test_sglang_plugin_tp2(tmp_path):
+    print(check_plugin_loads(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
+                             [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
+
+
+def test_sglang_plugin_tp4_moe_tp_inside_ep(tmp_path):
+    print(check_plugin_loads(tmp_path, "sglang", 4, [("deepseek_v3", 2)], sync=True))

@@ -21,10 +21,10 @@ def test_vllm_tp4_expert_parallel(tmp_path):
 
 
 def test_vllm_plugin_tp2(tmp_path):
-    out = check_plugin_loads(tmp_path, 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] +
+    out = check_plugin_loads(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] +
                              [(a, 2) for a in MOE if a != "qwen3_moe"] + [("qwen3_moe", 2)], sync=True)
     print(out)
 
 
 def test_vllm_plugin_tp4_expert_parallel(tmp_path):
-    print(check_plugin_loads(tmp_path, 4, [("deepseek_v3", 4)], sync=True))
+    print(check_plugin_loads(tmp_path, "vllm", 4, [("deepseek_v3", 4)], sync=True))

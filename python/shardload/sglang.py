@@ -1,0 +1,130 @@
+"""shardload in SGLang (docs/engines.md): a model loader, and a custom weight loader for RL sync.
+
+SGLang has no load-format plugin point; it takes a loader class in place of a format name
+(LoadConfig.load_format), and runs the functions named by `--custom-weight-loader` on every rank when
+`update_weights_from_tensor` names them as its load_format.
+
+    # The first load: each rank plans SGLang's layout (its TP rank and size, its MoE expert-parallel
+    # size), reads only its own bytes of the checkpoint (or copies them from a weight server) and fills
+    # SGLang's parameters in place under SGLang's names.
+    LoadConfig(load_format=shardload.sglang.ShardloadLoader,
+               model_loader_extra_config={"weight_server": "qwen"})      # optional
+
+    # RL sync of a running SGLang: after the weight server's /update_weights_from_disk or /rebalance,
+    python -m sglang.launch_server --model-path MODEL --tp-size 4 --ep-size 2 \\
+        --custom-weight-loader shardload.sglang.sync_weights \\
+        --model-loader-extra-config '{"weight_server": "qwen"}'
+    engine.update_weights_from_tensor(named_tensors=[], load_format="shardload.sglang.sync_weights")
+
+sync_weights ignores the tensors it is given: every rank copies its own from the weight server's shared
+memory, in place, the ranks agreeing on one version.
+"""
+import json
+
+from .engines import all_gather_versions, fill_rank, loader_extra
+from .errors import InvalidArgumentError
+
+
+
+def sglang_layout(model, model_config):
+    """(rank, layout keywords) of this process under SGLang's parallel state: SGLang's MoE-TP inside EP
+    is shardload's tp x ep. `model` tells whether there are experts (SGLang's EP group exists either way)."""
+    from sglang.srt.distributed.parallel_state import (get_moe_expert_parallel_world_size,
+                                                       get_tensor_model_parallel_rank,
+                                                       get_tensor_model_parallel_world_size)
+
+    has_experts = any(hasattr(m, "w13_weight") for m in model.modules())
+    dtype = str(model_config.dtype).removeprefix("torch.")
+    layout = {"tp": get_tensor_model_parallel_world_size(),
+              "ep": get_moe_expert_parallel_world_size() if has_experts else 1, "dtype": dtype}
+    return get_tensor_model_parallel_rank(), layout
+
+
+def _group_versions(version):
+    """Every tensor-parallel rank's version (SGLang's TP group; [version] without one)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return [version]
+    from sglang.srt.distributed.parallel_state import get_tp_group
+
+    return all_gather_versions(version, get_tp_group().cpu_group)
+
+
+def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
+    """Copies rank `rank` of `layout` into SGLang's `model` in place, from the checkpoint `model_dir` or
+    the weight server `weight_server` (every TP rank at one version). Returns {bytes, seconds, version}."""
+    return fill_rank(model, model_dir, rank, layout, "sglang", weight_server=weight_server, threads=threads,
+                     group_versions=_group_versions)
+
+
+def sync_weights(model, named_tensors=()):
+    """SGLang's custom weight loader (`--custom-weight-loader shardload.sglang.sync_weights`): the live
+    model refilled in place from the weight server named in --model-loader-extra-config. The tensors
+    SGLang passes are ignored (send none)."""
+    from sglang.srt.runtime_context import get_model
+
+    args = get_model()
+    extra = loader_extra(args.model_loader_extra_config, "--model-loader-extra-config")
+    if "weight_server" not in extra:
+        raise InvalidArgumentError("shardload.sglang.sync_weights needs the weight server's name",
+                                   field="model_loader_extra_config", expected='{"weight_server": NAME}',
+                                   found=json.dumps(sorted(extra)))
+    model_dir = args.model_path
+    rank, layout = sglang_layout(model, _ModelDtype(args.dtype, model))
+    return fill(model, model_dir, rank, layout, weight_server=extra["weight_server"],
+                threads=int(extra.get("threads", 0)))
+
+
+class _ModelDtype:
+    """The model's dtype where only the server arguments are at hand ("auto": the parameters')."""
+
+    def __init__(self, name, model):
+        import torch
+
+        if name in (None, "auto"):
+            self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        else:
+            self.dtype = getattr(torch, {"half": "float16", "float": "float32"}.get(name, name))
+
+
+def _loader_class():
+    import torch
+
+    from sglang.srt.model_loader.loader import (BaseModelLoader, _get_quantization_config, _initialize_model,
+                                                post_load_weights)
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    class Loader(BaseModelLoader):
+        """SGLang's model loader from shardload: LoadConfig(load_format=shardload.sglang.ShardloadLoader)."""
+
+        def download_model(self, model_config):
+            pass  # a local Hugging Face checkpoint
+
+        def load_model(self, *, model_config, device_config):
+            extra = loader_extra(self.load_config.model_loader_extra_config, "model_loader_extra_config")
+            quant_config = _get_quantization_config(model_config, self.load_config)
+            with set_default_torch_dtype(model_config.dtype):
+                with torch.device(device_config.device):
+                    model = _initialize_model(model_config, self.load_config, quant_config)
+                rank, layout = sglang_layout(model, model_config)
+                self.last = fill(model, model_config.model_path, rank, layout,
+                                 weight_server=extra.get("weight_server"), threads=int(extra.get("threads", 0)))
+                # As SGLang's sharded_state loader, which also fills the parameters as they are held.
+                for _, module in model.named_modules():
+                    method = getattr(module, "quant_method", None)
+                    if method is not None:
+                        method.process_weights_after_loading(module)
+                post_load_weights(model)
+            return model.eval()
+
+    return Loader
+
+
+def __getattr__(name):
+    # The class derives from SGLang's, imported only where SGLang is.
+    if name == "ShardloadLoader":
+        cls = _loader_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
