@@ -153,9 +153,11 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     until the group agrees. Returns {bytes, seconds, version (server only)}."""
     start = time.perf_counter()
     entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
+    _check_unprocessed(module)
     if weight_server is None:
         loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
         copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}")
+        _remember_filled(module)
         return {"bytes": copied, "seconds": time.perf_counter() - start}
     from .client import connect
 
@@ -170,8 +172,30 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
             raise ConflictError(f"the ranks read different versions of weight server {weight_server!r} "
                                 f"{_VERSION_ATTEMPTS} times: it kept updating", field="version",
                                 expected="one version on every rank", found=str(versions))
+    _remember_filled(module)
     copied = sum(t.numel() * t.element_size() for t in state_targets(module).values())
     return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version}
+
+
+def _remember_filled(module):
+    module._shardload_filled = {name: t.data_ptr() for name, t in state_targets(module).items()}
+
+
+def _check_unprocessed(module):
+    """A refill writes what the engines' weight loaders write. Where the engine's post-processing replaced
+    a parameter since the last fill (repacked, requantized, transposed into a new tensor), those bytes
+    would be wrong in it: refused, naming the parameters. (Post-processing in place, same address, cannot
+    be seen here: docs/engines.md says where the hooks are right.)"""
+    filled = getattr(module, "_shardload_filled", None)
+    if filled is None:
+        return
+    now = {name: t.data_ptr() for name, t in state_targets(module).items()}
+    replaced = sorted(name for name, ptr in filled.items() if now.get(name) != ptr)
+    if replaced:
+        raise ConflictError(f"the engine replaced {len(replaced)} parameter(s) after shardload filled them "
+                            "(its post-processing): a refill would write unprocessed bytes into them",
+                            tensor=replaced[0], field="parameters", expected="the tensors shardload filled",
+                            found=", ".join(replaced[:5]))
 
 
 def all_gather_versions(version, group):

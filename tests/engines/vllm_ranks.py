@@ -23,6 +23,7 @@ Rank 0 prints the seconds each took.
 import argparse
 import json
 import os
+import time
 
 from rank_group import run_ranks
 
@@ -92,8 +93,13 @@ def rank_main(rank, args, port, errors):
                 loader = get_model_loader(load_config)
                 with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
                     model = loader.create_model(vllm_config=vllm_config, model_config=model_config)
+                    start = time.perf_counter()
                     loader.load_weights(model, model_config)
+                    seconds = time.perf_counter() - start
                 save(model, out)
+            if rank == 0:
+                print(f"load {load_format} {os.path.basename(model_dir)}: load_weights took {seconds:.4f} s",
+                      flush=True)
             if load_format.startswith("server="):
                 live["server"] = (model, vllm_config, load_format[len("server="):], model_dir)
             elif load_format == "auto":
@@ -123,7 +129,6 @@ def sync(rank, spec, live, save):
     """--sync: the weight server updated, then rebalanced; the plugin refills the live model in place
     after each, and vLLM's own model goes the same way by vLLM's own means (reload_weights from NEW,
     then its EPLB's rearrange_expert_weights_inplace)."""
-    import time
 
     import torch
     import torch.distributed as dist

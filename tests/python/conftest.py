@@ -57,3 +57,23 @@ def read_safetensors(path):
     base = 8 + length
     return {name: (e["dtype"], e["shape"], data[base + e["data_offsets"][0]:base + e["data_offsets"][1]])
             for name, e in header.items() if name != "__metadata__"}
+
+
+def engine_module(torch, entries, skip=(), shapes=None):
+    """A torch module holding an engine layout's names (each dot a submodule), zero-filled: the shape of an
+    engine's state, without the engine."""
+    from shardload.engines import torch_dtype
+
+    root = torch.nn.Module()
+    for e in entries:
+        if e["name"] in skip:
+            continue
+        *path, leaf = e["name"].split(".")
+        parent = root
+        for part in path:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        shape = (shapes or {}).get(e["name"], tuple(e["shape"]))
+        parent.register_buffer(leaf, torch.zeros(shape, dtype=torch_dtype(e["dtype"])))
+    return root

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import read_safetensors, run_shardload, shardload_bin
+from conftest import engine_module, read_safetensors, run_shardload, shardload_bin
 from shardload import client as shl
+from shardload import engines
 from shardload.errors import (ConflictError, Error, FormatError, InvalidArgumentError, IoError,
                               StaleReadError)
 
@@ -364,6 +365,7 @@ _READ_ONLY_TARGETS = r"""
 import mmap, sys, warnings
 import numpy as np, torch
 from shardload import client as shl
+from shardload import engines
 from shardload.errors import InvalidArgumentError
 name = sys.argv[1]
 reader = shl.connect(name)
@@ -901,3 +903,30 @@ def test_errors_carry_their_details():
     import pickle
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is StaleReadError and str(again) == str(error)
+
+
+# The engine hooks (shardload.vllm, shardload.sglang) fill an engine's model from a server, every TP rank
+# at one version: a rank whose group read another version copies again (tests/engines/ runs them inside
+# the engines; here the group's answer is given).
+def test_an_engine_fill_copies_again_until_the_ranks_agree(shared_server, models, monkeypatch):
+    layout = {"tp": 2, "ep": 2}
+    entries = engines.engine_layout(models["first"], rank=1, engine="vllm", **layout)
+    module = engine_module(torch, entries)
+    asked = []
+
+    def group_versions(version):  # the first time another rank read the version before
+        asked.append(version)
+        return [version, version - 1] if len(asked) == 1 else [version, version]
+
+    summary = engines.fill_rank(module, models["first"], 1, layout, "vllm",
+                                          weight_server=shared_server.name, group_versions=group_versions)
+    assert len(asked) == 2 and summary["version"] == asked[-1]
+    expected = engine_module(torch, entries)
+    engines.fill_rank(expected, models["first"], 1, layout, "vllm")  # from the checkpoint
+    for name, tensor in expected.state_dict().items():
+        assert torch.equal(module.state_dict()[name], tensor), name
+
+    monkeypatch.setattr(engines, "_VERSION_ATTEMPTS", 2)
+    with pytest.raises(ConflictError, match="different versions"):
+        engines.fill_rank(module, models["first"], 1, layout, "vllm", weight_server=shared_server.name,
+                                    group_versions=lambda v: [v, v + 1])

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 import shardload
-from conftest import read_safetensors, run_shardload
+from conftest import engine_module, read_safetensors, run_shardload
 
 
 def rank_tensors(out, rank):
@@ -199,21 +199,7 @@ def test_a_fill_names_every_mismatch_and_copies_nothing(tiny):
     loaded = shardload.load(model, ranks=[1], tp=2)
 
     def module(skip=(), shapes=None):
-        """A torch module holding the engine's names (dots replaced by nesting), zero-filled."""
-        root = torch.nn.Module()
-        for e in entries:
-            if e["name"] in skip:
-                continue
-            *path, leaf = e["name"].split(".")
-            parent = root
-            for part in path:
-                if not hasattr(parent, part):
-                    parent.add_module(part, torch.nn.Module())
-                parent = getattr(parent, part)
-            dtype = shardload.engines.torch_dtype(e["dtype"])
-            shape = (shapes or {}).get(e["name"], tuple(e["shape"]))
-            parent.register_buffer(leaf, torch.zeros(shape, dtype=dtype))
-        return root
+        return engine_module(torch, entries, skip, shapes)
 
     good = module()
     shardload.engines.fill_from_tensors(good, entries, loaded.tensors(1))
@@ -231,3 +217,19 @@ def test_a_fill_names_every_mismatch_and_copies_nothing(tiny):
         shardload.engines.fill_from_tensors(bad, entries, loaded.tensors(1))
     assert norm in str(error.value) and head in str(error.value)
     assert all(not t.any() for t in bad.state_dict().values())  # nothing copied
+
+
+def test_a_refill_refuses_parameters_the_engine_replaced(tiny):
+    """After a fill the engine's post-processing may replace parameters (repacked, requantized); a refill
+    (RL sync) would write unprocessed bytes into them, so it is refused, naming them."""
+    torch = pytest.importorskip("torch")
+    model = tiny("llama")
+    entries = shardload.engines.engine_layout(model, rank=0, engine="vllm", tp=2)
+    root = engine_module(torch, entries)
+    shardload.engines.fill_rank(root, model, 0, {"tp": 2}, "vllm")
+    shardload.engines.fill_rank(root, model, 0, {"tp": 2}, "vllm")  # nothing replaced: a refill goes on
+    parent = root.model.layers.get_submodule("0").self_attn.qkv_proj
+    parent.weight = parent.weight.clone()  # as a post-processing that makes a new tensor
+    with pytest.raises(shardload.ConflictError, match="replaced 1 parameter") as error:
+        shardload.engines.fill_rank(root, model, 0, {"tp": 2}, "vllm")
+    assert "model.layers.0.self_attn.qkv_proj.weight" in str(error.value)
