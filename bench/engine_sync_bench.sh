@@ -5,7 +5,7 @@
 # /update_weights_from_disk beside vLLM's own in-place reload_weights from the new checkpoint, and after the
 # server's /rebalance beside vLLM's own EPLB (rearrange_expert_weights_inplace over gloo). Two Qwen3-MoE
 # checkpoints of SIZE (make-tiny), tp 2 x ep 2 (2 ranks, one thread each), both in the page cache first;
-# one run of each (every line is rank 0's own clock).
+# each load three times, the sync once (every line is rank 0's own clock).
 #   bash bench/engine_sync_bench.sh          (make build first; SIZE=1G)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +34,12 @@ print(json.dumps([row[::-1] for row in rows]))')
 sync=$(printf '{"port": %s, "model": "%s", "out": "%s", "own": "%s", "rebalance": {"map": %s, "out": "%s", "own": "%s"}}' \
   "$port" "$work/second" "$work/synced" "$work/own-reloaded" "$map" "$work/rebalanced" "$work/own-rebalanced")
 echo "Qwen3-MoE, make-tiny --size $size ($(du -sh "$work/first" | cut -f1) on disk), tp 2 x ep 2, $(nproc) cores"
-env -u LD_PRELOAD -u ASAN_OPTIONS PYTHONPATH=build/python "$engines" tests/engines/vllm_ranks.py --tp 2 \
-  "$work/first:$work/own:auto:ep" "$work/first:$work/plugin:shardload:ep" \
-  "$work/first:$work/server:server=$name:ep" "$work/second:$work/second-own:auto:ep" \
-  "$work/first:$work/own:auto:ep" --sync "$sync" 2>&1 | grep -E '^(load|update|rebalance)'
+# Each load three times, interleaved (the first of each pays for the engine's first model and the pages'
+# first touch); then vLLM's own load of the second checkpoint and of the first again: --sync goes on with it.
+loads=()
+for _ in 1 2 3; do
+  loads+=("$work/first:$work/own:auto:ep" "$work/first:$work/plugin:shardload:ep" "$work/first:$work/server:server=$name:ep")
+done
+env -u LD_PRELOAD -u ASAN_OPTIONS PYTHONPATH=build/python "$engines" tests/engines/vllm_ranks.py --tp 2 "${loads[@]}" \
+  "$work/second:$work/second-own:auto:ep" "$work/first:$work/own:auto:ep" --sync "$sync" 2>&1 |
+  grep -E "^(load|update|rebalance)"
