@@ -74,6 +74,22 @@ def reload(model, model_dir, *, weight_server=None, vllm_config=None, threads=0)
     return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads)
 
 
+def sync_worker(worker, *, weight_server, model_dir=None, threads=0):
+    """The RL weight sync of a running vLLM, for its workers: after the weight server's
+    /update_weights_from_disk (or /rebalance), every worker refills its model in place from it.
+
+        llm.collective_rpc(shardload.vllm.sync_worker, kwargs={"weight_server": "qwen"})
+
+    `worker` is what vLLM's collective_rpc passes a function (its worker: model_runner, vllm_config);
+    `model_dir` defaults to the model vLLM was started on. Returns fill's summary of this rank."""
+    from vllm.config import set_current_vllm_config
+
+    config = worker.vllm_config
+    with set_current_vllm_config(config):
+        return reload(worker.model_runner.model, model_dir or config.model_config.model,
+                      weight_server=weight_server, vllm_config=config, threads=threads)
+
+
 def _loader_class():
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 

@@ -4,11 +4,13 @@ The tests run in Debian's python; vLLM and SGLang run in their own PyPI environm
 SHARDLOAD_ENGINES_PYTHON, made by scripts/pypi-env.sh from requirements.lock and requirements-nodeps.lock
 (`make test` makes it). Without it the tests report themselves skipped.
 
-The check: for each checkpoint, (a) the engine's own load of the Hugging Face checkpoint and (b) the
-engine's load_format="sharded_state" load of `shardload export --engine ENGINE`, each run by the engine's
-own model classes and loaders on CPU in a gloo group of T processes (vllm_ranks.py, sglang_ranks.py),
-hold the same parameters on every rank: the same names, dtypes, shapes and bytes; and the export's rank
-files hold exactly (a)'s state dict."""
+The check (check_engine): for each checkpoint, (a) the engine's own load of the Hugging Face checkpoint,
+(b) the engine's load_format="sharded_state" load of `shardload export --engine ENGINE`, and shardload inside
+the engine (c) from the checkpoint and (d) from a running weight server, each run by the engine's own model
+classes on CPU in a gloo group of T processes (vllm_ranks.py, sglang_ranks.py), hold the same parameters on
+every rank: the same names, dtypes, shapes and bytes; the export's rank files hold exactly (a)'s state dict;
+and a live model synced in place after the server's update (and rebalance) holds what the engine's own means
+make of the same change."""
 import json
 import os
 import pathlib
@@ -46,45 +48,6 @@ def engine_python(script, *args, shardload=False):
     return result.stdout
 
 
-def check_engine_loads_the_export(tmp_path, engine, tp, cases):
-    """CASES: (family, ep) pairs. For each, make-tiny's checkpoint and its export for ENGINE at tp TP and that
-    ep, both loaded by the engine; all of them in one group of TP processes (the engine's imports, most of
-    the time, paid once). Every rank's parameters must be byte-equal; each difference is named in the
-    failure."""
-    jobs = []
-    for arch, ep in cases:
-        name = f"{arch}-ep{ep}"
-        model, export = tmp_path / arch, tmp_path / f"{name}-export"
-        if not model.exists():
-            cli("make-tiny", "--arch", arch, "--out", model)
-        cli("export", model, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export)
-        # load_export takes what it wrote: the engine's names checked against the export's plan.
-        cli("load", export, "--checksum")
-        # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's.
-        suffix = (":ep" if ep > 1 else "") if engine == "vllm" else ""
-        jobs += [f"{model}:{tmp_path / f'{name}-own'}:auto{suffix}",
-                 f"{export}:{tmp_path / f'{name}-sharded'}:sharded_state{suffix}"]
-    if engine == "vllm":
-        assert all(ep in (1, tp) for _, ep in cases)
-        parallel = ["--tp", tp]
-    else:
-        # SGLang's expert-parallel size is the group's: dense models (ep 1) load beside MoE ones in it.
-        assert len({ep for _, ep in cases} - {1}) <= 1
-        parallel = ["--tp", tp, "--ep", max(ep for _, ep in cases)]
-    engine_python(f"{engine}_ranks.py", *parallel, *jobs)
-    # The engine's load of the export holds what its own load holds; and the export's files hold exactly the
-    # engine's state dict (names, dtypes, shapes, bytes: what its save_sharded_state writes), which the
-    # first alone would not show where the loader casts a dtype on copy.
-    pairs = []
-    for arch, ep in cases:
-        name = f"{arch}-ep{ep}"
-        pairs += [tmp_path / f"{name}-own", tmp_path / f"{name}-sharded"]
-        pairs += [tmp_path / f"{name}-own", tmp_path / f"{name}-export"]
-    lines = engine_python("compare_ranks.py", *pairs).splitlines()
-    differences = [line for line in lines if not line.endswith(": byte-equal")]
-    assert len(lines) >= len(pairs) // 2 and not differences, "\n".join(differences)
-
-
 class WeightServer:
     """`shardload serve MODEL --tp T --ep E --name NAME --port 0`, output to files; stop() kills it and
     removes its shared memory."""
@@ -115,19 +78,24 @@ class WeightServer:
         shutil.rmtree(f"/dev/shm/shardload-{self.name}", ignore_errors=True)
 
 
-def check_plugin_loads(tmp_path, engine, tp, cases, sync=False):
-    """shardload's loader inside ENGINE (vLLM: --load-format shardload, found by its entry point;
-    SGLang: LoadConfig(load_format=shardload.sglang.ShardloadLoader)) for CASES, (family, ep) pairs at tp
-    TP: (c) from the checkpoint and (d) from a running weight server hold byte-equal parameters to (a) the
-    engine's own load, on every rank.
+
+def check_engine(tmp_path, engine, tp, cases, sync=False):
+    """CASES: (family, ep) pairs, each a make-tiny checkpoint loaded by ENGINE at tp TP and that ep, all in one
+    group of TP processes (the engine's imports, most of the time, paid once):
+    (a) the engine's own load of the checkpoint; (b) its load_format="sharded_state" load of
+    `shardload export --engine ENGINE`; (c) shardload inside it from the checkpoint (vLLM: --load-format
+    shardload, found by its entry point; SGLang: LoadConfig(load_format=shardload.sglang.ShardloadLoader));
+    (d) the same from a running weight server. Every rank's parameters must be byte-equal to (a), and the
+    export's files hold exactly (a)'s state dict (what the engine's save_sharded_state writes, which (b) alone
+    would not show where the loader casts a dtype on copy).
 
     With SYNC the last case goes on as an RL trainer syncs a live engine: its server updates to a second
-    checkpoint of that family and the live model (d) is refilled in place (vLLM: shardload.vllm.reload;
+    checkpoint of that family and the live model (d) is refilled in place (vLLM: shardload.vllm.sync_worker;
     SGLang: its custom weight loader shardload.sglang.sync_weights), equal to the engine's own load of the
     second checkpoint. vLLM goes on (ep = tp): its own model of the first checkpoint is reloaded in place by
     vLLM's own reload_weights and must end equal too; then the server rebalances (every expert to another
     rank), the plugin refills again, and vLLM's own EPLB applies the same map to its own model: equal again.
-    Returns the harness's output (the times)."""
+    Each difference is named in the failure. Returns the harness's output (the times)."""
     jobs, pairs, servers, sync_spec = [], [], [], None
     vllm = engine == "vllm"
     try:
@@ -136,13 +104,19 @@ def check_plugin_loads(tmp_path, engine, tp, cases, sync=False):
             model = tmp_path / arch
             if not model.exists():
                 cli("make-tiny", "--arch", arch, "--out", model)
+            export = tmp_path / f"{name}-export"
+            cli("export", model, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export)
+            # load_export takes what it wrote: the engine's names checked against the export's plan.
+            cli("load", export, "--checksum")
             server = WeightServer(model, tp, ep, tmp_path)
             servers.append(server)
+            # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's.
             suffix = ":ep" if vllm and ep > 1 else ""
-            own, plugin, served = (tmp_path / f"{name}-{kind}" for kind in ("own", "plugin", "server"))
-            jobs += [f"{model}:{own}:auto{suffix}", f"{model}:{plugin}:shardload{suffix}",
-                     f"{model}:{served}:server={server.name}{suffix}"]
-            pairs += [own, plugin, own, served]
+            own, sharded, plugin, served = (tmp_path / f"{name}-{kind}"
+                                            for kind in ("own", "sharded", "plugin", "server"))
+            jobs += [f"{model}:{own}:auto{suffix}", f"{export}:{sharded}:sharded_state{suffix}",
+                     f"{model}:{plugin}:shardload{suffix}", f"{model}:{served}:server={server.name}{suffix}"]
+            pairs += [own, sharded, own, export, own, plugin, own, served]
         if sync:
             arch, ep = cases[-1]
             second = tmp_path / f"{arch}-second"
@@ -159,13 +133,14 @@ def check_plugin_loads(tmp_path, engine, tp, cases, sync=False):
             sync_spec.update({"own": str(tmp_path / "own-reloaded"),
                               "rebalance": {"map": rows, "out": str(tmp_path / "rebalanced"),
                                             "own": str(tmp_path / "own-rebalanced")}})
-            jobs.append(jobs[-4])  # vLLM's own load of the first checkpoint, last: the one --sync reloads
+            jobs.append(jobs[-5])  # vLLM's own load of the first checkpoint, last: the one --sync reloads
             pairs += [tmp_path / "own-reloaded", tmp_path / "synced", tmp_path / "own-rebalanced",
                       tmp_path / "rebalanced"]
         if vllm:
             assert all(ep in (1, tp) for _, ep in cases)
             parallel = ["--tp", tp]
         else:
+            # SGLang's expert-parallel size is the group's: dense models (ep 1) load beside MoE ones in it.
             assert len({ep for _, ep in cases} - {1}) <= 1
             parallel = ["--tp", tp, "--ep", max(ep for _, ep in cases)]
         args = [*parallel, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])

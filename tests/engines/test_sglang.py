@@ -1,28 +1,19 @@
-"""SGLang 0.5.23's load_format="sharded_state" takes `shardload export --engine sglang` and holds what its
-own loader holds from the checkpoint, rank by rank (engines.py): every family shardload exports for SGLang
-at tp 2 (expert parallelism 2 for the MoE families; the dense ones in the same group), and MoE-TP inside
-EP at tp 4 x ep 2. make-tiny's Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold:
-`--engine sglang` refuses it (tests/python/test_export_engine.py)."""
-from engines import check_engine_loads_the_export, check_plugin_loads, needs_engines
+"""SGLang 0.5.23 against shardload, rank by rank (engines.py): its load_format="sharded_state" takes
+`shardload export --engine sglang`, and shardload.sglang's loader fills its model from the checkpoint and from
+the weight server, each holding what SGLang's own loader holds from the checkpoint; then its custom weight
+loader syncs a live model in place after the server's update, equal to SGLang's own load of the new
+checkpoint. Every family shardload exports for SGLang at tp 2 (expert parallelism 2 for the MoE families; the
+dense ones in the same group), and MoE-TP inside EP at tp 4 x ep 2. make-tiny's Qwen3-MoE has a dense first
+layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it (tests/python/test_export_engine.py)."""
+from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
 
 
 def test_sglang_tp2(tmp_path):
-    check_engine_loads_the_export(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
-                                  [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]])
+    print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
+                       [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
 
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
-    check_engine_loads_the_export(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2)])
-
-
-# shardload's loader inside SGLang (shardload.sglang): from the checkpoint and from the weight server,
-# and the custom weight loader syncing a live model after the server's update.
-def test_sglang_plugin_tp2(tmp_path):
-    print(check_plugin_loads(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
-                             [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
-
-
-def test_sglang_plugin_tp4_moe_tp_inside_ep(tmp_path):
-    print(check_plugin_loads(tmp_path, "sglang", 4, [("deepseek_v3", 2)], sync=True))
+    print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2)], sync=True))

@@ -14,7 +14,7 @@ entry point, as it does every general plugin.
 --sync {"port": P, "model": NEW, "out": DIR, "own": DIR, "rebalance": {"map": [[...]], "out": DIR,
 "own": DIR}} goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine:
 rank 0 asks the weight server (port P) to update to the checkpoint NEW, then every rank refills its
-parameters in place (shardload.vllm.reload) and saves them to "out"; the model of the last auto job
+parameters in place (shardload.vllm.sync_worker) and saves them to "out"; the model of the last auto job
 (vLLM's own load of the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and
 saved to "own". With "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own
 EPLB (rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import time
+from types import SimpleNamespace
 
 from rank_group import run_ranks
 
@@ -157,8 +158,9 @@ def sync(rank, spec, live, save):
         if rank == 0:
             post(spec["port"], *what)
         dist.barrier()  # every rank reads the server's new version
-        with set_current_vllm_config(vllm_config):
-            summary = shardload.vllm.reload(model, model_dir, weight_server=server, vllm_config=vllm_config)
+        # As vLLM's collective_rpc calls a function with each worker (the parts sync_worker reads).
+        worker = SimpleNamespace(model_runner=SimpleNamespace(model=model), vllm_config=vllm_config)
+        summary = shardload.vllm.sync_worker(worker, weight_server=server)
         unmoved(model)
         save(model, out)
         return summary
