@@ -12,9 +12,12 @@ own post-processing as after any loader.
         --model-loader-extra-config '{"weight_server": "qwen"}'   # from `shardload serve ... --name qwen`
 
 With `weight_server` the rank is copied from the running weight server's shared memory instead (one
-consistent version per rank), which must serve MODEL at the same layout. Loading again into the same
-model (vLLM's `reload_weights`, or `reload(model)` here) copies again in place: after
-`/update_weights_from_disk` on the weight server, that is the RL weight sync of a live engine.
+consistent version per rank, every TP rank at the same version), which must serve MODEL at the same layout.
+Filling the same model again copies in place (`sync_worker` through vLLM's collective_rpc, or `reload(model)`
+in the model's process): after the weight server's `/update_weights_from_disk` or `/rebalance`, that is
+the RL weight sync of a live engine. (vLLM's own `reload_weights` needs a loader that yields checkpoint
+weights; this one does not, so sync through `sync_worker`.) MODEL is a local directory: nothing is
+downloaded.
 """
 from .engines import all_gather_versions, fill_rank, loader_extra
 from .errors import InvalidArgumentError
@@ -113,7 +116,7 @@ def _loader_class():
 
 
 def register():
-    """vLLM's general plugin entry point: adds load format "shardload" (idempotent)."""
+    """vLLM's general plugin entry point: adds load format "shardload" (again: replaces it, vLLM warns)."""
     from vllm.model_executor.model_loader import register_model_loader
 
     register_model_loader(LOAD_FORMAT)(_loader_class())
