@@ -63,15 +63,15 @@ def _check(entries, targets, where):
                                    found=f"{len(problems)} mismatch(es)")
 
 
-def fill_from_tensors(module, entries, sources, *, where="the layout"):
+def fill_from_tensors(module, entries, sources, *, where="the layout", targets=None):
     """Copies a rank into `module` in place: `sources` is {layout name: tensor} (shardload Tensors or
-    torch tensors, e.g. LoadedModel.tensors(rank)); `entries` its engine_layout. Returns the bytes
-    copied."""
+    torch tensors, e.g. LoadedModel.tensors(rank)); `entries` its engine_layout; `targets` the module's
+    state_targets where the caller has them. Returns the bytes copied."""
     import torch
 
     from .tensors import to_torch
 
-    targets = state_targets(module)
+    targets = state_targets(module) if targets is None else targets
     _check(entries, targets, where)
     missing = sorted(e["source"] for e in entries if e["source"] is not None and e["source"] not in sources)
     if missing:
@@ -93,14 +93,15 @@ def fill_from_tensors(module, entries, sources, *, where="the layout"):
     return copied
 
 
-def fill_from_server(module, entries, client, rank):
+def fill_from_server(module, entries, client, rank, *, targets=None):
     """Copies rank `rank` of a running weight server (shardload.connect) into `module` in place, one
     consistent version (Client.copy_into) for the whole rank; returns that version. A tensor the
     engine holds in another dtype than the server (vLLM's and SGLang's q/k norms: the model dtype, not
-    float32) is copied into a scratch tensor within the same snapshot, then cast."""
+    float32) is copied into a scratch tensor within the same snapshot, then cast. `targets`: the module's
+    state_targets where the caller has them."""
     import torch
 
-    targets = state_targets(module)
+    targets = state_targets(module) if targets is None else targets
     _check(entries, targets, "the weight server's rank")
     direct, cast = {}, []
     for e in entries:
@@ -153,17 +154,19 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     until the group agrees. Returns {bytes, seconds, version (server only)}."""
     start = time.perf_counter()
     entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
-    _check_unprocessed(module)
+    targets = state_targets(module)
+    _check_unprocessed(module, targets)
     if weight_server is None:
         loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
-        copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}")
-        _remember_filled(module)
+        copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}",
+                                   targets=targets)
+        _remember_filled(module, targets)
         return {"bytes": copied, "seconds": time.perf_counter() - start}
     from .client import connect
 
     with connect(weight_server, rank=rank) as client:
         for attempt in range(_VERSION_ATTEMPTS):
-            version = fill_from_server(module, entries, client, rank)
+            version = fill_from_server(module, entries, client, rank, targets=targets)
             versions = group_versions(version) if group_versions else [version]
             if len(set(versions)) == 1:
                 break
@@ -172,16 +175,16 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
             raise ConflictError(f"the ranks read different versions of weight server {weight_server!r} "
                                 f"{_VERSION_ATTEMPTS} times: it kept updating", field="version",
                                 expected="one version on every rank", found=str(versions))
-    _remember_filled(module)
-    copied = sum(t.numel() * t.element_size() for t in state_targets(module).values())
+    _remember_filled(module, targets)
+    copied = sum(t.numel() * t.element_size() for t in targets.values())
     return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version}
 
 
-def _remember_filled(module):
-    module._shardload_filled = {name: t.data_ptr() for name, t in state_targets(module).items()}
+def _remember_filled(module, targets):
+    module._shardload_filled = {name: t.data_ptr() for name, t in targets.items()}
 
 
-def _check_unprocessed(module):
+def _check_unprocessed(module, targets):
     """A refill writes what the engines' weight loaders write. Where the engine's post-processing replaced
     a parameter since the last fill (repacked, requantized, transposed into a new tensor), those bytes
     would be wrong in it: refused, naming the parameters. (Post-processing in place, same address, cannot
@@ -189,8 +192,7 @@ def _check_unprocessed(module):
     filled = getattr(module, "_shardload_filled", None)
     if filled is None:
         return
-    now = {name: t.data_ptr() for name, t in state_targets(module).items()}
-    replaced = sorted(name for name, ptr in filled.items() if now.get(name) != ptr)
+    replaced = sorted(name for name, ptr in filled.items() if name not in targets or targets[name].data_ptr() != ptr)
     if replaced:
         raise ConflictError(f"the engine replaced {len(replaced)} parameter(s) after shardload filled them "
                             "(its post-processing): a refill would write unprocessed bytes into them",
@@ -198,10 +200,14 @@ def _check_unprocessed(module):
                             found=", ".join(replaced[:5]))
 
 
-def all_gather_versions(version, group):
-    """Every rank's version over a torch.distributed group (the engine's CPU group of its TP ranks)."""
+def all_gather_versions(version, group_of):
+    """Every rank's version over the engine's group (`group_of()`: its CPU group of the TP ranks); [version]
+    alone where torch.distributed is not initialized (one process)."""
     import torch.distributed as dist
 
+    if not dist.is_initialized():
+        return [version]
+    group = group_of()
     out = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, version, group=group)
     return out

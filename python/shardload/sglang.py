@@ -25,30 +25,26 @@ from .engines import all_gather_versions, fill_rank, loader_extra
 from .errors import InvalidArgumentError
 
 
-
-def sglang_layout(model, model_config):
+def sglang_layout(model, dtype):
     """(rank, layout keywords) of this process under SGLang's parallel state: SGLang's MoE-TP inside EP
-    is shardload's tp x ep. `model` tells whether there are experts (SGLang's EP group exists either way)."""
+    is shardload's tp x ep, in the model's torch `dtype`. `model` tells whether there are experts (SGLang's
+    EP group exists either way)."""
     from sglang.srt.distributed.parallel_state import (get_moe_expert_parallel_world_size,
                                                        get_tensor_model_parallel_rank,
                                                        get_tensor_model_parallel_world_size)
 
     has_experts = any(hasattr(m, "w13_weight") for m in model.modules())
-    dtype = str(model_config.dtype).removeprefix("torch.")
     layout = {"tp": get_tensor_model_parallel_world_size(),
-              "ep": get_moe_expert_parallel_world_size() if has_experts else 1, "dtype": dtype}
+              "ep": get_moe_expert_parallel_world_size() if has_experts else 1,
+              "dtype": str(dtype).removeprefix("torch.")}
     return get_tensor_model_parallel_rank(), layout
 
 
 def _group_versions(version):
-    """Every tensor-parallel rank's version (SGLang's TP group; [version] without one)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return [version]
+    """Every tensor-parallel rank's version (SGLang's TP group)."""
     from sglang.srt.distributed.parallel_state import get_tp_group
 
-    return all_gather_versions(version, get_tp_group().cpu_group)
+    return all_gather_versions(version, lambda: get_tp_group().cpu_group)
 
 
 def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
@@ -71,21 +67,18 @@ def sync_weights(model, named_tensors=()):
                                    field="model_loader_extra_config", expected='{"weight_server": NAME}',
                                    found=json.dumps(sorted(extra)))
     model_dir = args.model_path
-    rank, layout = sglang_layout(model, _ModelDtype(args.dtype, model))
+    rank, layout = sglang_layout(model, _server_args_dtype(args.dtype, model))
     return fill(model, model_dir, rank, layout, weight_server=extra["weight_server"],
                 threads=int(extra.get("threads", 0)))
 
 
-class _ModelDtype:
-    """The model's dtype where only the server arguments are at hand ("auto": the parameters')."""
+def _server_args_dtype(name, model):
+    """The model's torch dtype where only the server arguments are at hand ("auto": the parameters')."""
+    import torch
 
-    def __init__(self, name, model):
-        import torch
-
-        if name in (None, "auto"):
-            self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
-        else:
-            self.dtype = getattr(torch, {"half": "float16", "float": "float32"}.get(name, name))
+    if name in (None, "auto"):
+        return next(p.dtype for p in model.parameters() if p.is_floating_point())
+    return getattr(torch, {"half": "float16", "float": "float32"}.get(name, name))
 
 
 def _loader_class():
@@ -107,7 +100,7 @@ def _loader_class():
             with set_default_torch_dtype(model_config.dtype):
                 with torch.device(device_config.device):
                     model = _initialize_model(model_config, self.load_config, quant_config)
-                rank, layout = sglang_layout(model, model_config)
+                rank, layout = sglang_layout(model, model_config.dtype)
                 self.last = fill(model, model_config.model_path, rank, layout,
                                  weight_server=extra.get("weight_server"), threads=int(extra.get("threads", 0)))
                 # As SGLang's sharded_state loader, which also fills the parameters as they are held.

@@ -59,14 +59,10 @@ def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
 
 
 def _group_versions(version):
-    """Every tensor-parallel rank's version (vLLM's TP group; [version] without one)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return [version]
+    """Every tensor-parallel rank's version (vLLM's TP group)."""
     from vllm.distributed import get_tp_group
 
-    return all_gather_versions(version, get_tp_group().cpu_group)
+    return all_gather_versions(version, lambda: get_tp_group().cpu_group)
 
 
 def reload(model, model_dir, *, weight_server=None, vllm_config=None, threads=0):

@@ -1,6 +1,7 @@
 """What vllm_ranks.py and sglang_ranks.py share: a group of TP processes, one per rank, each running the
-script's rank_main(rank, args, port, errors) with a free loopback port for the gloo rendezvous. Runs in
-the engines' interpreter (the scripts' folder is first on sys.path)."""
+script's rank_main(rank, args, port, errors) with a free loopback port for the gloo rendezvous, and a request
+to the weight server. Runs in the engines' interpreter (the scripts' folder is first on sys.path)."""
+import json
 import socket
 import sys
 
@@ -29,3 +30,16 @@ def run_ranks(name, rank_main, args):
         while not errors.empty():
             sys.stderr.write(errors.get() + "\n")
         sys.exit(f"{name}: ranks {failed} failed")
+
+
+def post(port, path, body):
+    """POSTs JSON `body` to the weight server on the loopback port; its answer, which must say success."""
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        answer = json.loads(reply.read())
+    if not answer.get("success"):
+        raise RuntimeError(f"{path}: {answer}")
+    return answer

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from rank_group import run_ranks
+from rank_group import post, run_ranks
 import types
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -79,7 +79,8 @@ def rank_main(rank, args, port, errors):
             if load_format.startswith("server="):
                 extra = {"weight_server": load_format[len("server="):]}
             return ServerArgs(model_path=model, tp_size=args.tp, ep_size=args.ep, device="cpu",
-                              dtype=args.dtype, load_format="auto" if extra or load_format == "shardload" else load_format,
+                              dtype=args.dtype,
+                              load_format="auto" if extra or load_format == "shardload" else load_format,
                               skip_tokenizer_init=True, disable_cuda_graph=True,
                               model_loader_extra_config=json.dumps(extra),
                               custom_weight_loader=["shardload.sglang.sync_weights"] if extra else None)
@@ -131,7 +132,6 @@ def rank_main(rank, args, port, errors):
 def sync(rank, spec, live, save, publish, spawn_ranks):
     """--sync: the weight server updated, then the live model refilled by the custom weight loader."""
     import time
-    import urllib.request
 
     import torch.distributed as dist
 
@@ -141,11 +141,7 @@ def sync(rank, spec, live, save, publish, spawn_ranks):
     addresses = {name: t.data_ptr() for name, t in model.state_dict().items()}
     dist.barrier()  # every rank done with its first fill before the server changes
     if rank == 0:
-        request = urllib.request.Request(f"http://127.0.0.1:{spec['port']}/update_weights_from_disk",
-                                         data=json.dumps({"model_path": spec["model"]}).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=600) as reply:
-            assert json.loads(reply.read())["success"]
+        post(spec["port"], "/update_weights_from_disk", {"model_path": spec["model"]})
     dist.barrier()
     publish(job_args, role="scheduler", ranks=spawn_ranks(world_rank=rank))  # what SGLang's workers hold
     start = time.perf_counter()
@@ -161,7 +157,8 @@ def sync(rank, spec, live, save, publish, spawn_ranks):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+", metavar="MODEL:OUT:FORMAT",
-                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), save to OUT")
+                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), "
+                             "save to OUT")
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--ep", type=int, default=1)
     parser.add_argument("--dtype", default="bfloat16")

@@ -26,7 +26,7 @@ import os
 import time
 from types import SimpleNamespace
 
-from rank_group import run_ranks
+from rank_group import post, run_ranks
 
 # vLLM's CUDA wheel picks its CPU platform from this, read when vllm is first imported.
 os.environ["VLLM_TARGET_DEVICE"] = "cpu"
@@ -112,18 +112,6 @@ def rank_main(rank, args, port, errors):
 
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
-
-
-def post(port, path, body):
-    import urllib.request
-
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=600) as reply:
-        answer = json.loads(reply.read())
-    if not answer.get("success"):
-        raise RuntimeError(f"{path}: {answer}")
-    return answer
 
 
 def sync(rank, spec, live, save):
@@ -215,7 +203,8 @@ def sync(rank, spec, live, save):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+", metavar="MODEL:OUT:FORMAT",
-                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), save to OUT")
+                        help="load MODEL with load format FORMAT (auto, sharded_state, shardload, server=NAME), "
+                             "save to OUT")
     parser.add_argument("--tp", type=int, required=True)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--sync", type=json.loads, default=None, help="see the module's text")
