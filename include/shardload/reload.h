@@ -70,8 +70,8 @@ struct UpdateOptions {
   // group changes, end after its last (the weight server's sequence word).
   // With LiveModel::spare the commit swaps buffers between them, and with every update one group
   // (staging_bytes and keep_staging do not apply: the spare is the staging).
-  std::function<void()> begin_commit;
-  std::function<void()> end_commit;
+  std::function<void()> begin_commit = {};
+  std::function<void()> end_commit = {};
 };
 
 struct UpdateResult {

@@ -3,8 +3,9 @@ buffers (docs/engines.md, the same table `export --engine` writes by), filled in
 model in place, from shardload's load of the checkpoint or from a running weight server.
 
 A rank's engine tensors are listed by `_shardload.engine_layout(model, rank=, engine=, **layout)`: per
-tensor the engine's name, dtype and shape and the layout.md tensor it is made of (None: a buffer no
-checkpoint has, every element `fill`). Filling checks the whole list against the module first, then
+tensor the engine's name, dtype and shape and the layout.md tensor it is made of, with its shape (None: a
+buffer no checkpoint has, every element `fill`; a source of fewer elements fills the first ones, the rest
+is `fill`). Filling checks the whole list against the module first, then
 copies: a module that does not match is named in one error and left untouched."""
 import time
 
@@ -88,16 +89,28 @@ def fill_from_tensors(module, entries, sources, *, where="the layout", targets=N
             src = src if isinstance(src, torch.Tensor) else to_torch(src)
             if src.dtype == torch.uint8 and target.dtype != torch.uint8:
                 src = src.view(target.dtype)  # FP8 bytes
-            target.copy_(src)
+            _copy_entry(target, src, e)
             copied += target.numel() * target.element_size()
     return copied
+
+
+def _copy_entry(target, src, entry):
+    """The source into the engine's tensor; a source of fewer elements (one merged FP8 scale where vLLM
+    keeps one per fused part) fills the first ones, the rest get the entry's fill."""
+    if src.numel() == target.numel():
+        target.copy_(src.reshape(target.shape))
+        return
+    flat = target.view(-1)
+    flat[:src.numel()].copy_(src.reshape(-1))
+    flat[src.numel():].fill_(entry["fill"])
 
 
 def fill_from_server(module, entries, client, rank, *, targets=None):
     """Copies rank `rank` of a running weight server (shardload.connect) into `module` in place, one
     consistent version (Client.copy_into) for the whole rank; returns that version. A tensor the
     engine holds in another dtype than the server (vLLM's and SGLang's q/k norms: the model dtype, not
-    float32) is copied into a scratch tensor within the same snapshot, then cast. `targets`: the module's
+    float32) or shape (vLLM's per-part FP8 scales) is copied into a scratch tensor within the same
+    snapshot, then cast or spread. `targets`: the module's
     state_targets where the caller has them."""
     import torch
 
@@ -110,16 +123,17 @@ def fill_from_server(module, entries, client, rank, *, targets=None):
         target = targets[e["name"]]
         served_name = client.dtype(rank, e["source"])
         served = torch_dtype(served_name)
-        if served == target.dtype or served_name.startswith("F8_"):  # copy_into takes FP8 as bytes
+        whole = tuple(e["source_shape"]) == tuple(e["shape"])
+        if whole and (served == target.dtype or served_name.startswith("F8_")):  # copy_into takes FP8 as bytes
             direct[e["source"]] = target
         else:
-            scratch = torch.empty(tuple(e["shape"]), dtype=served)
+            scratch = torch.empty(tuple(e["source_shape"]), dtype=served)
             direct[e["source"]] = scratch
-            cast.append((target, scratch))
+            cast.append((target, scratch, e))
     version = client.copy_into(direct, rank=rank)
     with torch.no_grad():
-        for target, scratch in cast:
-            target.copy_(scratch)
+        for target, scratch, e in cast:
+            _copy_entry(target, scratch, e)
         for e in entries:
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])

@@ -5,6 +5,7 @@
 #include "export/engine_tensors.h"
 
 #include <algorithm>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -27,10 +28,24 @@ struct Rename {
 struct Buffers {
   std::string_view after;
   std::string_view module;
+  // Under an FP8 quantization config the module also holds kKvCacheScales (vLLM's MLA does not).
+  bool kv_cache_scales = false;
 };
 
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
 constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
+// Under an FP8 quantization config they also hold the checkpoint's KV-cache scale slots, in the model
+// dtype, at -1 (unset) until a checkpoint fills them; make-tiny's and most FP8 checkpoints do not.
+constexpr std::string_view kKvCacheScales[] = {"k_scale", "v_scale", "q_scale", "prob_scale"};
+constexpr float kUnsetKvCacheScale = -1.0f;
+
+// vLLM gives a fused FP8 layer one weight (and input) scale per part, initialised to the lowest
+// float32, and requantizes the parts to their maximum in its post-processing, through float16,
+// unless the last part's scale is still that initial value: its mark of a layer the checkpoint fused
+// itself, with one scale. A shardload rank is such a layer (requantized once, in float32), so its
+// scale goes first and the other parts keep the mark: vLLM's post-processing takes the codes as they
+// are.
+constexpr float kVllmUnsetPartScale = std::numeric_limits<float>::lowest();
 
 struct EngineFamily {
   Engine engine;
@@ -47,7 +62,7 @@ struct EngineFamily {
 // under two names, of which the state dict keeps the smaller.
 constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
 
-constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn."}};
+constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true}};
 // vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
 // o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
 constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn."}};
@@ -165,11 +180,19 @@ void check_engine_plan(const Plan& plan, Engine engine) {
            fmt::format("{} MoE layers", plan.model.layers),
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
-  // The engines take FP8 checkpoints before their post-processing, in shapes (one scale per fused
-  // part) that shardload's requantized ranks do not have.
-  if (plan.quantization != Quantization::kNone) {
-    refuse(engine, "FP8 weights before the engine's post-processing", "an unquantized checkpoint",
-           "an FP8 plan");
+  // vLLM takes a static per-tensor FP8 rank as a checkpoint with fused layers (kVllmUnsetPartScale).
+  // The rest is not checked against the engines yet: SGLang's FP8 layers, block FP8 and
+  // compressed-tensors scales, and FP8 quantized by shardload (the engines quantize an unquantized
+  // checkpoint in their own post-processing: their parameters before it are not FP8).
+  const bool vllm_fp8 = engine == Engine::kVllm && plan.quantization == Quantization::kFp8 &&
+                        plan.model.quant_format == QuantFormat::kFp8;
+  if (plan.quantization != Quantization::kNone && !vllm_fp8) {
+    refuse(engine, "this FP8 format: its engine layout is not checked against the engine yet",
+           engine == Engine::kVllm ? "an unquantized or static per-tensor FP8 (quant_method fp8) checkpoint"
+                                   : "an unquantized checkpoint",
+           plan.model.quant_format == QuantFormat::kCompressedTensors
+               ? "compressed-tensors FP8"
+               : std::string(quantization_name(plan.quantization)));
   }
   if (plan.parallel.row_bias != RowBias::kFull) {
     refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
@@ -211,13 +234,25 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
     const std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
                                  ? std::string(kTiedEmbedding.to)
                                  : renamed(param.name, row->renames);
-    out.push_back({name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    EngineTensor& tensor = out.emplace_back(
+        EngineTensor{name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    const PlanModule& module = plan.modules[param.module];
+    const bool per_part_scale = engine == Engine::kVllm && module.post == PostProcess::kFp8Requantize &&
+                                module.moe_layer < 0 && module.part_rows.size() > 1 &&
+                                (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
+    if (per_part_scale) {
+      tensor.shape = Shape{module.part_rows.size()};
+      tensor.fill = kVllmUnsetPartScale;
+    }
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =
           param.name.substr(0, param.name.size() - buffers.after.size()) + std::string(buffers.module);
       for (std::string_view scale : kAttentionScales)
         out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
+      if (plan.quantization == Quantization::kNone || !buffers.kv_cache_scales) continue;
+      for (std::string_view scale : kKvCacheScales)
+        out.push_back({prefix + std::string(scale), plan.dtype, Shape{}, nullptr, kUnsetKvCacheScale});
     }
   }
   return out;

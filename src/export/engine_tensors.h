@@ -15,7 +15,10 @@ struct EngineTensor {
   std::string name;
   DType dtype = DType::kBF16;
   Shape shape{};
-  const PlanParam* param = nullptr;  // null: a buffer, every element `fill`
+  // null: a buffer, every element `fill`. Otherwise the parameter's elements first; where `shape`
+  // holds more (vLLM's per-part FP8 scales of a fused layer, given one merged scale), the rest is
+  // `fill`.
+  const PlanParam* param = nullptr;
   float fill = 0;
 };
 

@@ -100,15 +100,14 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     std::span<const std::byte> data =
         tensor.param ? weights.buffer.span().subspan(tensor.param->offset, tensor.param->nbytes)
                      : std::span<const std::byte>();
-    if (!tensor.param || tensor.dtype != tensor.param->dtype) {
-      const uint64_t elements = shape_numel(tensor.shape);
-      std::vector<std::byte>& bytes = made.emplace_back(elements * dtype_bits(tensor.dtype) / 8);
-      if (tensor.param) {
-        convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), elements);
-      } else {
-        const std::vector<float> fill(elements, tensor.fill);
-        convert(DType::kF32, fill.data(), tensor.dtype, bytes.data(), elements);
-      }
+    const uint64_t elements = shape_numel(tensor.shape);
+    const uint64_t from_param = tensor.param ? shape_numel(tensor.param->shape) : 0;
+    if (from_param != elements || tensor.dtype != tensor.param->dtype) {
+      const uint64_t bits = dtype_bits(tensor.dtype);
+      std::vector<std::byte>& bytes = made.emplace_back(elements * bits / 8);
+      if (from_param > 0) convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), from_param);
+      const std::vector<float> fill(elements - from_param, tensor.fill);
+      convert(DType::kF32, fill.data(), tensor.dtype, bytes.data() + from_param * bits / 8, fill.size());
       data = bytes;
     }
     // A part is closed when the next tensor would take it past the limit, unless it is still empty.

@@ -92,7 +92,12 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
   const std::string model = path_arg(model_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
   py::list out;
-  std::vector<std::pair<EngineTensor, std::string>> tensors;  // with its source's name: the plan dies here
+  struct Listed {
+    EngineTensor tensor;
+    std::string source;  // the source's name and shape: the plan dies here
+    Shape source_shape;
+  };
+  std::vector<Listed> tensors;
   {
     py::gil_scoped_release release;
     const Plan plan = make_plan(Checkpoint::open(model), parallel);
@@ -105,16 +110,19 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
     }
     for (EngineTensor& t : engine_tensors(plan, plan.ranks[static_cast<size_t>(rank)], engine)) {
       std::string source = t.param ? t.param->name : std::string();
+      Shape source_shape = t.param ? t.param->shape : Shape{};
       t.param = nullptr;
-      tensors.emplace_back(std::move(t), std::move(source));
+      tensors.push_back({std::move(t), std::move(source), std::move(source_shape)});
     }
   }
-  for (const auto& [t, source] : tensors) {
+  for (const auto& [t, source, source_shape] : tensors) {
     py::dict entry;
     entry["name"] = t.name;
     entry["dtype"] = std::string(dtype_name(t.dtype));
     entry["shape"] = py::cast(t.shape);
     entry["source"] = source.empty() ? py::object(py::none()) : py::object(py::str(source));
+    // Its shape: where it holds fewer elements than the engine's tensor, they go first, the rest is fill.
+    entry["source_shape"] = source.empty() ? py::object(py::none()) : py::cast(source_shape);
     entry["fill"] = t.fill;
     out.append(std::move(entry));
   }
@@ -132,8 +140,9 @@ void bind_export(py::module_& m) {
   m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
         py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
   m.def("engine_layout", &engine_layout, py::arg("model"), py::kw_only(), py::arg("rank"), py::arg("engine"),
-        "What a rank holds under an engine's names: [{name, dtype, shape, source, fill}], source the "
-        "layout tensor it is made of (None: a buffer, every element fill); refuses a plan the engine "
+        "What a rank holds under an engine's names: [{name, dtype, shape, source, source_shape, fill}], "
+        "source the layout tensor it is made of (None: a buffer, every element fill; fewer elements than "
+        "shape: they go first, the rest is fill); refuses a plan the engine "
         "cannot take");
 }
 

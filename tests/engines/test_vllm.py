@@ -3,19 +3,25 @@
 checkpoint and from the weight server, each holding what vLLM's own loader holds from the checkpoint; then a
 live model is synced in place after the server's update and rebalance, equal to vLLM's own reload and EPLB.
 Every family shardload exports for vLLM at tp 2 with MoE-TP and with expert parallelism (ep = tp), and at
-tp 4 with expert parallelism."""
+tp 4 with expert parallelism; static per-tensor FP8 at both (compared after vLLM's own FP8
+post-processing too)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
 
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3", "qwen3_moe"]
+# Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed), dense,
+# with MoE-TP, with expert parallelism, and MLA.
+FP8 = [("llama", 1, "fp8"), ("qwen3_moe", 1, "fp8"), ("qwen3_moe", 2, "fp8"), ("deepseek_v3", 2, "fp8")]
 
 
 def test_vllm_tp2(tmp_path):
-    print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + [(a, 2) for a in MOE],
-                       sync=True))
+    print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 +
+                       [(a, 2) for a in MOE], sync=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
-    print(check_engine(tmp_path, "vllm", 4, [("qwen3_moe", 4), ("deepseek_v3", 4)], sync=True))
+    # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated.
+    print(check_engine(tmp_path, "vllm", 4, [("llama", 1, "fp8"), ("qwen3_moe", 4, "fp8"), ("qwen3_moe", 4),
+                                             ("deepseek_v3", 4)], sync=True))

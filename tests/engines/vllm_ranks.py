@@ -80,10 +80,21 @@ def rank_main(rank, args, port, errors):
             state = model.state_dict()
             if names is not None:  # what the loaders left: not what post-processing added since
                 state = {k: v for k, v in state.items() if k in names}
-            state = ShardedStateLoader._filter_subtensors(state)
+            if all(t.is_contiguous() for t in state.values()):
+                state = ShardedStateLoader._filter_subtensors(state)
+            else:  # post-processed (FP8 weights transposed): one name per tensor view, the smallest
+                kept = {}
+                for k in sorted(state):
+                    t = state[k]
+                    kept.setdefault((t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride())), k)
+                state = {k: state[k] for k in kept.values()}
+            os.makedirs(out, exist_ok=True)
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
 
+        fp8 = [job for job in args.jobs if configs(job[0], "auto", False)[0].quantization == "fp8"]
+        if fp8:
+            cpu_fp8_stand_ins()
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
         for model_dir, out, load_format, expert_parallel in args.jobs:
             model_config, load_config, vllm_config = configs(model_dir, load_format, expert_parallel)
@@ -98,6 +109,9 @@ def rank_main(rank, args, port, errors):
                     loader.load_weights(model, model_config)
                     seconds = time.perf_counter() - start
                 save(model, out)
+                if model_config.quantization == "fp8":
+                    fp8_post_process(model)
+                    save(model, out + "-post")
             if rank == 0:
                 print(f"load {load_format} {os.path.basename(model_dir)}: load_weights took {seconds:.4f} s",
                       flush=True)
@@ -112,6 +126,44 @@ def rank_main(rank, args, port, errors):
 
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
+
+
+def cpu_fp8_stand_ins():
+    """What vLLM's FP8 post-processing calls that its CUDA wheel does not run on CPU, as its kernels
+    compute it: the static FP8 quantization (float32 x * (1 / scale), clamped to +-448, rounded to
+    nearest even), and the FP8 MoE kernel's set-up, reduced to replacing the parameters with the
+    requantized ones (no kernel-specific shuffle: the CPU has no FP8 MoE kernel)."""
+    import torch
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
+    from vllm.model_executor.utils import replace_parameter
+
+    def scaled_fp8_quant(input, scale=None, **unused):
+        assert scale is not None, "only the static quantization runs while loading"
+        inverse = 1.0 / scale.to(torch.float32)
+        return (input.to(torch.float32) * inverse).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+    def setup_kernel(self, layer, w13, w2, w13_scale, w2_scale, w13_input_scale, w2_input_scale):
+        replace_parameter(layer, "w13_weight", w13)
+        replace_parameter(layer, "w2_weight", w2)
+        replace_parameter(layer, f"w13_{self.weight_scale_name}", w13_scale)
+        replace_parameter(layer, f"w2_{self.weight_scale_name}", w2_scale)
+
+    ops.scaled_fp8_quant = scaled_fp8_quant
+    Fp8MoEMethod._setup_kernel = setup_kernel
+
+
+def fp8_post_process(model):
+    """vLLM's own FP8 post-processing of every FP8 layer and attention KV-cache scale (what its
+    loader runs after the weights), with cpu_fp8_stand_ins; the unquantized layers' CPU GEMM packing
+    is left out, as everywhere in this harness."""
+    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod, Fp8MoEMethod
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, BaseKVCacheMethod)):
+            method.process_weights_after_loading(module)
 
 
 def sync(rank, spec, live, save):

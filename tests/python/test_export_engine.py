@@ -4,6 +4,7 @@ which load_export checks against the export's own plan under the engine's names.
 is refused before the load, naming it. (tests/engines/ has vLLM and SGLang themselves load these exports.)"""
 import json
 import pathlib
+import re
 import struct
 
 import pytest
@@ -82,6 +83,30 @@ def test_vllm_moe_and_mla_names(tiny, tmp_path):
     assert not {n for n in names if ".mlp.gate." in n or ".mlp.experts.w13" in n}
 
 
+def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path):
+    """Static per-tensor FP8 for vLLM: the layout's codes (requantized once), its one scale of a fused layer
+    first in vLLM's scale per part and the lowest float32 in the others (vLLM's mark of a layer the
+    checkpoint fused itself: its post-processing then keeps the codes), and the attention modules' KV-cache
+    scale slots, unset (-1 in the model dtype)."""
+    model = tiny("llama", "fp8")
+    plain = export(model, tmp_path / "plain", "--tp", 2)
+    vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
+    lowest = struct.pack("<f", -3.4028234663852886e38)
+    for rank in range(2):
+        a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
+        for fused, parts in (("self_attn.qkv_proj", 3), ("mlp.gate_up_proj", 2)):
+            for scale in ("weight_scale", "input_scale"):
+                name = f"model.layers.1.{fused}.{scale}"
+                assert a[name][:2] == ("F32", [1])
+                assert b[name] == ("F32", [parts], a[name][2] + lowest * (parts - 1)), name
+            assert b[f"model.layers.1.{fused}.weight"] == a[f"model.layers.1.{fused}.weight"]
+        assert b["model.layers.1.self_attn.o_proj.weight_scale"] == a["model.layers.1.self_attn.o_proj.weight_scale"]
+        for slot in ("k", "v", "q", "prob"):
+            assert b[f"model.layers.1.self_attn.attn.{slot}_scale"] == ("BF16", [], bytes.fromhex("80bf"))
+            assert b[f"model.layers.1.self_attn.attn._{slot}_scale"] == ("F32", [], struct.pack("<f", 1.0))
+    assert run_shardload("load", vllm, "--checksum").returncode == 0
+
+
 def test_sglang_names(tiny, tmp_path):
     model = tiny("deepseek_v3")
     plain = rank_tensors(export(model, tmp_path / "plain", "--tp", 2, "--ep", 2), 0)
@@ -113,7 +138,10 @@ def test_python_api_engine(tiny, tmp_path):
 @pytest.mark.parametrize("arch,quant,flags,words", [
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
     ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
-    ("llama", "fp8", ["--tp", 2, "--engine", "vllm"], ["FP8"]),
+    ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["FP8 format", "fp8"]),
+    ("deepseek_v3", "fp8-block", ["--tp", 2, "--engine", "vllm"], ["FP8 format", "fp8-block"]),
+    ("llama", "ct-fp8-tensor", ["--tp", 2, "--engine", "vllm"], ["FP8 format", "compressed-tensors"]),
+    ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["FP8 format", "fp8-dynamic"]),
     ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
     ("llama", "none", ["--tp", 2, "--dp", 2, "--engine", "vllm"], ["--dp 2"]),
     ("llama", "none", ["--tp", 2, "--engine", "tensorrt"], ["--engine"]),
@@ -169,25 +197,35 @@ def test_verify_refuses_an_engine_export(tiny, tmp_path):
 # The engine hooks (shardload.vllm) fill an engine's model from a rank's engine layout; tests/engines/ runs
 # them inside vLLM. Here: the layout is what `export --engine` writes, and a fill checks before it copies.
 
-@pytest.mark.parametrize("arch,engine,flags", [("qwen3", "vllm", {"tp": 2}),
-                                                ("deepseek_v3", "vllm", {"tp": 2, "ep": 2}),
-                                                ("qwen2_moe", "sglang", {"tp": 2, "ep": 2})])
-def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, engine, flags):
-    out = export(tiny(arch), tmp_path / "out", *sum((["--" + k, v] for k, v in flags.items()), []),
-                 "--engine", engine)
+@pytest.mark.parametrize("arch,quant,engine,flags", [("qwen3", "none", "vllm", {"tp": 2}),
+                                                      ("deepseek_v3", "none", "vllm", {"tp": 2, "ep": 2}),
+                                                      ("qwen3_moe", "fp8", "vllm", {"tp": 2, "ep": 2}),
+                                                      ("qwen2_moe", "none", "sglang", {"tp": 2, "ep": 2})])
+def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, engine, flags):
+    model = tiny(arch, quant)
+    out = export(model, tmp_path / "out", *sum((["--" + k, v] for k, v in flags.items()), []), "--engine", engine)
+    plain = export(model, tmp_path / "plain", *sum((["--" + k, v] for k, v in flags.items()), []))
     for rank in range(flags["tp"]):
-        entries = shardload.engines.engine_layout(tiny(arch), rank=rank, engine=engine, **flags)
-        held = rank_tensors(out, rank)
+        entries = shardload.engines.engine_layout(model, rank=rank, engine=engine, **flags)
+        held, layout = rank_tensors(out, rank), rank_tensors(plain, rank)
         assert sorted(e["name"] for e in entries) == sorted(held)
         for e in entries:
             dtype, shape, _ = held[e["name"]]
             assert (e["dtype"], e["shape"]) == (dtype, shape), e["name"]
-            assert (e["source"] is None) == (e["fill"] == 1.0 and e["name"].endswith("_scale")), e["name"]
+            # Buffers: vLLM's attention scales, float32 1 (_k_scale, ...) and FP8's KV-cache slots, -1.
+            buffer = re.search(r"attn\.(_?)(k|v|q|prob)_scale$", e["name"])
+            assert (e["source"] is None) == bool(buffer), e["name"]
+            if buffer:
+                assert e["fill"] == (1.0 if buffer.group(1) else -1.0), e["name"]
+                continue
+            assert e["source_shape"] == layout[e["source"]][1], e["name"]
+            if e["source_shape"] != e["shape"]:  # vLLM's FP8 scale per fused part
+                assert e["fill"] == -3.4028234663852886e38 and e["name"].endswith("_scale"), e["name"]
 
 
 def test_engine_layout_refuses_what_the_engine_cannot_take(tiny):
     with pytest.raises(shardload.InvalidArgumentError, match="FP8"):
-        shardload.engines.engine_layout(tiny("llama", "fp8"), rank=0, engine="vllm", tp=2)
+        shardload.engines.engine_layout(tiny("llama", "fp8"), rank=0, engine="sglang", tp=2)
     with pytest.raises(shardload.InvalidArgumentError, match="rank"):
         shardload.engines.engine_layout(tiny("llama"), rank=2, engine="vllm", tp=2)
 
