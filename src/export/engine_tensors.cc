@@ -180,15 +180,16 @@ void check_engine_plan(const Plan& plan, Engine engine) {
            fmt::format("{} MoE layers", plan.model.layers),
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
-  // vLLM takes a static per-tensor FP8 rank as a checkpoint with fused layers (kVllmUnsetPartScale).
-  // The rest is not checked against the engines yet: SGLang's FP8 layers, block FP8 and
-  // compressed-tensors scales, and FP8 quantized by shardload (the engines quantize an unquantized
-  // checkpoint in their own post-processing: their parameters before it are not FP8).
-  const bool vllm_fp8 = engine == Engine::kVllm && plan.quantization == Quantization::kFp8 &&
+  // vLLM takes a static per-tensor FP8 rank as a checkpoint with fused layers (kVllmUnsetPartScale),
+  // and block FP8 as layout.md cuts it. The rest is not checked against the engines yet: SGLang's FP8
+  // layers and compressed-tensors scales, and FP8 quantized by shardload (the engines quantize an
+  // unquantized checkpoint in their own post-processing: their parameters before it are not FP8).
+  const bool vllm_fp8 = engine == Engine::kVllm &&
+                        (plan.quantization == Quantization::kFp8 || plan.quantization == Quantization::kFp8Block) &&
                         plan.model.quant_format == QuantFormat::kFp8;
   if (plan.quantization != Quantization::kNone && !vllm_fp8) {
     refuse(engine, "this FP8 format: its engine layout is not checked against the engine yet",
-           engine == Engine::kVllm ? "an unquantized or static per-tensor FP8 (quant_method fp8) checkpoint"
+           engine == Engine::kVllm ? "an unquantized, static per-tensor or block FP8 (quant_method fp8) checkpoint"
                                    : "an unquantized checkpoint",
            plan.model.quant_format == QuantFormat::kCompressedTensors
                ? "compressed-tensors FP8"

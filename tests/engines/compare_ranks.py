@@ -62,6 +62,8 @@ def fp8_allowed(k, x, y):
 
 def differences(a_dir, b_dir, fp8=False):
     a_ranks, b_ranks = rank_files(a_dir), rank_files(b_dir)
+    if not a_ranks or not b_ranks:  # nothing saved is not "equal"
+        return [f"no rank files in {a_dir if not a_ranks else b_dir}"]
     if len(a_ranks) != len(b_ranks):
         return [f"{len(a_ranks)} ranks in {a_dir}, {len(b_ranks)} in {b_dir}"]
     out = []

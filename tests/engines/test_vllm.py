@@ -12,8 +12,9 @@ pytestmark = needs_engines
 DENSE = ["llama", "qwen2", "qwen3"]
 MOE = ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3", "qwen3_moe"]
 # Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed), dense,
-# with MoE-TP, with expert parallelism, and MLA.
-FP8 = [("llama", 1, "fp8"), ("qwen3_moe", 1, "fp8"), ("qwen3_moe", 2, "fp8"), ("deepseek_v3", 2, "fp8")]
+# with MoE-TP, with expert parallelism, and MLA; block FP8 (DeepSeek-V3's format) likewise.
+FP8 = [("llama", 1, "fp8"), ("qwen3_moe", 1, "fp8"), ("qwen3_moe", 2, "fp8"), ("deepseek_v3", 2, "fp8"),
+       ("llama", 1, "fp8-block"), ("qwen3_moe", 1, "fp8-block"), ("deepseek_v3", 2, "fp8-block")]
 
 
 def test_vllm_tp2(tmp_path):

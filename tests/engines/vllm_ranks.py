@@ -92,9 +92,17 @@ def rank_main(rank, args, port, errors):
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
 
-        fp8 = [job for job in args.jobs if configs(job[0], "auto", False)[0].quantization == "fp8"]
-        if fp8:
+        quantized = [configs(job[0], "auto", False)[0] for job in args.jobs]
+        if any(per_tensor_fp8(c) for c in quantized):
             cpu_fp8_stand_ins()
+        if any(c.quantization == "fp8" and not per_tensor_fp8(c) for c in quantized):
+            # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
+            # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
+            # run): the kernel's checks are answered yes.
+            from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
+
+            CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
+            CPUFp8BlockScaledMMKernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
         for model_dir, out, load_format, expert_parallel in args.jobs:
             model_config, load_config, vllm_config = configs(model_dir, load_format, expert_parallel)
@@ -109,7 +117,7 @@ def rank_main(rank, args, port, errors):
                     loader.load_weights(model, model_config)
                     seconds = time.perf_counter() - start
                 save(model, out)
-                if model_config.quantization == "fp8":
+                if per_tensor_fp8(model_config):
                     fp8_post_process(model)
                     save(model, out + "-post")
             if rank == 0:
@@ -126,6 +134,14 @@ def rank_main(rank, args, port, errors):
 
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
+
+
+def per_tensor_fp8(model_config):
+    """An FP8 checkpoint whose scales vLLM's post-processing requantizes (static per-tensor): the harness
+    runs that post-processing and saves its result too. Block FP8 is left as loaded (its CPU kernels need
+    AMX; its post-processing changes no value)."""
+    quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    return model_config.quantization == "fp8" and not quant.get("weight_block_size")
 
 
 def cpu_fp8_stand_ins():

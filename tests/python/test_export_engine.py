@@ -139,7 +139,7 @@ def test_python_api_engine(tiny, tmp_path):
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
     ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["FP8 format", "fp8"]),
-    ("deepseek_v3", "fp8-block", ["--tp", 2, "--engine", "vllm"], ["FP8 format", "fp8-block"]),
+    ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["FP8 format", "fp8-block"]),
     ("llama", "ct-fp8-tensor", ["--tp", 2, "--engine", "vllm"], ["FP8 format", "compressed-tensors"]),
     ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["FP8 format", "fp8-dynamic"]),
     ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
@@ -200,6 +200,7 @@ def test_verify_refuses_an_engine_export(tiny, tmp_path):
 @pytest.mark.parametrize("arch,quant,engine,flags", [("qwen3", "none", "vllm", {"tp": 2}),
                                                       ("deepseek_v3", "none", "vllm", {"tp": 2, "ep": 2}),
                                                       ("qwen3_moe", "fp8", "vllm", {"tp": 2, "ep": 2}),
+                                                      ("deepseek_v3", "fp8-block", "vllm", {"tp": 2, "ep": 2}),
                                                       ("qwen2_moe", "none", "sglang", {"tp": 2, "ep": 2})])
 def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, engine, flags):
     model = tiny(arch, quant)
