@@ -32,13 +32,18 @@ inline constexpr std::pair<Engine, const char*> kEngineNames[] = {
 std::string_view engine_name(Engine engine);
 std::optional<Engine> engine_from_name(std::string_view name);
 
-// Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine`: a family whose names
-// that engine's model has not been checked for (tests/engines/), or a layout choice the engine has
-// no sharded_state load for (FP8 before its post-processing, divided row biases, data-parallel
-// fields, redundant experts, an expert map other than slot p = expert p). kLayout and kFastdeploy
-// take every plan. export_ranks checks it; a
-// caller that loads first calls it before the load.
-void check_engine_plan(const Plan& plan, Engine engine);
+// What an engine's layout is for: files its sharded_state loader reads (export --engine), or the
+// engine hooks (shardload.vllm, shardload.sglang), which fill the model before the engine's own
+// post-processing.
+enum class EngineUse { kExport, kHooks };
+
+// Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine` (or, with kHooks, filled
+// into its model): a family whose names that engine's model has not been checked for (tests/engines/),
+// or a layout choice the engine has no load for (an FP8 format not checked, SGLang's FP8 exports: its
+// sharded_state loader post-processes before it reads, divided row biases, data-parallel fields,
+// redundant experts, an expert map other than slot p = expert p). kLayout and kFastdeploy take every
+// plan. export_ranks checks it; a caller that loads first calls it before the load.
+void check_engine_plan(const Plan& plan, Engine engine, EngineUse use = EngineUse::kExport);
 
 struct ExportOptions {
   std::string out;

@@ -23,29 +23,38 @@ struct Rename {
   std::string_view to;
 };
 
-// A parameter whose name ends with `after` comes with the scale buffers of an attention module:
-// its name with `after` replaced by `module` + each of `kAttentionScales`.
+// The checkpoint KV-cache scale slots an attention module holds under an FP8 quantization config, at
+// -1 (unset) until a checkpoint fills them (make-tiny's and most FP8 checkpoints do not): vLLM's four
+// in the model dtype, SGLang's two in float32.
+struct KvCacheSlots {
+  std::span<const std::string_view> names;
+  bool model_dtype = false;  // else float32
+};
+constexpr std::string_view kVllmKvSlotNames[] = {"k_scale", "v_scale", "q_scale", "prob_scale"};
+constexpr std::string_view kSglangKvSlotNames[] = {"k_scale", "v_scale"};
+constexpr KvCacheSlots kVllmKvSlots{kVllmKvSlotNames, true};
+constexpr KvCacheSlots kSglangKvSlots{kSglangKvSlotNames, false};
+
+// A parameter whose name ends with `after` comes with the buffers of an attention module: its name
+// with `after` replaced by `module` + each buffer's name.
 struct Buffers {
   std::string_view after;
   std::string_view module;
-  // Under an FP8 quantization config the module also holds kKvCacheScales (vLLM's MLA does not).
-  bool kv_cache_scales = false;
+  bool attention_scales = false;           // vLLM's kAttentionScales, whatever the dtype
+  const KvCacheSlots* kv_cache = nullptr;  // under an FP8 config; null: none (vLLM's MLA)
 };
 
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
 constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
-// Under an FP8 quantization config they also hold the checkpoint's KV-cache scale slots, in the model
-// dtype, at -1 (unset) until a checkpoint fills them; make-tiny's and most FP8 checkpoints do not.
-constexpr std::string_view kKvCacheScales[] = {"k_scale", "v_scale", "q_scale", "prob_scale"};
 constexpr float kUnsetKvCacheScale = -1.0f;
 
-// vLLM gives a fused FP8 layer one weight (and input) scale per part, initialised to the lowest
-// float32, and requantizes the parts to their maximum in its post-processing, through float16,
-// unless the last part's scale is still that initial value: its mark of a layer the checkpoint fused
-// itself, with one scale. A shardload rank is such a layer (requantized once, in float32), so its
-// scale goes first and the other parts keep the mark: vLLM's post-processing takes the codes as they
-// are.
-constexpr float kVllmUnsetPartScale = std::numeric_limits<float>::lowest();
+// vLLM and SGLang give a fused FP8 layer one weight (and input) scale per part, initialised to the
+// lowest float32, and requantize the parts to their maximum in their post-processing, through
+// float16, unless the last part's scale is still that initial value: their mark of a layer the
+// checkpoint fused itself, with one scale. A shardload rank is such a layer (requantized once, in
+// float32), so its scale goes first and the other parts keep the mark: the engine's post-processing
+// takes the codes as they are.
+constexpr float kUnsetPartScale = std::numeric_limits<float>::lowest();
 
 struct EngineFamily {
   Engine engine;
@@ -56,16 +65,20 @@ struct EngineFamily {
   // ones (mlp_only_layers, decoder_sparse_step): a checkpoint with dense layers does not load into
   // it (its own loader leaves those layers' experts unset).
   bool every_layer_moe = false;
+  // Static per-tensor FP8 (and for vLLM block FP8) checked against the engine. SGLang's DeepSeek holds
+  // its fused q_a / kv_a projection with one scale before its post-processing, not one per part:
+  // not matched yet.
+  bool fp8 = true;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
 // under two names, of which the state dict keeps the smaller.
 constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
 
-constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true}};
+constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true, &kVllmKvSlots}};
 // vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
 // o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
-constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn."}};
+constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true}};
 
 // vLLM's fused MoE layer holds the router (gate) and, since 0.33, its routed experts in a child
 // routed_experts; both are reachable from the MLP too, and "experts..." is the smaller name.
@@ -97,8 +110,11 @@ constexpr Rename kVllmQwen2Moe[] = {
     {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
 };
 
-// SGLang keeps docs/layout.md's names (no attention buffers in its state dict) but one: DeepSeek's
-// fused q_a / kv_a projection, named after both its parts.
+// SGLang's attention modules hold buffers only under an FP8 config (its KV-cache slots).
+constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, &kSglangKvSlots}};
+
+// SGLang keeps docs/layout.md's names but one: DeepSeek's fused q_a / kv_a projection, named after
+// both its parts.
 constexpr Rename kSglangDeepseek[] = {
     {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
 };
@@ -112,14 +128,14 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
-    {Engine::kSglang, "llama", {}, {}},
-    {Engine::kSglang, "qwen2", {}, {}},
-    {Engine::kSglang, "qwen3", {}, {}},
-    {Engine::kSglang, "mixtral", {}, {}},
-    {Engine::kSglang, "qwen2_moe", {}, {}},
-    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true},
-    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, {}},
-    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}},
+    {Engine::kSglang, "llama", {}, kSglangAttention},
+    {Engine::kSglang, "qwen2", {}, kSglangAttention},
+    {Engine::kSglang, "qwen3", {}, kSglangAttention},
+    {Engine::kSglang, "mixtral", {}, kSglangAttention},
+    {Engine::kSglang, "qwen2_moe", {}, kSglangAttention},
+    {Engine::kSglang, "qwen3_moe", {}, kSglangAttention, /*every_layer_moe=*/true},
+    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, {}, false, /*fp8=*/false},
+    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}, false, /*fp8=*/false},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -163,7 +179,7 @@ bool is_qk_norm(const std::string& name) {
 
 }  // namespace
 
-void check_engine_plan(const Plan& plan, Engine engine) {
+void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
   const std::string family(family_name(plan.model.family));
   const EngineFamily* row = find_engine_family(engine, family);
@@ -180,20 +196,35 @@ void check_engine_plan(const Plan& plan, Engine engine) {
            fmt::format("{} MoE layers", plan.model.layers),
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
-  // vLLM takes a static per-tensor FP8 rank as a checkpoint with fused layers (kVllmUnsetPartScale),
-  // and block FP8 as layout.md cuts it. The rest is not checked against the engines yet: SGLang's FP8
-  // layers and compressed-tensors scales, and FP8 quantized by shardload (the engines quantize an
-  // unquantized checkpoint in their own post-processing: their parameters before it are not FP8).
-  const bool vllm_fp8 = engine == Engine::kVllm &&
-                        (plan.quantization == Quantization::kFp8 || plan.quantization == Quantization::kFp8Block) &&
-                        plan.model.quant_format == QuantFormat::kFp8;
-  if (plan.quantization != Quantization::kNone && !vllm_fp8) {
-    refuse(engine, "this FP8 format: its engine layout is not checked against the engine yet",
-           engine == Engine::kVllm ? "an unquantized, static per-tensor or block FP8 (quant_method fp8) checkpoint"
-                                   : "an unquantized checkpoint",
-           plan.model.quant_format == QuantFormat::kCompressedTensors
-               ? "compressed-tensors FP8"
-               : std::string(quantization_name(plan.quantization)));
+  // The engines take a static per-tensor FP8 rank as a checkpoint with fused layers
+  // (kUnsetPartScale), vLLM block FP8 as layout.md cuts it. The rest is not checked against the
+  // engines yet: SGLang's block FP8 and MLA, compressed-tensors scales, and FP8 quantized by shardload
+  // (the engines quantize an unquantized checkpoint in their own post-processing: their parameters
+  // before it are not FP8).
+  if (plan.quantization != Quantization::kNone) {
+    const bool checked = row->fp8 && plan.model.quant_format == QuantFormat::kFp8 &&
+                         (plan.quantization == Quantization::kFp8 ||
+                          (plan.quantization == Quantization::kFp8Block && engine == Engine::kVllm));
+    if (!checked) {
+      refuse(engine,
+             fmt::format("this FP8 format{}: its engine layout is not checked against the engine yet",
+                         row->fp8 ? "" : " of " + family),
+             engine == Engine::kVllm ? "an unquantized, static per-tensor or block FP8 (quant_method fp8) checkpoint"
+             : row->fp8              ? "an unquantized or static per-tensor FP8 (quant_method fp8) checkpoint"
+                                     : "an unquantized checkpoint",
+             plan.model.quant_format == QuantFormat::kCompressedTensors
+                 ? "compressed-tensors FP8"
+                 : std::string(quantization_name(plan.quantization)));
+    }
+  }
+  // SGLang's sharded_state loader runs the post-processing on the empty model and then copies the
+  // files in: they must hold the post-processed FP8 layers (transposed, one scale, packed for the
+  // device's kernels), which the engine makes from the loaded ones. Its hooks fill before it.
+  if (use == EngineUse::kExport && engine == Engine::kSglang && plan.quantization != Quantization::kNone) {
+    refuse(engine,
+           "FP8 for SGLang's sharded_state loader: it reads the post-processed layers (transposed, one "
+           "scale, packed for its kernels); shardload.sglang's loader takes FP8",
+           "an unquantized checkpoint", std::string(quantization_name(plan.quantization)));
   }
   if (plan.parallel.row_bias != RowBias::kFull) {
     refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
@@ -238,22 +269,26 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
     EngineTensor& tensor = out.emplace_back(
         EngineTensor{name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
     const PlanModule& module = plan.modules[param.module];
-    const bool per_part_scale = engine == Engine::kVllm && module.post == PostProcess::kFp8Requantize &&
+    const bool per_part_scale = module.post == PostProcess::kFp8Requantize &&
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
                                 (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
     if (per_part_scale) {
       tensor.shape = Shape{module.part_rows.size()};
-      tensor.fill = kVllmUnsetPartScale;
+      tensor.fill = kUnsetPartScale;
     }
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =
           param.name.substr(0, param.name.size() - buffers.after.size()) + std::string(buffers.module);
-      for (std::string_view scale : kAttentionScales)
-        out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
-      if (plan.quantization == Quantization::kNone || !buffers.kv_cache_scales) continue;
-      for (std::string_view scale : kKvCacheScales)
-        out.push_back({prefix + std::string(scale), plan.dtype, Shape{}, nullptr, kUnsetKvCacheScale});
+      if (buffers.attention_scales) {
+        for (std::string_view scale : kAttentionScales)
+          out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
+      }
+      if (plan.quantization == Quantization::kNone || !buffers.kv_cache) continue;
+      for (std::string_view slot : buffers.kv_cache->names) {
+        out.push_back({prefix + std::string(slot), buffers.kv_cache->model_dtype ? plan.dtype : DType::kF32,
+                       Shape{}, nullptr, kUnsetKvCacheScale});
+      }
     }
   }
   return out;

@@ -101,7 +101,7 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
   {
     py::gil_scoped_release release;
     const Plan plan = make_plan(Checkpoint::open(model), parallel);
-    check_engine_plan(plan, engine);
+    check_engine_plan(plan, engine, EngineUse::kHooks);
     if (rank < 0 || rank >= static_cast<int>(plan.ranks.size())) {
       throw Error(ErrorKind::kInvalidArgument, "no such rank in the layout",
                   {.field = "rank",

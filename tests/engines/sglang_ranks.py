@@ -93,10 +93,13 @@ def rank_main(rank, args, port, errors):
                 return LoadConfig(load_format=shardload.sglang.ShardloadLoader, model_loader_extra_config=extra)
             return LoadConfig(load_format=load_format)
 
-        def save(model, out):
-            state = ShardedStateLoader._filter_subtensors(model.state_dict())
+        def save(model, out, state=None):
+            state = ShardedStateLoader._filter_subtensors(model.state_dict() if state is None else state)
+            os.makedirs(out, exist_ok=True)
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
+
+        loaded = fp8_stand_ins()  # SGLang's loaders post-process: FP8 modules are saved as loaded too
 
         publish(server_args(*args.jobs[0][::2]), role="scheduler", ranks=SpawnRanks(world_rank=rank))
         # PyNccl off: its communicator needs a CUDA device; gloo carries what loading exchanges.
@@ -115,9 +118,14 @@ def rank_main(rank, args, port, errors):
         for model_dir, out, load_format in args.jobs:
             job_args = server_args(model_dir, load_format)
             publish(job_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
+            loaded.clear()
             model = get_model(model_config=ModelConfig.from_server_args(job_args),
                               load_config=load_config(load_format), device_config=DeviceConfig("cpu"))
-            save(model, out)
+            if loaded:  # FP8: OUT as the weight loaders left it, OUT-post after SGLang's post-processing
+                save(model, out, as_loaded(model, loaded))
+                save(model, out + "-post")
+            else:
+                save(model, out)
             if load_format.startswith("server="):
                 live = (model, job_args)
         if args.sync:
@@ -127,6 +135,49 @@ def rank_main(rank, args, port, errors):
 
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
+
+
+def fp8_stand_ins():
+    """SGLang's FP8 post-processing on CPU, as its kernels compute it, with what its CUDA-less install
+    lacks stood in: the static FP8 quantization (float32 x * (1 / scale), clamped to +-448, rounded to
+    nearest even; sgl_kernel's op), the AMX check and AMX weight packing of its CPU path (nothing runs
+    the layer here: the weight is left as SGLang's CPU path leaves it before packing). Each FP8 method's
+    post-processing first records its module's tensors as loaded. Returns that record
+    ({id(module): {name: tensor}}), which the caller clears per model."""
+    import torch
+    from sglang.srt.layers.quantization import fp8, utils
+    from sglang.srt.layers.quantization.kv_cache import BaseKVCacheMethod
+
+    def scaled_fp8_quant(input, scale=None, **unused):
+        assert scale is not None, "only the static quantization runs while loading"
+        inverse = 1.0 / scale.to(torch.float32)
+        return (input.to(torch.float32) * inverse).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
+
+    utils.scaled_fp8_quant = fp8.scaled_fp8_quant = scaled_fp8_quant
+    fp8._is_cpu_amx_available = True
+    fp8._amx_process_weight_after_loading = lambda layer, names: None
+    record = {}
+    for cls in (fp8.Fp8LinearMethod, fp8.Fp8MoEMethod, BaseKVCacheMethod):
+        def recorded(self, layer, _original=cls.process_weights_after_loading):
+            record[id(layer)] = {k: v.detach().clone() for k, v in layer.state_dict().items()}
+            return _original(self, layer)
+
+        cls.process_weights_after_loading = recorded
+    return record
+
+
+def as_loaded(model, record):
+    """The model's state with every recorded module's tensors as they were before post-processing."""
+    state = {}
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        own = record.get(id(module))
+        if own is not None:
+            state.update({prefix + k: v for k, v in own.items()})
+            continue
+        state.update({prefix + k: v for k, v in module.state_dict().items()
+                      if "." not in k and prefix + k not in state})
+    return state
 
 
 def sync(rank, spec, live, save, publish, spawn_ranks):

@@ -8,10 +8,13 @@ layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it (tests
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
+# Static per-tensor FP8 (make-tiny --quant fp8), compared after SGLang's own FP8 post-processing too: dense,
+# and MoE with expert parallelism (SGLang's DeepSeek FP8 is refused: test_export_engine.py).
+FP8 = [("llama", 1, "fp8"), ("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8")]
 
 
 def test_sglang_tp2(tmp_path):
-    print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] +
+    print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] + FP8 +
                        [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
 
 
