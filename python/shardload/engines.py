@@ -159,17 +159,21 @@ def loader_extra(config, where):
     return dict(extra)
 
 
-def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None):
+def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None,
+              check_replaced=True):
     """Copies rank `rank` of `layout` into an engine's `module` in place, under `engine`'s names: from the
     checkpoint `model_dir` (shardload.load of that rank alone: only its bytes are read), or from the weight
     server named `weight_server`. One consistent version per rank is the client's; one version over the
     ranks is `group_versions(version) -> [every rank's version]` (a collective of the engine's group): an
     update that commits while the ranks copy leaves some at the old version, so every rank copies again
-    until the group agrees. Returns {bytes, seconds, version (server only)}."""
+    until the group agrees. Returns {bytes, seconds, version (server only)}. `check_replaced=False`: the
+    caller restored the module to its loaded form itself (shardload.vllm.refill_processed), so parameters
+    made since the last fill are expected."""
     start = time.perf_counter()
     entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
     targets = state_targets(module)
-    _check_unprocessed(module, targets)
+    if check_replaced:
+        _check_unprocessed(module, targets)
     if weight_server is None:
         loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
         copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}",

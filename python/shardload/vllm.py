@@ -15,7 +15,9 @@ With `weight_server` the rank is copied from the running weight server's shared 
 consistent version per rank, every TP rank at the same version), which must serve MODEL at the same layout.
 Filling the same model again copies in place (`sync_worker` through vLLM's collective_rpc, or `reload(model)`
 in the model's process): after the weight server's `/update_weights_from_disk` or `/rebalance`, that is
-the RL weight sync of a live engine. (vLLM's own `reload_weights` needs a loader that yields checkpoint
+the RL weight sync of a live engine. A refill goes through vLLM's own in-place reload machinery
+(refill_processed): each layer restored to its loaded form, filled, post-processed again by vLLM and copied
+back at the same addresses, so FP8 layers, MLA's derived tensors and repacked kernels are right. (vLLM's own `reload_weights` needs a loader that yields checkpoint
 weights; this one does not, so sync through `sync_worker`.) MODEL is a local directory: nothing is
 downloaded.
 """
@@ -50,12 +52,65 @@ def vllm_layout(vllm_config=None):
     return get_tensor_model_parallel_rank(), layout
 
 
-def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
+def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0, refill=False):
     """Copies rank `rank` of `layout` into vLLM's `model` in place, from the checkpoint `model_dir` or
     from the weight server named `weight_server`, every TP rank at one version. Returns {bytes, seconds,
-    version (server only)}."""
-    return fill_rank(model, model_dir, rank, layout, "vllm", weight_server=weight_server, threads=threads,
-                     group_versions=_group_versions)
+    version (server only)}. With `refill`, `model` has been post-processed: see refill_processed."""
+    def copy():
+        return fill_rank(model, model_dir, rank, layout, "vllm", weight_server=weight_server, threads=threads,
+                         group_versions=_group_versions, check_replaced=not refill)
+
+    return refill_processed(model, copy) if refill else copy()
+
+
+def refill_processed(model, copy, model_config=None):
+    """Runs `copy` (which fills the model's parameters as vLLM's weight loaders leave them) on a model that
+    vLLM has post-processed, the way vLLM's own in-place reload (reload_weights, layerwise) does it: every
+    layer is restored to its loaded form (vLLM's record of it), `copy` fills that, and each layer is
+    post-processed again by vLLM's own code (FP8 requantization and transposes, MLA's W_UV / W_UK_T from
+    kv_b_proj, kernel repacking) and copied back into the tensors the running model holds, which keep
+    their addresses (captured graphs stay valid). Attention layers last, as vLLM orders them. If `copy`
+    fails, every layer gets its tensors back untouched. Returns what `copy` returns."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.attention import is_deferred_attention_layer
+    from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+    from vllm.model_executor.model_loader.reload import layerwise
+    from vllm.model_executor.model_loader.reload.meta import materialize_layer
+    from vllm.model_executor.model_loader.reload.utils import get_layer_tensors
+
+    model_config = model_config or get_current_vllm_config().model_config
+    layerwise.initialize_layerwise_reload(model)
+    layers = []
+    for layer in model.modules():
+        info = layerwise.get_layerwise_info(layer)
+        if info.can_load():
+            materialize_layer(layer, info)
+            layers.append((layer, info))
+    try:
+        result = copy()
+    except BaseException:
+        for layer, info in layers:
+            layerwise._place_kernel_tensors(layer, info)
+            info.reset()
+        raise
+    for layer, info in layers:
+        for tensor in get_layer_tensors(layer).values():
+            tensor.weight_loader = layerwise._get_original_loader(tensor)
+        if is_deferred_attention_layer(layer):
+            continue  # finalize_layerwise_processing, below: after every layer it reads
+        if hasattr(layer, "_already_called_process_weights_after_loading"):
+            delattr(layer, "_already_called_process_weights_after_loading")
+        method = getattr(layer, "quant_method", None)
+        if isinstance(method, QuantizeMethodBase):
+            method.process_weights_after_loading(layer)
+            if hasattr(layer, "update_param_tp_status"):
+                layer.update_param_tp_status()
+        layerwise._copy_and_restore_kernel_tensors(layer, info)
+        info.reset()
+    # The attention layers: their kernel tensors back, then their own post-processing (MLA derives
+    # W_UV / W_UK_T from the new kv_b_proj); the flags vLLM's reload set, restored.
+    layerwise.finalize_layerwise_processing(model, model_config)
+    return result
 
 
 def _group_versions(version):
@@ -70,7 +125,7 @@ def reload(model, model_dir, *, weight_server=None, vllm_config=None, threads=0)
     addresses) from the weight server (after its /update_weights_from_disk or /rebalance) or from the
     checkpoint `model_dir`. Returns fill's summary."""
     rank, layout = vllm_layout(vllm_config)
-    return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads)
+    return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads, refill=True)
 
 
 def sync_worker(worker, *, weight_server, model_dir=None, threads=0):

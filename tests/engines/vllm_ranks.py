@@ -200,11 +200,21 @@ def sync(rank, spec, live, save):
     model, vllm_config, server, model_dir = live["server"]
     own, own_config = live["own"]
     addresses = {(id(m), name): t.data_ptr() for m in (model, own) for name, t in m.state_dict().items()}
+    # Both refills post-process every layer again (the plugin's through vLLM's own reload machinery, as
+    # vLLM's reload_weights does): the unquantized layers' CPU GEMM packing, which needs vLLM's compiled
+    # CPU ops, is a no-op here, as it never ran on either model; FP8 layers run with cpu_fp8_stand_ins.
+    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod, Fp8MoEMethod
+    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
+
+    for module in [*model.modules(), *own.modules()]:
+        method = getattr(module, "quant_method", None)
+        if method is not None and not isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, BaseKVCacheMethod)):
+            method.process_weights_after_loading = lambda layer: None
 
     def unmoved(m):
-        """Every parameter the loaders made is where it was. vLLM's reload post-processes MLA attention
-        (W_UV, W_UK_T: new tensors derived from kv_b_proj), which its first load here did not: only
-        the loaders' own tensors are checked and saved."""
+        """Every tensor the model held before is where it was. A refill post-processes MLA attention
+        (W_UV, W_UK_T: new tensors derived from kv_b_proj), which the first load here did not: only
+        the tensors held before are checked and saved."""
         moved = [n for n, t in m.state_dict().items() if t.data_ptr() != addresses.get((id(m), n), t.data_ptr())]
         assert not moved, f"parameters moved: {moved[:5]}"
 
@@ -218,17 +228,10 @@ def sync(rank, spec, live, save):
         worker = SimpleNamespace(model_runner=SimpleNamespace(model=model), vllm_config=vllm_config)
         summary = shardload.vllm.sync_worker(worker, weight_server=server)
         unmoved(model)
-        save(model, out)
+        save(model, out, {n for (m, n) in addresses if m == id(model)})
         return summary
 
     summary = refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
-    # vLLM's reload post-processes each layer as it completes; this harness stops where the weight
-    # loaders leave the parameters (CPU GEMM packing needs vLLM's compiled CPU ops), so the
-    # post-processing is a no-op on vLLM's own model here, as it never ran on either model.
-    for module in own.modules():
-        method = getattr(module, "quant_method", None)
-        if method is not None:
-            method.process_weights_after_loading = lambda layer: None
     with set_current_vllm_config(own_config):
         start = time.perf_counter()
         reload_weights(own_config, own, None, spec["model"], True)
