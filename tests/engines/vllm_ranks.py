@@ -14,9 +14,10 @@ entry point, as it does every general plugin.
 --sync {"port": P, "model": NEW, "out": DIR, "own": DIR, "rebalance": {"map": [[...]], "out": DIR,
 "own": DIR}} goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine:
 rank 0 asks the weight server (port P) to update to the checkpoint NEW, then every rank refills its
-parameters in place (shardload.vllm.sync_worker) and saves them to "out"; the model of the last auto job
-(vLLM's own load of the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and
-saved to "own". With "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own
+parameters in place (shardload.vllm.sync_worker, which post-processes each layer again through vLLM's own
+reload machinery) and saves them to "out"; with "own", the model of the last auto job (vLLM's own load of
+the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and saved to "own". The
+unquantized layers' post-processing (CPU GEMM packing) is a no-op in both, as it never ran here. With "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own
 EPLB (rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
 Rank 0 prints the seconds each took.
 """
@@ -198,15 +199,16 @@ def sync(rank, spec, live, save):
     from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
     model, vllm_config, server, model_dir = live["server"]
-    own, own_config = live["own"]
-    addresses = {(id(m), name): t.data_ptr() for m in (model, own) for name, t in m.state_dict().items()}
+    own, own_config = live["own"] if "own" in spec else (None, None)
+    models = [model] + ([own] if own is not None else [])
+    addresses = {(id(m), name): t.data_ptr() for m in models for name, t in m.state_dict().items()}
     # Both refills post-process every layer again (the plugin's through vLLM's own reload machinery, as
     # vLLM's reload_weights does): the unquantized layers' CPU GEMM packing, which needs vLLM's compiled
     # CPU ops, is a no-op here, as it never ran on either model; FP8 layers run with cpu_fp8_stand_ins.
     from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod, Fp8MoEMethod
     from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
 
-    for module in [*model.modules(), *own.modules()]:
+    for module in [m for root in models for m in root.modules()]:
         method = getattr(module, "quant_method", None)
         if method is not None and not isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, BaseKVCacheMethod)):
             method.process_weights_after_loading = lambda layer: None
@@ -232,6 +234,11 @@ def sync(rank, spec, live, save):
         return summary
 
     summary = refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
+    if own is None:
+        if rank == 0:
+            print(f"update: the plugin refilled {summary['bytes']} bytes from the server in "
+                  f"{summary['seconds']:.4f} s", flush=True)
+        return
     with set_current_vllm_config(own_config):
         start = time.perf_counter()
         reload_weights(own_config, own, None, spec["model"], True)
@@ -289,7 +296,7 @@ def main():
     args.jobs = jobs
     outs = [out for _, out, _, _ in args.jobs]
     if args.sync:
-        outs += [args.sync[k] for k in ("out", "own")]
+        outs += [args.sync[k] for k in ("out", "own") if k in args.sync]
         outs += [args.sync["rebalance"][k] for k in ("out", "own") if args.sync.get("rebalance")]
     for out in outs:
         os.makedirs(out, exist_ok=True)
