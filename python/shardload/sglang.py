@@ -56,8 +56,8 @@ def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
 
 def sync_weights(model, named_tensors=()):
     """SGLang's custom weight loader (`--custom-weight-loader shardload.sglang.sync_weights`): the live
-    model refilled in place from the weight server named in --model-loader-extra-config. The tensors
-    SGLang passes are ignored (send none)."""
+    model refilled in place from the weight server named in --model-loader-extra-config, then the model's
+    post-load fixup (post_load_weights) run again. The tensors SGLang passes are ignored (send none)."""
     from sglang.srt.runtime_context import get_model
 
     args = get_model()
@@ -66,10 +66,16 @@ def sync_weights(model, named_tensors=()):
         raise InvalidArgumentError("shardload.sglang.sync_weights needs the weight server's name",
                                    field="model_loader_extra_config", expected='{"weight_server": NAME}',
                                    found=json.dumps(sorted(extra)))
+    from sglang.srt.model_loader.loader import post_load_weights
+
     model_dir = args.model_path
     rank, layout = sglang_layout(model, _server_args_dtype(args.dtype, model))
-    return fill(model, model_dir, rank, layout, weight_server=extra["weight_server"],
-                threads=int(extra.get("threads", 0)))
+    summary = fill(model, model_dir, rank, layout, weight_server=extra["weight_server"],
+                   threads=int(extra.get("threads", 0)))
+    # What SGLang derives from the weights after loading (DeepSeek's MLA w_kc / w_vc from kv_b_proj) is
+    # derived again, as SGLang's own loaders that bypass model.load_weights do: stale otherwise.
+    post_load_weights(model)
+    return summary
 
 
 def _server_args_dtype(name, model):

@@ -148,6 +148,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
             if quant == "none":
                 pairs += [tmp_path / "second-own", tmp_path / "synced"]
+                if not vllm and arch.startswith("deepseek"):  # SGLang's MLA tensors derived after loading
+                    pairs += [tmp_path / "second-own-derived", tmp_path / "synced-derived"]
             else:
                 # The synced model, post-processed again, against shardload's and vLLM's own fresh loads of
                 # the second checkpoint, post-processed.

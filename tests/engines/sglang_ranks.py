@@ -95,6 +95,14 @@ def rank_main(rank, args, port, errors):
 
         def save(model, out, state=None):
             state = ShardedStateLoader._filter_subtensors(model.state_dict() if state is None else state)
+            # DeepSeek's MLA holds w_kc / w_vc, derived from kv_b_proj after loading (post_load_weights),
+            # as plain attributes outside the state dict: saved apart (OUT-derived), so that a stale one shows.
+            derived = {f"{name}.{attr}": getattr(module, attr) for name, module in model.named_modules()
+                       for attr in ("w_kc", "w_vc") if isinstance(getattr(module, attr, None), torch.Tensor)}
+            if derived:
+                os.makedirs(out + "-derived", exist_ok=True)
+                save_file({k: v.detach().contiguous() for k, v in derived.items()},
+                          os.path.join(out + "-derived", f"rank-{rank}.safetensors"))
             os.makedirs(out, exist_ok=True)
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
