@@ -63,14 +63,34 @@ def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0, refil
     return refill_processed(model, copy) if refill else copy()
 
 
+def _materialize(layer, info, materialize_layer):
+    """vLLM's materialize_layer, except that a loaded-form tensor of the same shape, strides and dtype as
+    the tensor the running model holds under its name is that tensor itself: the fill then writes the
+    running model's memory directly (no fresh allocation to fault in, and vLLM's copy back is a copy onto
+    itself, which torch skips), as on the first load, where the post-processing also ran on the loaded
+    tensors. Only tensors the post-processing changes in shape or layout (FP8 transposes, merged scales)
+    are made fresh."""
+    params, buffers = info.kernel_tensors
+    for name, tensor in list(layer._parameters.items()) + list(layer._buffers.items()):
+        if tensor is None or not tensor.is_meta:
+            continue
+        held = params.get(name, buffers.get(name))
+        if (held is not None and held.shape == tensor.shape and held.stride() == tensor.stride()
+                and held.dtype == tensor.dtype):
+            setattr(layer, name, held)
+    materialize_layer(layer, info)  # the rest: fresh tensors
+
+
 def refill_processed(model, copy, model_config=None):
     """Runs `copy` (which fills the model's parameters as vLLM's weight loaders leave them) on a model that
     vLLM has post-processed, the way vLLM's own in-place reload (reload_weights, layerwise) does it: every
     layer is restored to its loaded form (vLLM's record of it), `copy` fills that, and each layer is
     post-processed again by vLLM's own code (FP8 requantization and transposes, MLA's W_UV / W_UK_T from
     kv_b_proj, kernel repacking) and copied back into the tensors the running model holds, which keep
-    their addresses (captured graphs stay valid). Attention layers last, as vLLM orders them. If `copy`
-    fails, every layer gets its tensors back untouched. Returns what `copy` returns."""
+    their addresses (captured graphs stay valid). Attention layers last, as vLLM orders them. A tensor
+    whose loaded form is the one the running model holds is filled in place (_materialize). If `copy`
+    fails, every layer gets its tensors back (those filled in place hold what was copied: copy checks
+    names, shapes and dtypes before it writes anything). Returns what `copy` returns."""
     from vllm.config import get_current_vllm_config
     from vllm.model_executor.layers.attention import is_deferred_attention_layer
     from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
@@ -84,7 +104,7 @@ def refill_processed(model, copy, model_config=None):
     for layer in model.modules():
         info = layerwise.get_layerwise_info(layer)
         if info.can_load():
-            materialize_layer(layer, info)
+            _materialize(layer, info, materialize_layer)
             layers.append((layer, info))
     try:
         result = copy()
