@@ -95,8 +95,8 @@ def fill_from_tensors(module, entries, sources, *, where="the layout", targets=N
 
 
 def _copy_entry(target, src, entry):
-    """The source into the engine's tensor; a source of fewer elements (one merged FP8 scale where vLLM
-    keeps one per fused part) fills the first ones, the rest get the entry's fill."""
+    """The source into the engine's tensor; a source of fewer elements (one merged FP8 scale where the
+    engines keep one per fused part) fills the first ones, the rest get the entry's fill."""
     if src.numel() == target.numel():
         target.copy_(src.reshape(target.shape))
         return
@@ -109,7 +109,7 @@ def fill_from_server(module, entries, client, rank, *, targets=None):
     """Copies rank `rank` of a running weight server (shardload.connect) into `module` in place, one
     consistent version (Client.copy_into) for the whole rank; returns that version. A tensor the
     engine holds in another dtype than the server (vLLM's and SGLang's q/k norms: the model dtype, not
-    float32) or shape (vLLM's per-part FP8 scales) is copied into a scratch tensor within the same
+    float32) or shape (the engines' per-part FP8 scales) is copied into a scratch tensor within the same
     snapshot, then cast or spread. `targets`: the module's
     state_targets where the caller has them."""
     import torch

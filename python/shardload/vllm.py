@@ -16,10 +16,10 @@ consistent version per rank, every TP rank at the same version), which must serv
 Filling the same model again copies in place (`sync_worker` through vLLM's collective_rpc, or `reload(model)`
 in the model's process): after the weight server's `/update_weights_from_disk` or `/rebalance`, that is
 the RL weight sync of a live engine. A refill goes through vLLM's own in-place reload machinery
-(refill_processed): each layer restored to its loaded form, filled, post-processed again by vLLM and copied
-back at the same addresses, so FP8 layers, MLA's derived tensors and repacked kernels are right. (vLLM's own `reload_weights` needs a loader that yields checkpoint
-weights; this one does not, so sync through `sync_worker`.) MODEL is a local directory: nothing is
-downloaded.
+(refill_processed): each layer restored to its loaded form, filled, post-processed again by vLLM and
+copied back at the same addresses, so FP8 layers, MLA's derived tensors and repacked kernels are right.
+(vLLM's own `reload_weights` needs a loader that yields checkpoint weights; this one does not, so sync
+through `sync_worker`.) MODEL is a local directory: nothing is downloaded.
 """
 from .engines import all_gather_versions, fill_rank, loader_extra
 from .errors import InvalidArgumentError
@@ -52,15 +52,18 @@ def vllm_layout(vllm_config=None):
     return get_tensor_model_parallel_rank(), layout
 
 
-def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0, refill=False):
+def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0, refill=False, vllm_config=None):
     """Copies rank `rank` of `layout` into vLLM's `model` in place, from the checkpoint `model_dir` or
     from the weight server named `weight_server`, every TP rank at one version. Returns {bytes, seconds,
-    version (server only)}. With `refill`, `model` has been post-processed: see refill_processed."""
+    version (server only)}. With `refill`, `model` has been post-processed: see refill_processed
+    (`vllm_config`: the model's, where it is not vLLM's current one)."""
     def copy():
         return fill_rank(model, model_dir, rank, layout, "vllm", weight_server=weight_server, threads=threads,
                          group_versions=_group_versions, check_replaced=not refill)
 
-    return refill_processed(model, copy) if refill else copy()
+    if not refill:
+        return copy()
+    return refill_processed(model, copy, vllm_config.model_config if vllm_config is not None else None)
 
 
 def _materialize(layer, info, materialize_layer):
@@ -112,6 +115,8 @@ def refill_processed(model, copy, model_config=None):
         for layer, info in layers:
             layerwise._place_kernel_tensors(layer, info)
             info.reset()
+        if hasattr(model, "_original_do_torchao_reload"):  # as finalize_layerwise_processing leaves it
+            model._do_torchao_reload = model._original_do_torchao_reload
         raise
     for layer, info in layers:
         for tensor in get_layer_tensors(layer).values():
@@ -145,7 +150,8 @@ def reload(model, model_dir, *, weight_server=None, vllm_config=None, threads=0)
     addresses) from the weight server (after its /update_weights_from_disk or /rebalance) or from the
     checkpoint `model_dir`. Returns fill's summary."""
     rank, layout = vllm_layout(vllm_config)
-    return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads, refill=True)
+    return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads, refill=True,
+                vllm_config=vllm_config)
 
 
 def sync_worker(worker, *, weight_server, model_dir=None, threads=0):

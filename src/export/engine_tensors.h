@@ -16,7 +16,7 @@ struct EngineTensor {
   DType dtype = DType::kBF16;
   Shape shape{};
   // null: a buffer, every element `fill`. Otherwise the parameter's elements first; where `shape`
-  // holds more (vLLM's per-part FP8 scales of a fused layer, given one merged scale), the rest is
+  // holds more (the engines' per-part FP8 scales of a fused layer, given one merged scale), the rest is
   // `fill`.
   const PlanParam* param = nullptr;
   float fill = 0;

@@ -80,8 +80,9 @@ class WeightServer:
 
 
 def check_engine(tmp_path, engine, tp, cases, sync=False):
-    """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by default)
-    loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports, most of the time, paid once):
+    """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by
+    default) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
+    most of the time, paid once):
     (a) the engine's own load of the checkpoint; (b) its load_format="sharded_state" load of
     `shardload export --engine ENGINE`; (c) shardload inside it from the checkpoint (vLLM: --load-format
     shardload, found by its entry point; SGLang: LoadConfig(load_format=shardload.sglang.ShardloadLoader));
@@ -93,10 +94,13 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     With SYNC the last case goes on as an RL trainer syncs a live engine: its server updates to a second
     checkpoint of that family and the live model (d) is refilled in place (vLLM: shardload.vllm.sync_worker;
     SGLang: its custom weight loader shardload.sglang.sync_weights), equal to the engine's own load of the
-    second checkpoint. vLLM goes on (ep = tp): its own model of the first checkpoint is reloaded in place by
-    vLLM's own reload_weights and must end equal too; then the server rebalances (every expert to another
-    rank), the plugin refills again, and vLLM's own EPLB applies the same map to its own model: equal again.
-    Each difference is named in the failure. Returns the harness's output (the times)."""
+    second checkpoint (SGLang's DeepSeek: its MLA w_kc / w_vc too). vLLM goes on (ep = tp): its own model of
+    the first checkpoint is reloaded in place by vLLM's own reload_weights and must end equal too; then the
+    server rebalances (every expert to another rank), the plugin refills again, and vLLM's own EPLB applies
+    the same map to its own model: equal again. A static FP8 last case (vLLM only) is synced after the update
+    only, post-processed again: byte-equal to shardload's fresh load of the second checkpoint, post-processed,
+    and to vLLM's own but for the named FP8 differences. Each difference is named in the failure. Returns
+    the harness's output (the times) and the allowed differences."""
     jobs, pairs, servers, sync_spec = [], [], [], None
     vllm = engine == "vllm"
     try:

@@ -17,8 +17,9 @@ rank 0 asks the weight server (port P) to update to the checkpoint NEW, then eve
 parameters in place (shardload.vllm.sync_worker, which post-processes each layer again through vLLM's own
 reload machinery) and saves them to "out"; with "own", the model of the last auto job (vLLM's own load of
 the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and saved to "own". The
-unquantized layers' post-processing (CPU GEMM packing) is a no-op in both, as it never ran here. With "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own
-EPLB (rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
+unquantized layers' post-processing (CPU GEMM packing) is a no-op in both, as it never ran here. With
+"rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own EPLB
+(rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
 Rank 0 prints the seconds each took.
 """
 import argparse
