@@ -12,10 +12,10 @@ pytestmark = needs_engines
 DENSE = ["llama", "qwen2", "qwen3"]
 # The last is synced (and rebalanced): DeepSeek-V3, whose MLA tensors vLLM derives again from kv_b_proj.
 MOE = ["mixtral", "qwen2_moe", "deepseek_v2", "qwen3_moe", "deepseek_v3"]
-# Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed), dense,
-# with MoE-TP, with expert parallelism, and MLA; block FP8 (DeepSeek-V3's format) likewise.
-FP8 = [("llama", 1, "fp8"), ("qwen3_moe", 1, "fp8"), ("qwen3_moe", 2, "fp8"), ("deepseek_v3", 2, "fp8"),
-       ("llama", 1, "fp8-block"), ("qwen3_moe", 1, "fp8-block"), ("deepseek_v3", 2, "fp8-block")]
+# Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed) for every
+# family, dense, with MoE-TP and with expert parallelism; block FP8 (DeepSeek-V3's format): dense, MoE-TP, EP.
+FP8 = ([(a, 1, "fp8") for a in DENSE] + [("qwen3_moe", 1, "fp8")] + [(a, 2, "fp8") for a in MOE] +
+       [("llama", 1, "fp8-block"), ("qwen3_moe", 1, "fp8-block"), ("deepseek_v3", 2, "fp8-block")])
 
 
 def test_vllm_tp2(tmp_path):
@@ -27,4 +27,4 @@ def test_vllm_tp4_expert_parallel(tmp_path):
     # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated. The last, FP8
     # Qwen3-MoE, is synced after the server's update (not rebalanced: engines.py says why).
     print(check_engine(tmp_path, "vllm", 4, [("llama", 1, "fp8"), ("qwen3_moe", 4), ("deepseek_v3", 4),
-                                             ("qwen3_moe", 4, "fp8")], sync=True))
+                                             ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8")], sync=True))
