@@ -65,10 +65,12 @@ struct EngineFamily {
   // ones (mlp_only_layers, decoder_sparse_step): a checkpoint with dense layers does not load into
   // it (its own loader leaves those layers' experts unset).
   bool every_layer_moe = false;
-  // Static per-tensor FP8 (and for vLLM block FP8) checked against the engine. SGLang's DeepSeek holds
-  // its fused q_a / kv_a projection with one scale before its post-processing, not one per part:
-  // not matched yet.
-  bool fp8 = true;
+  // The FP8 formats checked against the engine (tests/engines/): static per-tensor, and block.
+  // SGLang's DeepSeek holds its fused q_a / kv_a projection with one per-tensor scale before its
+  // post-processing, not one per part: not matched yet. SGLang's other families leave a block FP8
+  // checkpoint's weight_scale_inv unloaded (at their initial value) in SGLang's own load.
+  bool fp8_tensor = true;
+  bool fp8_block = true;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -113,6 +115,10 @@ constexpr Rename kVllmQwen2Moe[] = {
 // SGLang's attention modules hold buffers only under an FP8 config (its KV-cache slots).
 constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, &kSglangKvSlots}};
 
+// SGLang's MLA: two attention modules (its MHA and MQA paths), each with the KV-cache slots.
+constexpr Buffers kSglangMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.attn_mha.", false, &kSglangKvSlots},
+                                  {"self_attn.kv_b_proj.weight", "self_attn.attn_mqa.", false, &kSglangKvSlots}};
+
 // SGLang keeps docs/layout.md's names but one: DeepSeek's fused q_a / kv_a projection, named after
 // both its parts.
 constexpr Rename kSglangDeepseek[] = {
@@ -128,14 +134,14 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
-    {Engine::kSglang, "llama", {}, kSglangAttention},
-    {Engine::kSglang, "qwen2", {}, kSglangAttention},
-    {Engine::kSglang, "qwen3", {}, kSglangAttention},
-    {Engine::kSglang, "mixtral", {}, kSglangAttention},
-    {Engine::kSglang, "qwen2_moe", {}, kSglangAttention},
-    {Engine::kSglang, "qwen3_moe", {}, kSglangAttention, /*every_layer_moe=*/true},
-    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, {}, false, /*fp8=*/false},
-    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, {}, false, /*fp8=*/false},
+    {Engine::kSglang, "llama", {}, kSglangAttention, false, true, /*fp8_block=*/false},
+    {Engine::kSglang, "qwen2", {}, kSglangAttention, false, true, /*fp8_block=*/false},
+    {Engine::kSglang, "qwen3", {}, kSglangAttention, false, true, /*fp8_block=*/false},
+    {Engine::kSglang, "mixtral", {}, kSglangAttention, false, true, /*fp8_block=*/false},
+    {Engine::kSglang, "qwen2_moe", {}, kSglangAttention, false, true, /*fp8_block=*/false},
+    {Engine::kSglang, "qwen3_moe", {}, kSglangAttention, /*every_layer_moe=*/true, true, false},
+    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, /*fp8_tensor=*/false},
+    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, /*fp8_tensor=*/false},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -197,21 +203,22 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
   // The engines take a static per-tensor FP8 rank as a checkpoint with fused layers
-  // (kUnsetPartScale), vLLM block FP8 as layout.md cuts it. The rest is not checked against the
-  // engines yet: SGLang's block FP8 and MLA, compressed-tensors scales, and FP8 quantized by shardload
-  // (the engines quantize an unquantized checkpoint in their own post-processing: their parameters
-  // before it are not FP8).
+  // (kUnsetPartScale), block FP8 as layout.md cuts it, where the family row says they were checked.
+  // The rest is not checked against the engines yet: compressed-tensors scales, and FP8 quantized by
+  // shardload (the engines quantize an unquantized checkpoint in their own post-processing: their
+  // parameters before it are not FP8).
   if (plan.quantization != Quantization::kNone) {
-    const bool checked = row->fp8 && plan.model.quant_format == QuantFormat::kFp8 &&
-                         (plan.quantization == Quantization::kFp8 ||
-                          (plan.quantization == Quantization::kFp8Block && engine == Engine::kVllm));
+    const bool checked = plan.model.quant_format == QuantFormat::kFp8 &&
+                         ((plan.quantization == Quantization::kFp8 && row->fp8_tensor) ||
+                          (plan.quantization == Quantization::kFp8Block && row->fp8_block));
     if (!checked) {
+      std::string taken = row->fp8_tensor && row->fp8_block ? "static per-tensor or block FP8"
+                          : row->fp8_tensor                 ? "static per-tensor FP8"
+                                                            : "block FP8";
       refuse(engine,
-             fmt::format("this FP8 format{}: its engine layout is not checked against the engine yet",
-                         row->fp8 ? "" : " of " + family),
-             engine == Engine::kVllm ? "an unquantized, static per-tensor or block FP8 (quant_method fp8) checkpoint"
-             : row->fp8              ? "an unquantized or static per-tensor FP8 (quant_method fp8) checkpoint"
-                                     : "an unquantized checkpoint",
+             fmt::format("this FP8 format of {}: its engine layout is not checked against the engine yet",
+                         family),
+             fmt::format("an unquantized or {} (quant_method fp8) checkpoint", taken),
              plan.model.quant_format == QuantFormat::kCompressedTensors
                  ? "compressed-tensors FP8"
                  : std::string(quantization_name(plan.quantization)));

@@ -128,7 +128,9 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             jobs += [f"{export}:{sharded}:sharded_state{suffix}"] if exported else []
             jobs += [f"{model}:{plugin}:shardload{suffix}", f"{model}:{served}:server={server.name}{suffix}"]
             if quant in ("none", "fp8-block"):  # block FP8: the checkpoint's codes and scales, cut
-                pairs += [own, sharded, own, export, own, plugin, own, served]
+                pairs += ([own, sharded, own, export] if exported else []) + [own, plugin, own, served]
+                if quant != "none" and not vllm:  # SGLang post-processes block FP8 on load: after it too
+                    pairs += [pathlib.Path(f"{own}-post"), pathlib.Path(f"{plugin}-post")]
             else:
                 # FP8: shardload's rank is requantized once (one scale per fused layer) where the engine
                 # loads the checkpoint's parts and requantizes them in its post-processing, so the
