@@ -11,7 +11,8 @@ pytestmark = needs_engines
 # Static per-tensor FP8 (make-tiny --quant fp8), compared after SGLang's own FP8 post-processing too: dense,
 # and MoE with expert parallelism (SGLang's DeepSeek per-tensor FP8 is refused: test_export_engine.py); block
 # FP8 DeepSeek-V3 (SGLang's other families leave block scales unloaded in its own load: refused).
-FP8 = [("llama", 1, "fp8"), ("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8"), ("deepseek_v3", 2, "fp8-block")]
+FP8 = [(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8"),
+                                                          ("deepseek_v3", 2, "fp8-block")]
 
 
 def test_sglang_tp2(tmp_path):
