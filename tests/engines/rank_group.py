@@ -1,6 +1,7 @@
 """What vllm_ranks.py and sglang_ranks.py share: a group of TP processes, one per rank, each running the
-script's rank_main(rank, args, port, errors) with a free loopback port for the gloo rendezvous, and a request
-to the weight server. Runs in the engines' interpreter (the scripts' folder is first on sys.path)."""
+script's rank_main(rank, args, port, errors) with a free loopback port for the gloo rendezvous, a request
+to the weight server, and the engines' static FP8 quantization on CPU. Runs in the engines' interpreter
+(the scripts' folder is first on sys.path)."""
 import json
 import socket
 import sys
@@ -43,3 +44,14 @@ def post(port, path, body):
     if not answer.get("success"):
         raise RuntimeError(f"{path}: {answer}")
     return answer
+
+
+def static_fp8_quant(input, scale=None, **unused):
+    """The engines' static FP8 quantization (vLLM's and SGLang's scaled_fp8_quant with a scale), as their
+    CUDA kernels compute it, for their FP8 post-processing on CPU: float32 x * (1 / scale), clamped to
+    +-448, rounded to nearest even. Returns (codes, scale)."""
+    import torch
+
+    assert scale is not None, "only the static quantization runs while loading"
+    inverse = 1.0 / scale.to(torch.float32)
+    return (input.to(torch.float32) * inverse).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from rank_group import post, run_ranks
+from rank_group import post, run_ranks, static_fp8_quant
 import types
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -152,16 +152,10 @@ def fp8_stand_ins():
     the layer here: the weight is left as SGLang's CPU path leaves it before packing). Each FP8 method's
     post-processing first records its module's tensors as loaded. Returns that record
     ({id(module): {name: tensor}}), which the caller clears per model."""
-    import torch
     from sglang.srt.layers.quantization import fp8, utils
     from sglang.srt.layers.quantization.kv_cache import BaseKVCacheMethod
 
-    def scaled_fp8_quant(input, scale=None, **unused):
-        assert scale is not None, "only the static quantization runs while loading"
-        inverse = 1.0 / scale.to(torch.float32)
-        return (input.to(torch.float32) * inverse).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
-
-    utils.scaled_fp8_quant = fp8.scaled_fp8_quant = scaled_fp8_quant
+    utils.scaled_fp8_quant = fp8.scaled_fp8_quant = static_fp8_quant
     fp8._is_cpu_amx_available = True
     fp8._amx_process_weight_after_loading = lambda layer, names: None
     record = {}

@@ -28,7 +28,7 @@ import os
 import time
 from types import SimpleNamespace
 
-from rank_group import post, run_ranks
+from rank_group import post, run_ranks, static_fp8_quant
 
 # vLLM's CUDA wheel picks its CPU platform from this, read when vllm is first imported.
 os.environ["VLLM_TARGET_DEVICE"] = "cpu"
@@ -71,8 +71,8 @@ def rank_main(rank, args, port, errors):
         # The group is made once; each job then builds its model under its own config (the
         # interpreter and vLLM's imports, most of the time, are paid once for all of them). vLLM
         # makes the expert-parallel group only under an MoE model's config: one is taken if any.
-        first = [configs(model, fmt, ep)[2] for model, _, fmt, ep in args.jobs]
-        first = next((c for c in first if c.model_config.is_moe), first[0])
+        built = [configs(model, fmt, ep) for model, _, fmt, ep in args.jobs]
+        first = next((c for _, _, c in built if c.model_config.is_moe), built[0][2])
         with set_current_vllm_config(first):
             init_distributed_environment(world_size=args.tp, rank=rank, local_rank=rank,
                                          distributed_init_method=f"tcp://127.0.0.1:{port}",
@@ -94,10 +94,9 @@ def rank_main(rank, args, port, errors):
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
 
-        quantized = [configs(job[0], "auto", False)[0] for job in args.jobs]
-        if any(per_tensor_fp8(c) for c in quantized):
+        if any(per_tensor_fp8(c) for c, _, _ in built):
             cpu_fp8_stand_ins()
-        if any(c.quantization == "fp8" and not per_tensor_fp8(c) for c in quantized):
+        if any(c.quantization == "fp8" and not per_tensor_fp8(c) for c, _, _ in built):
             # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
             # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
             # run): the kernel's checks are answered yes.
@@ -106,8 +105,7 @@ def rank_main(rank, args, port, errors):
             CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
             CPUFp8BlockScaledMMKernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
-        for model_dir, out, load_format, expert_parallel in args.jobs:
-            model_config, load_config, vllm_config = configs(model_dir, load_format, expert_parallel)
+        for (model_dir, out, load_format, _), (model_config, load_config, vllm_config) in zip(args.jobs, built):
             with set_current_vllm_config(vllm_config):
                 # The loader's own steps without the post-processing (CPU GEMM packing, FP8
                 # kernels), which needs vLLM's compiled CPU ops: the parameters as the weight
@@ -151,15 +149,9 @@ def cpu_fp8_stand_ins():
     compute it: the static FP8 quantization (float32 x * (1 / scale), clamped to +-448, rounded to
     nearest even), and the FP8 MoE kernel's set-up, reduced to replacing the parameters with the
     requantized ones (no kernel-specific shuffle: the CPU has no FP8 MoE kernel)."""
-    import torch
     import vllm._custom_ops as ops
     from vllm.model_executor.layers.quantization.fp8 import Fp8MoEMethod
     from vllm.model_executor.utils import replace_parameter
-
-    def scaled_fp8_quant(input, scale=None, **unused):
-        assert scale is not None, "only the static quantization runs while loading"
-        inverse = 1.0 / scale.to(torch.float32)
-        return (input.to(torch.float32) * inverse).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
 
     def setup_kernel(self, layer, w13, w2, w13_scale, w2_scale, w13_input_scale, w2_input_scale):
         replace_parameter(layer, "w13_weight", w13)
@@ -167,7 +159,7 @@ def cpu_fp8_stand_ins():
         replace_parameter(layer, f"w13_{self.weight_scale_name}", w13_scale)
         replace_parameter(layer, f"w2_{self.weight_scale_name}", w2_scale)
 
-    ops.scaled_fp8_quant = scaled_fp8_quant
+    ops.scaled_fp8_quant = static_fp8_quant
     Fp8MoEMethod._setup_kernel = setup_kernel
 
 
