@@ -178,7 +178,8 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
         loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
         copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}",
                                    targets=targets)
-        _remember_filled(module, targets)
+        if check_replaced:
+            _remember_filled(module, targets)
         return {"bytes": copied, "seconds": time.perf_counter() - start}
     from .client import connect
 
@@ -193,7 +194,8 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
             raise ConflictError(f"the ranks read different versions of weight server {weight_server!r} "
                                 f"{_VERSION_ATTEMPTS} times: it kept updating", field="version",
                                 expected="one version on every rank", found=str(versions))
-    _remember_filled(module, targets)
+    if check_replaced:  # the check's record; a restored module's tensors are not the running ones
+        _remember_filled(module, targets)
     copied = sum(t.numel() * t.element_size() for t in targets.values())
     return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version}
 
