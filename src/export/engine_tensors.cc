@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <span>
 #include <string_view>
 
@@ -23,30 +25,40 @@ struct Rename {
   std::string_view to;
 };
 
-// The checkpoint KV-cache scale slots an attention module holds under an FP8 quantization config, at
-// -1 (unset) until a checkpoint fills them (make-tiny's and most FP8 checkpoints do not): vLLM's four
-// in the model dtype, SGLang's two in float32.
-struct KvCacheSlots {
-  std::span<const std::string_view> names;
+// The checkpoint KV-cache slots an attention module holds under a quantization config, at their
+// initial value until a checkpoint fills them (make-tiny's and most FP8 checkpoints do not). Under
+// quant_method fp8: vLLM's four scalars at -1 (unset) in the model dtype, SGLang's two in float32.
+// Under compressed-tensors (vLLM): q/k/v scales F32 [1] at 1 and their zero points [1] at 0, made
+// in the model dtype (the default dtype while vLLM builds its model).
+struct KvCacheSlot {
+  std::string_view name;
   bool model_dtype = false;  // else float32
+  bool one_element = false;  // [1], else a scalar
+  float value = 0;
 };
-constexpr std::string_view kVllmKvSlotNames[] = {"k_scale", "v_scale", "q_scale", "prob_scale"};
-constexpr std::string_view kSglangKvSlotNames[] = {"k_scale", "v_scale"};
-constexpr KvCacheSlots kVllmKvSlots{kVllmKvSlotNames, true};
-constexpr KvCacheSlots kSglangKvSlots{kSglangKvSlotNames, false};
+constexpr float kUnsetKvCacheScale = -1.0f;
+constexpr KvCacheSlot kVllmKvSlots[] = {{"k_scale", true, false, kUnsetKvCacheScale},
+                                        {"v_scale", true, false, kUnsetKvCacheScale},
+                                        {"q_scale", true, false, kUnsetKvCacheScale},
+                                        {"prob_scale", true, false, kUnsetKvCacheScale}};
+constexpr KvCacheSlot kVllmCtKvSlots[] = {{"k_scale", false, true, 1.0f},      {"v_scale", false, true, 1.0f},
+                                          {"q_scale", false, true, 1.0f},      {"k_zero_point", true, true, 0.0f},
+                                          {"v_zero_point", true, true, 0.0f}, {"q_zero_point", true, true, 0.0f}};
+constexpr KvCacheSlot kSglangKvSlots[] = {{"k_scale", false, false, kUnsetKvCacheScale},
+                                          {"v_scale", false, false, kUnsetKvCacheScale}};
 
 // A parameter whose name ends with `after` comes with the buffers of an attention module: its name
 // with `after` replaced by `module` + each buffer's name.
 struct Buffers {
   std::string_view after;
   std::string_view module;
-  bool attention_scales = false;           // vLLM's kAttentionScales, whatever the dtype
-  const KvCacheSlots* kv_cache = nullptr;  // under an FP8 config; null: none (vLLM's MLA)
+  bool attention_scales = false;              // vLLM's kAttentionScales, whatever the dtype
+  std::span<const KvCacheSlot> kv_cache{};    // under an FP8 (quant_method fp8) config
+  std::span<const KvCacheSlot> kv_cache_ct{};  // under a compressed-tensors config
 };
 
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
 constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
-constexpr float kUnsetKvCacheScale = -1.0f;
 
 // vLLM and SGLang give a fused FP8 layer one weight (and input) scale per part, initialised to the
 // lowest float32, and requantize the parts to their maximum in their post-processing, through
@@ -56,29 +68,47 @@ constexpr float kUnsetKvCacheScale = -1.0f;
 // takes the codes as they are.
 constexpr float kUnsetPartScale = std::numeric_limits<float>::lowest();
 
+// An FP8 checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor or
+// block scales, or llm-compressor's compressed-tensors by weight strategy.
+enum Fp8Format : unsigned {
+  kFp8Tensor = 1u << 0,
+  kFp8Block = 1u << 1,
+  kCtTensor = 1u << 2,
+  kCtChannel = 1u << 3,
+  kCtBlock = 1u << 4,
+};
+constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
+constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
+    {kFp8Tensor, "fp8 (static per-tensor)"},     {kFp8Block, "fp8-block"},
+    {kCtTensor, "compressed-tensors tensor"},    {kCtChannel, "compressed-tensors channel"},
+    {kCtBlock, "compressed-tensors block"},
+};
+
 struct EngineFamily {
   Engine engine;
   std::string_view family;
-  std::span<const Rename> renames;
-  std::span<const Buffers> buffers;
+  std::span<const Rename> renames{};
+  std::span<const Buffers> buffers{};
   // The engine's model makes every decoder layer an MoE layer, whatever the config says of dense
   // ones (mlp_only_layers, decoder_sparse_step): a checkpoint with dense layers does not load into
   // it (its own loader leaves those layers' experts unset).
   bool every_layer_moe = false;
-  // The FP8 formats checked against the engine (tests/engines/): static per-tensor, and block.
-  // SGLang's DeepSeek holds its fused q_a / kv_a projection with one per-tensor scale before its
-  // post-processing, not one per part: not matched yet. SGLang's other families leave a block FP8
-  // checkpoint's weight_scale_inv unloaded (at their initial value) in SGLang's own load. SGLang's
-  // Qwen3-MoE FP8 is not checked (make-tiny's has a dense layer, which SGLang's model cannot hold).
-  bool fp8_tensor = true;
-  bool fp8_block = true;
+  // The FP8 formats checked against the engine (tests/engines/), a set of Fp8Format bits. SGLang:
+  // its DeepSeek holds its fused q_a / kv_a projection with one per-tensor scale before its
+  // post-processing, not one per part (its own load of a compressed-tensors one fails), and its
+  // post_load_weights fails on per-channel kv_b_proj scales on CPU; its other families leave a
+  // quant_method fp8 block checkpoint's weight_scale_inv unloaded (at their initial value) in its own
+  // load; its Qwen3-MoE FP8 is not checked (make-tiny's has a dense layer, which SGLang's model
+  // cannot hold).
+  unsigned fp8 = kEveryFp8Format;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
 // under two names, of which the state dict keeps the smaller.
 constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
 
-constexpr Buffers kVllmAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true, &kVllmKvSlots}};
+constexpr Buffers kVllmAttention[] = {
+    {"self_attn.qkv_proj.weight", "self_attn.attn.", true, kVllmKvSlots, kVllmCtKvSlots}};
 // vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
 // o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
 constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true}};
@@ -115,11 +145,11 @@ constexpr Rename kVllmQwen2Moe[] = {
 
 // SGLang's attention modules hold buffers only under an FP8 config (its KV-cache slots); its Qwen3
 // attention none.
-constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, &kSglangKvSlots}};
+constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, kSglangKvSlots}};
 
 // SGLang's MLA: two attention modules (its MHA and MQA paths), each with the KV-cache slots.
-constexpr Buffers kSglangMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.attn_mha.", false, &kSglangKvSlots},
-                                  {"self_attn.kv_b_proj.weight", "self_attn.attn_mqa.", false, &kSglangKvSlots}};
+constexpr Buffers kSglangMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.attn_mha.", false, kSglangKvSlots},
+                                  {"self_attn.kv_b_proj.weight", "self_attn.attn_mqa.", false, kSglangKvSlots}};
 
 // SGLang keeps docs/layout.md's names but one: DeepSeek's fused q_a / kv_a projection, named after
 // both its parts.
@@ -127,6 +157,7 @@ constexpr Rename kSglangDeepseek[] = {
     {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
 };
 
+constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention},
     {Engine::kVllm, "qwen2", {}, kVllmAttention},
@@ -136,14 +167,14 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
-    {Engine::kSglang, "llama", {}, kSglangAttention, false, true, /*fp8_block=*/false},
-    {Engine::kSglang, "qwen2", {}, kSglangAttention, false, true, /*fp8_block=*/false},
-    {Engine::kSglang, "qwen3", {}, {}, false, true, /*fp8_block=*/false},  // no KV-cache slots
-    {Engine::kSglang, "mixtral", {}, kSglangAttention, false, true, /*fp8_block=*/false},
-    {Engine::kSglang, "qwen2_moe", {}, kSglangAttention, false, true, /*fp8_block=*/false},
-    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, /*fp8_tensor=*/false, false},
-    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, /*fp8_tensor=*/false},
-    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, /*fp8_tensor=*/false},
+    {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
+    {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
+    {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
+    {Engine::kSglang, "mixtral", {}, kSglangAttention, false, kSglangFp8},
+    {Engine::kSglang, "qwen2_moe", {}, kSglangAttention, false, kSglangFp8},
+    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, /*fp8=*/0},
+    {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
+    {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -185,6 +216,30 @@ bool is_qk_norm(const std::string& name) {
               {.field = "--engine", .expected = std::move(expected), .found = std::move(found)});
 }
 
+// The checkpoint's FP8 format; none for FP8 made by shardload (--quantization fp8).
+std::optional<Fp8Format> fp8_format(const Plan& plan) {
+  if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
+    switch (plan.model.weight_strategy) {
+      case WeightStrategy::kTensor:
+        return kCtTensor;
+      case WeightStrategy::kChannel:
+        return kCtChannel;
+      case WeightStrategy::kBlock:
+        return kCtBlock;
+    }
+  }
+  if (plan.quantization == Quantization::kFp8) return kFp8Tensor;
+  if (plan.quantization == Quantization::kFp8Block) return kFp8Block;
+  return std::nullopt;
+}
+
+std::string_view fp8_format_name(Fp8Format format) {
+  for (const auto& [bit, name] : kFp8FormatNames) {
+    if (bit == format) return name;
+  }
+  return "?";
+}
+
 }  // namespace
 
 void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
@@ -205,25 +260,21 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
   // The engines take a static per-tensor FP8 rank as a checkpoint with fused layers
-  // (kUnsetPartScale), block FP8 as layout.md cuts it, where the family row says they were checked.
-  // The rest is not checked against the engines yet: compressed-tensors scales, and FP8 quantized by
-  // shardload (the engines quantize an unquantized checkpoint in their own post-processing: their
-  // parameters before it are not FP8).
+  // (kUnsetPartScale), block and channel scales as layout.md cuts them, where the family row says the
+  // format was checked. FP8 quantized by shardload is not checked (the engines quantize an unquantized
+  // checkpoint in their own post-processing: their parameters before it are not FP8).
   if (plan.quantization != Quantization::kNone) {
-    const bool checked = plan.model.quant_format == QuantFormat::kFp8 &&
-                         ((plan.quantization == Quantization::kFp8 && row->fp8_tensor) ||
-                          (plan.quantization == Quantization::kFp8Block && row->fp8_block));
-    if (!checked) {
-      const std::string_view taken = row->fp8_tensor && row->fp8_block ? "static per-tensor or block FP8"
-                                     : row->fp8_tensor                 ? "static per-tensor FP8"
-                                                                       : "block FP8";
+    const std::optional<Fp8Format> format = fp8_format(plan);
+    if (!format || !(row->fp8 & *format)) {
+      std::string taken;
+      for (const auto& [bit, name] : kFp8FormatNames) {
+        if (row->fp8 & bit) taken += fmt::format("{}{}", taken.empty() ? "" : ", ", name);
+      }
       refuse(engine,
              fmt::format("this FP8 format of {}: its engine layout is not checked against the engine yet",
                          family),
-             fmt::format("an unquantized or {} (quant_method fp8) checkpoint", taken),
-             plan.model.quant_format == QuantFormat::kCompressedTensors
-                 ? "compressed-tensors FP8"
-                 : std::string(quantization_name(plan.quantization)));
+             taken.empty() ? "an unquantized checkpoint" : "an unquantized checkpoint or FP8 as " + taken,
+             format ? std::string(fp8_format_name(*format)) : std::string(quantization_name(plan.quantization)));
     }
   }
   // SGLang's sharded_state loader runs the post-processing on the empty model and then copies the
@@ -293,10 +344,11 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
         for (std::string_view scale : kAttentionScales)
           out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
       }
-      if (plan.quantization == Quantization::kNone || !buffers.kv_cache) continue;
-      for (std::string_view slot : buffers.kv_cache->names) {
-        out.push_back({prefix + std::string(slot), buffers.kv_cache->model_dtype ? plan.dtype : DType::kF32,
-                       Shape{}, nullptr, kUnsetKvCacheScale});
+      if (plan.quantization == Quantization::kNone) continue;
+      const bool compressed = plan.model.quant_format == QuantFormat::kCompressedTensors;
+      for (const KvCacheSlot& slot : compressed ? buffers.kv_cache_ct : buffers.kv_cache) {
+        out.push_back({prefix + std::string(slot.name), slot.model_dtype ? plan.dtype : DType::kF32,
+                       slot.one_element ? Shape{1} : Shape{}, nullptr, slot.value});
       }
     }
   }

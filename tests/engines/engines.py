@@ -127,7 +127,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             jobs += [f"{model}:{own}:auto{suffix}"]
             jobs += [f"{export}:{sharded}:sharded_state{suffix}"] if exported else []
             jobs += [f"{model}:{plugin}:shardload{suffix}", f"{model}:{served}:server={server.name}{suffix}"]
-            if quant in ("none", "fp8-block"):  # block FP8: the checkpoint's codes and scales, cut
+            if quant in ("none", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
+                # block and channel FP8: the checkpoint's codes and scales, cut
                 pairs += ([own, sharded, own, export] if exported else []) + [own, plugin, own, served]
                 if quant != "none" and not vllm:  # SGLang post-processes block FP8 on load: after it too
                     pairs += [pathlib.Path(f"{own}-post"), pathlib.Path(f"{plugin}-post")]
@@ -145,7 +146,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             arch, ep, *quant = cases[-1]
             quant = quant[0] if quant else "none"
             # FP8: vLLM's refill post-processes again (refill_processed); SGLang's sync_weights copies only.
-            assert quant == "none" or (vllm and quant == "fp8"), "the sync goes on with an unquantized model"
+            assert quant == "none" or (vllm and quant in ("fp8", "ct-fp8-tensor")), "the sync goes on with an unquantized model"
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second)
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}

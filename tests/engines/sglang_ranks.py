@@ -153,13 +153,19 @@ def fp8_stand_ins():
     post-processing first records its module's tensors as loaded. Returns that record
     ({id(module): {name: tensor}}), which the caller clears per model."""
     from sglang.srt.layers.quantization import fp8, utils
+    from sglang.srt.layers.quantization.compressed_tensors import compressed_tensors as ct
+    from sglang.srt.layers.quantization.compressed_tensors.schemes import compressed_tensors_w8a8_fp8_moe as ct_moe
     from sglang.srt.layers.quantization.kv_cache import BaseKVCacheMethod
 
-    utils.scaled_fp8_quant = fp8.scaled_fp8_quant = static_fp8_quant
+    utils.scaled_fp8_quant = fp8.scaled_fp8_quant = ct_moe.scaled_fp8_quant = static_fp8_quant
     fp8._is_cpu_amx_available = True
     fp8._amx_process_weight_after_loading = lambda layer, names: None
+    # compressed-tensors asks the CUDA device's capability when it picks a layer's scheme: answered
+    # "supported", as a GPU that runs FP8 would.
+    ct.CompressedTensorsConfig._check_scheme_supported = lambda self, min_capability, error=True: True
     record = {}
-    for cls in (fp8.Fp8LinearMethod, fp8.Fp8MoEMethod, BaseKVCacheMethod):
+    for cls in (fp8.Fp8LinearMethod, fp8.Fp8MoEMethod, BaseKVCacheMethod, ct.CompressedTensorsLinearMethod,
+                ct.CompressedTensorsFusedMoEMethod):
         def recorded(self, layer, _original=cls.process_weights_after_loading):
             record[id(layer)] = {k: v.detach().clone() for k, v in layer.state_dict().items()}
             return _original(self, layer)

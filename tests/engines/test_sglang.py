@@ -3,7 +3,8 @@
 the weight server, each holding what SGLang's own loader holds from the checkpoint; then its custom weight
 loader syncs a live model in place after the server's update, equal to SGLang's own load of the new
 checkpoint. Every family shardload exports for SGLang at tp 2 (expert parallelism 2 for the MoE families; the
-dense ones in the same group), and MoE-TP inside EP at tp 4 x ep 2. make-tiny's Qwen3-MoE has a dense first
+dense ones in the same group), and MoE-TP inside EP at tp 4 x ep 2; static per-tensor, block and
+llm-compressor's compressed-tensors FP8 through its hooks. make-tiny's Qwen3-MoE has a dense first
 layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it (tests/python/test_export_engine.py)."""
 from engines import check_engine, needs_engines
 
@@ -13,12 +14,18 @@ pytestmark = needs_engines
 # FP8 DeepSeek-V3 (SGLang's other families leave block scales unloaded in its own load: refused).
 FP8 = [(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8"),
                                                           ("deepseek_v3", 2, "fp8-block")]
+# llm-compressor's compressed-tensors FP8 (make-tiny --quant ct-fp8-*): per-tensor, per-channel and block
+# weights. SGLang's DeepSeek takes block only (its own load of per-tensor fails on the fused q_a / kv_a
+# scale, its post_load_weights of per-channel kv_b_proj on CPU: refused).
+COMPRESSED = [("qwen2", 1, "ct-fp8-tensor"), ("qwen2_moe", 2, "ct-fp8-tensor"), ("llama", 1, "ct-fp8-channel"),
+              ("mixtral", 2, "ct-fp8-channel"), ("llama", 1, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")]
 
 
 def test_sglang_tp2(tmp_path):
-    print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] + FP8 +
+    print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] + FP8 + COMPRESSED +
                        [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
 
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
-    print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2)], sync=True))
+    print(check_engine(tmp_path, "sglang", 4, [("mixtral", 2, "ct-fp8-tensor"), ("qwen2_moe", 2), ("deepseek_v3", 2)],
+                       sync=True))

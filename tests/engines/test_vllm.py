@@ -3,8 +3,8 @@
 checkpoint and from the weight server, each holding what vLLM's own loader holds from the checkpoint; then a
 live model is synced in place after the server's update and rebalance, equal to vLLM's own reload and EPLB.
 Every family shardload exports for vLLM at tp 2 with MoE-TP and with expert parallelism (ep = tp), and at
-tp 4 with expert parallelism; static per-tensor FP8 at both (compared after vLLM's own FP8
-post-processing too)."""
+tp 4 with expert parallelism; static per-tensor FP8, block FP8 and llm-compressor's compressed-tensors FP8
+at both (per-tensor FP8 compared after vLLM's own FP8 post-processing too)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
@@ -16,15 +16,22 @@ MOE = ["mixtral", "qwen2_moe", "deepseek_v2", "qwen3_moe", "deepseek_v3"]
 # family, dense, with MoE-TP and with expert parallelism; block FP8 (DeepSeek-V3's format): dense, MoE-TP, EP.
 FP8 = ([(a, 1, "fp8") for a in DENSE] + [("qwen3_moe", 1, "fp8")] + [(a, 2, "fp8") for a in MOE] +
        [("llama", 1, "fp8-block"), ("qwen3_moe", 1, "fp8-block"), ("deepseek_v3", 2, "fp8-block")])
+# llm-compressor's compressed-tensors FP8 (make-tiny --quant ct-fp8-*: its names, BF16 scales, one input scale
+# per input as its observers give): per-tensor, per-channel and block weights, dense, MoE-TP and EP.
+COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen3_moe", 1, "ct-fp8-tensor"), ("deepseek_v3", 2, "ct-fp8-tensor"),
+               ("mixtral", 2, "ct-fp8-tensor"), ("qwen3_moe", 2, "ct-fp8-channel"), ("qwen3_moe", 1, "ct-fp8-block"),
+               ("deepseek_v3", 2, "ct-fp8-block")])
 
 
 def test_vllm_tp2(tmp_path):
-    print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 +
+    print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
                        [(a, 2) for a in MOE], sync=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
-    # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated. The last, FP8
-    # Qwen3-MoE, is synced after the server's update (not rebalanced: engines.py says why).
+    # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated. The last,
+    # llm-compressor's FP8 Qwen3-MoE, is synced after the server's update (not rebalanced: engines.py says why).
     print(check_engine(tmp_path, "vllm", 4, [("llama", 1, "fp8"), ("qwen3_moe", 4), ("deepseek_v3", 4),
-                                             ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8")], sync=True))
+                                             ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8"),
+                                             ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
+                                             ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))

@@ -96,7 +96,7 @@ def rank_main(rank, args, port, errors):
 
         if any(per_tensor_fp8(c) for c, _, _ in built):
             cpu_fp8_stand_ins()
-        if any(c.quantization == "fp8" and not per_tensor_fp8(c) for c, _, _ in built):
+        if any(c.quantization in ("fp8", "compressed-tensors") and not per_tensor_fp8(c) for c, _, _ in built):
             # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
             # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
             # run): the kernel's checks are answered yes.
@@ -141,6 +141,8 @@ def per_tensor_fp8(model_config):
     runs that post-processing and saves its result too. Block FP8 is left as loaded (its CPU kernels need
     AMX; its post-processing changes no value)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    if model_config.quantization == "compressed-tensors":  # llm-compressor's: its weights' strategy
+        return all(g["weights"]["strategy"] == "tensor" for g in quant["config_groups"].values())
     return model_config.quantization == "fp8" and not quant.get("weight_block_size")
 
 
@@ -161,19 +163,40 @@ def cpu_fp8_stand_ins():
 
     ops.scaled_fp8_quant = static_fp8_quant
     Fp8MoEMethod._setup_kernel = setup_kernel
+    # compressed-tensors' FP8 MoE: the kernel's weight format kept as loaded, and no kernel made.
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w8a8_fp8 as ct_moe)
+
+    ct_moe.convert_to_fp8_moe_kernel_format = lambda fp8_backend, layer, w13, w2, w13_scale, w2_scale, **_: (
+        w13, w2, w13_scale, w2_scale)
+    ct_moe.CompressedTensorsW8A8Fp8MoEMethod.get_fused_moe_quant_config = lambda self, layer: None
 
 
 def fp8_post_process(model):
     """vLLM's own FP8 post-processing of every FP8 layer and attention KV-cache scale (what its
     loader runs after the weights), with cpu_fp8_stand_ins; the unquantized layers' CPU GEMM packing
     is left out, as everywhere in this harness."""
+    for module in model.modules():
+        if fp8_method(module):
+            module.quant_method.process_weights_after_loading(module)
+
+
+def fp8_method(module):
+    """Whether MODULE's quantization method is one of vLLM's FP8 ones (quant_method fp8 or llm-compressor's
+    compressed-tensors FP8), or its attention KV-cache scales."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsLinearMethod)
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w8a8_fp8 as ct_moe)
+    from vllm.model_executor.layers.quantization.compressed_tensors.schemes import CompressedTensorsW8A8Fp8
     from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod, Fp8MoEMethod
     from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
 
-    for module in model.modules():
-        method = getattr(module, "quant_method", None)
-        if isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, BaseKVCacheMethod)):
-            method.process_weights_after_loading(module)
+    method = getattr(module, "quant_method", None)
+    if isinstance(method, CompressedTensorsLinearMethod):
+        return isinstance(getattr(module, "scheme", None), CompressedTensorsW8A8Fp8)
+    return isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, ct_moe.CompressedTensorsW8A8Fp8MoEMethod,
+                               BaseKVCacheMethod))
 
 
 def sync(rank, spec, live, save):
@@ -198,12 +221,9 @@ def sync(rank, spec, live, save):
     # Both refills post-process every layer again (the plugin's through vLLM's own reload machinery, as
     # vLLM's reload_weights does): the unquantized layers' CPU GEMM packing, which needs vLLM's compiled
     # CPU ops, is a no-op here, as it never ran on either model; FP8 layers run with cpu_fp8_stand_ins.
-    from vllm.model_executor.layers.quantization.fp8 import Fp8LinearMethod, Fp8MoEMethod
-    from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
-
     for module in [m for root in models for m in root.modules()]:
         method = getattr(module, "quant_method", None)
-        if method is not None and not isinstance(method, (Fp8LinearMethod, Fp8MoEMethod, BaseKVCacheMethod)):
+        if method is not None and not fp8_method(module):
             method.process_weights_after_loading = lambda layer: None
 
     def unmoved(m):

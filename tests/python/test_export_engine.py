@@ -107,6 +107,25 @@ def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path):
     assert run_shardload("load", vllm, "--checksum").returncode == 0
 
 
+def test_vllm_compressed_tensors_fp8(tiny, tmp_path):
+    """llm-compressor's FP8 for vLLM: per-tensor scales as for quant_method fp8 (one per fused part, the
+    layout's first), and the KV-cache slots vLLM's compressed-tensors attention holds: q/k/v scales F32 [1]
+    at 1 and their zero points [1] at 0 in the model dtype (no prob_scale)."""
+    model = tiny("llama", "ct-fp8-tensor")
+    plain = export(model, tmp_path / "plain", "--tp", 2)
+    vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
+    lowest = struct.pack("<f", -3.4028234663852886e38)
+    for rank in range(2):
+        a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
+        name = "model.layers.1.self_attn.qkv_proj.input_scale"
+        assert b[name] == ("F32", [3], a[name][2] + lowest * 2)
+        slots = {n: b[n] for n in b if re.match(r"model\.layers\.1\.self_attn\.attn\.[kvqp]", n)}
+        assert slots == {**{f"model.layers.1.self_attn.attn.{s}_scale": ("F32", [1], struct.pack("<f", 1.0))
+                            for s in "kvq"},
+                         **{f"model.layers.1.self_attn.attn.{s}_zero_point": ("BF16", [1], bytes(2)) for s in "kvq"}}
+    assert run_shardload("load", vllm, "--checksum").returncode == 0
+
+
 def test_sglang_names(tiny, tmp_path):
     model = tiny("deepseek_v3")
     plain = rank_tensors(export(model, tmp_path / "plain", "--tp", 2, "--ep", 2), 0)
@@ -142,7 +161,8 @@ def test_python_api_engine(tiny, tmp_path):
     ("deepseek_v3", "fp8", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["FP8 format of deepseek_v3"]),
     ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang"], ["FP8 format of llama", "fp8-block"]),
     ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["sharded_state", "fp8-block"]),
-    ("llama", "ct-fp8-tensor", ["--tp", 2, "--engine", "vllm"], ["FP8 format", "compressed-tensors"]),
+    ("deepseek_v3", "ct-fp8-tensor", ["--tp", 2, "--ep", 2, "--engine", "sglang"],
+     ["FP8 format of deepseek_v3", "compressed-tensors tensor", "fp8-block, compressed-tensors block"]),
     ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["FP8 format", "fp8-dynamic"]),
     ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
     ("llama", "none", ["--tp", 2, "--dp", 2, "--engine", "vllm"], ["--dp 2"]),
@@ -203,6 +223,7 @@ def test_verify_refuses_an_engine_export(tiny, tmp_path):
                                                       ("deepseek_v3", "none", "vllm", {"tp": 2, "ep": 2}),
                                                       ("qwen3_moe", "fp8", "vllm", {"tp": 2, "ep": 2}),
                                                       ("deepseek_v3", "fp8-block", "vllm", {"tp": 2, "ep": 2}),
+                                                      ("qwen3_moe", "ct-fp8-tensor", "vllm", {"tp": 2, "ep": 2}),
                                                       ("qwen2_moe", "none", "sglang", {"tp": 2, "ep": 2})])
 def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, engine, flags):
     model = tiny(arch, quant)
@@ -215,11 +236,14 @@ def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, eng
         for e in entries:
             dtype, shape, _ = held[e["name"]]
             assert (e["dtype"], e["shape"]) == (dtype, shape), e["name"]
-            # Buffers: vLLM's attention scales, float32 1 (_k_scale, ...) and FP8's KV-cache slots, -1.
-            buffer = re.search(r"attn\.(_?)(k|v|q|prob)_scale$", e["name"])
+            # Buffers: vLLM's attention scales, float32 1 (_k_scale, ...) and FP8's KV-cache slots, -1
+            # (compressed-tensors': scales 1, zero points 0).
+            buffer = re.search(r"attn\.(_?)(k|v|q|prob)_(scale|zero_point)$", e["name"])
             assert (e["source"] is None) == bool(buffer), e["name"]
             if buffer:
-                assert e["fill"] == (1.0 if buffer.group(1) else -1.0), e["name"]
+                compressed = quant.startswith("ct-")
+                expected = (1.0 if buffer.group(1) or compressed else -1.0) if buffer.group(3) == "scale" else 0.0
+                assert e["fill"] == expected, e["name"]
                 continue
             assert e["source_shape"] == layout[e["source"]][1], e["name"]
             if e["source_shape"] != e["shape"]:  # vLLM's FP8 scale per fused part
