@@ -101,7 +101,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     only, post-processed again: byte-equal to shardload's fresh load of the second checkpoint, post-processed,
     and to vLLM's own but for the named FP8 differences. Each difference is named in the failure. Returns
     the harness's output (the times) and the allowed differences."""
-    jobs, pairs, servers, sync_spec = [], [], [], None
+    jobs, pairs, servers, sync_spec, forwards = [], [], [], None, []
     vllm = engine == "vllm"
     try:
         for arch, ep, *quant in cases:
@@ -127,6 +127,15 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             jobs += [f"{model}:{own}:auto{suffix}"]
             jobs += [f"{export}:{sharded}:sharded_state{suffix}"] if exported else []
             jobs += [f"{model}:{plugin}:shardload{suffix}", f"{model}:{served}:server={server.name}{suffix}"]
+            if arch in FORWARD_FAMILIES:
+                loads = [own] + ([sharded] if exported else []) + [plugin, served]
+                if quant in REQUANTIZED:  # after the engine's post-processing, which requantizes (a) too
+                    # Both engines' post-processing (here, without a CPU kernel's packing) holds dense FP8
+                    # weights transposed.
+                    forwards.append((True, ["--transposed", model,
+                                            *(pathlib.Path(f"{p}-post") for p in loads)]))
+                else:
+                    forwards.append((False, [model, *loads]))
             if quant in ("none", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
                 # block and channel FP8: the checkpoint's codes and scales, cut
                 pairs += ([own, sharded, own, export] if exported else []) + [own, plugin, own, served]
@@ -196,4 +205,52 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     differences = [line for line in lines if not line.endswith(": byte-equal") and line not in allowed]
     compared = len([p for p in pairs if p != "--fp8"]) // 2
     assert len(lines) >= compared and not differences, "\n".join(differences)
-    return output + "".join(f"{line}\n" for line in allowed)
+    return output + "".join(f"{line}\n" for line in allowed) + check_forward(forwards)
+
+
+# The families forward_ranks.py computes (not MLA yet).
+FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe"}
+# Per-tensor FP8: the engines requantize a fused layer's parts to one scale in their post-processing.
+REQUANTIZED = {"fp8", "ct-fp8-tensor"}
+# float32 on both sides, summed in another order: the logits' largest difference, relative to the largest.
+FORWARD_TOLERANCE = 1e-5
+# Per-tensor FP8 after the engine's post-processing: the engine's codes one code apart from shardload's on
+# some fused MoE halves (compare_ranks.py --fp8).
+FP8_FORWARD_TOLERANCE = 1e-2
+
+
+def check_forward(forwards):
+    """forward_ranks.py on FORWARDS ((requantized, [--transposed] CHECKPOINT DIR...) each): each DIR's
+    forward pass, computed from its ranks' parameters as tensor-parallel ranks compute it, gives the first
+    DIR's (the engine's own load's) logits bitwise, within FORWARD_TOLERANCE of transformers' forward pass of
+    the checkpoint (an FP8 one dequantized), and its greedy tokens. Requantized (per-tensor FP8, after the
+    engine's post-processing, whose requantization takes each model as far from the checkpoint's): the
+    shardload loads' logits bitwise equal to each other, within FP8_FORWARD_TOLERANCE of the engine's own
+    load's, with its greedy tokens. Returns a line per checkpoint."""
+    if not forwards:
+        return ""
+    args = [a for _, group in forwards for a in [*group, "--"]][:-1]
+    report = ""
+    for (requantized, _), result in zip(forwards, json.loads(engine_python("forward_ranks.py", *args))):
+        own, *loads = result["dirs"].values()
+        for directory, got in result["dirs"].items():
+            name = os.path.basename(directory)
+            if requantized:
+                assert got is own or got["bitwise_equal_to_previous"] or got is loads[0], (
+                    f"{name}: logits differ from the other shardload loads'")
+                assert got["difference_to_first"] <= FP8_FORWARD_TOLERANCE, (
+                    f"{name}: logits {got['difference_to_first']:.3g} from the engine's own load's (relative)")
+            else:
+                assert got["bitwise_equal_to_first"], f"{name}: logits differ from the engine's own load's"
+                assert got["relative_difference"] <= FORWARD_TOLERANCE, (
+                    f"{name}: logits {got['relative_difference']:.3g} from transformers' (relative)")
+                assert own["tokens"] == result["reference_tokens"], (
+                    f"{name}: greedy tokens {own['tokens']}, transformers' {result['reference_tokens']}")
+            assert got["tokens"] == own["tokens"], f"{name}: greedy tokens {got['tokens']}, the engine's {own['tokens']}"
+        worst = max(got["difference_to_first"] for got in loads)
+        report += (f"forward {os.path.basename(result['checkpoint'])}: {len(loads)} shardload loads, logits "
+                   + (f"{worst:.2g} from the engine's own after post-processing (relative; the engine's "
+                      f"{own['relative_difference']:.2g} from transformers' of the dequantized checkpoint)"
+                      if requantized else f"bitwise the engine's own, {own['relative_difference']:.2g} from transformers'")
+                   + f"; greedy tokens {own['tokens']}\n")
+    return report
