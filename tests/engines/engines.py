@@ -99,8 +99,11 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     server rebalances (every expert to another rank), the plugin refills again, and vLLM's own EPLB applies
     the same map to its own model: equal again. A static FP8 last case (vLLM only) is synced after the update
     only, post-processed again: byte-equal to shardload's fresh load of the second checkpoint, post-processed,
-    and to vLLM's own but for the named FP8 differences. Each difference is named in the failure. Returns
-    the harness's output (the times) and the allowed differences."""
+    and to vLLM's own but for the named FP8 differences. Each difference is named in the failure.
+
+    Then a forward pass on each family's loads, and on the synced model against the second checkpoint
+    (check_forward). Returns the harness's output (the times), the allowed differences and the forward
+    passes' lines."""
     jobs, pairs, servers, sync_spec, forwards = [], [], [], None, []
     vllm = engine == "vllm"
     try:
@@ -172,6 +175,12 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
                 jobs.append(f"{second}:{tmp_path / 'second-plugin'}:shardload{suffix}")
                 pairs += [tmp_path / "second-plugin-post", tmp_path / "synced",
                           "--fp8", tmp_path / "second-own-post", tmp_path / "synced"]
+        if sync and arch in FORWARD_FAMILIES:  # the synced model computes the second checkpoint's model
+            if quant == "none":
+                forwards.append((False, [second, tmp_path / "second-own", tmp_path / "synced",
+                                         *([tmp_path / "own-reloaded"] if vllm else [])]))
+            else:
+                forwards.append((True, ["--transposed", second, tmp_path / "second-own-post", tmp_path / "synced"]))
         if sync and vllm and quant == "none":
             # vLLM's own reload_weights of a post-processed FP8 MoE model fails on CPU (IndexError in
             # _load_per_tensor_weight_scale: the scale it restores has its post-processed shape), so FP8
@@ -208,8 +217,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     return output + "".join(f"{line}\n" for line in allowed) + check_forward(forwards)
 
 
-# The families forward_ranks.py computes (not MLA yet).
-FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe"}
+# The families forward_ranks.py computes.
+FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"}
 # Per-tensor FP8: the engines requantize a fused layer's parts to one scale in their post-processing.
 REQUANTIZED = {"fp8", "ct-fp8-tensor"}
 # float32 on both sides, summed in another order: the logits' largest difference, relative to the largest.
@@ -248,7 +257,7 @@ def check_forward(forwards):
                     f"{name}: greedy tokens {own['tokens']}, transformers' {result['reference_tokens']}")
             assert got["tokens"] == own["tokens"], f"{name}: greedy tokens {got['tokens']}, the engine's {own['tokens']}"
         worst = max(got["difference_to_first"] for got in loads)
-        report += (f"forward {os.path.basename(result['checkpoint'])}: {len(loads)} shardload loads, logits "
+        report += (f"forward {os.path.basename(result['checkpoint'])}: {len(loads)} loads beside the engine's own, logits "
                    + (f"{worst:.2g} from the engine's own after post-processing (relative; the engine's "
                       f"{own['relative_difference']:.2g} from transformers' of the dequantized checkpoint)"
                       if requantized else f"bitwise the engine's own, {own['relative_difference']:.2g} from transformers'")

@@ -6,8 +6,11 @@ rank's saved state dict (a directory of rank-R.safetensors, as vllm_ranks.py and
 either engine's names): vocab-parallel embedding and lm_head (rows concatenated over the ranks, the padding
 cut), column-parallel q/k/v and gate/up (each rank's own heads and rows), row-parallel o_proj and down_proj
 (partial sums added over the ranks), and routed experts (each rank's slots: all experts cut by MoE-TP, or its
-own experts whole with expert parallelism; their outputs added over the ranks). Families: llama, qwen2 (qkv
-bias), qwen3 (q/k norms), qwen3_moe (dense layers too), mixtral, qwen2_moe (a gated shared expert).
+own experts whole with expert parallelism; their outputs added over the ranks), shared experts as dense
+layers. Families: llama, qwen2 (qkv bias), qwen3 (q/k norms), qwen3_moe (dense layers too), mixtral, qwen2_moe
+(a gated shared expert), deepseek_v2 and deepseek_v3 (multi-head latent attention: q_a / kv_a replicated, q_b
+and kv_b by heads; grouped sigmoid routing with its score bias; the rotary embedding and yarn's softmax scale
+are taken from transformers' own modules, which hold no parameters).
 
   python forward_ranks.py [--transposed] CHECKPOINT DIR [DIR ...] [-- [--transposed] CHECKPOINT DIR ...]
 
@@ -46,7 +49,10 @@ def layout_name(name):
     expert (with its gate) under the fused MoE layer."""
     name = name.replace(".routed_experts.", ".").replace(".experts.gate.", ".gate.")
     name = name.replace(".experts._shared_experts._layer.expert_gate.", ".shared_expert_gate.")
-    return name.replace(".experts._shared_experts._layer.", ".shared_expert.")
+    name = name.replace(".experts._shared_experts._layer.", ".shared_experts.")  # DeepSeek's name, Qwen2-MoE's too
+    name = name.replace(".mlp.shared_expert.", ".mlp.shared_experts.")
+    # vLLM's MLA modules under mla_attn; SGLang's fused q_a / kv_a projection named after both parts.
+    return name.replace(".self_attn.mla_attn.", ".self_attn.").replace("fused_qkv_a_proj_with_mqa", "fused_qkv_a_proj")
 
 
 def linear(x, weight):
@@ -97,8 +103,8 @@ def dequantized(codes, scale, parts):
 class Ranks:
     """The model of config.json computed from the ranks' state dicts."""
 
-    def __init__(self, config, states, transposed=False):
-        self.c, self.tp, self.transposed = config, len(states), transposed
+    def __init__(self, config, states, reference, transposed=False):
+        self.c, self.tp, self.reference, self.transposed = config, len(states), reference, transposed
         self.heads = config["num_attention_heads"]
         self.head_dim = config.get("head_dim") or config["hidden_size"] // self.heads
         self.eps = config.get("rms_norm_eps", 1e-6)
@@ -159,11 +165,7 @@ class Ranks:
     def moe(self, i, h, prefix):
         router = self.states[0][prefix + "gate.weight"]
         experts = router.shape[0]
-        weights = (h @ router.T).softmax(-1)
-        top, ids = weights.topk(self.c.get("num_experts_per_tok", 2), -1)
-        # Mixtral always renormalizes the top k; the Qwen MoE configs say (transformers' default: no).
-        if self.c.get("norm_topk_prob", self.c["model_type"] == "mixtral"):
-            top = top / top.sum(-1, keepdim=True)
+        top, ids = self.route(h @ router.T, self.states[0].get(prefix + "gate.e_score_correction_bias"))
         out = torch.zeros_like(h)
         for r, s in enumerate(self.states):
             w13, w2 = s[prefix + "experts.w13_weight"], s[prefix + "experts.w2_weight"]
@@ -179,10 +181,69 @@ class Ranks:
                 gate, up = (h[rows] @ w13[slot].T).chunk(2, -1)
                 y = (torch.nn.functional.silu(gate) * up) @ w2[slot].T
                 out[rows] += y * (top[rows] * (ids[rows] == expert)).sum(-1, keepdim=True)
-        if prefix + "shared_expert.gate_up_proj.weight" in self.states[0]:  # Qwen2-MoE: a gated shared expert
-            shared = sum(self.dense_mlp(r, prefix + "shared_expert.", h) for r in range(self.tp))
-            out = out + torch.sigmoid(h @ self.states[0][prefix + "shared_expert_gate.weight"].T) * shared
+        if prefix + "shared_experts.gate_up_proj.weight" in self.states[0]:
+            shared = sum(self.dense_mlp(r, prefix + "shared_experts.", h) for r in range(self.tp))
+            if prefix + "shared_expert_gate.weight" in self.states[0]:  # Qwen2-MoE's is gated
+                shared = torch.sigmoid(h @ self.states[0][prefix + "shared_expert_gate.weight"].T) * shared
+            out = out + shared
         return out
+
+    def route(self, logits, bias):
+        """The top k experts' weights and ids per token, as transformers' routers compute them."""
+        k = self.c.get("num_experts_per_tok", 2)
+        if not self.c["model_type"].startswith("deepseek"):
+            top, ids = logits.softmax(-1).topk(k, -1)
+            # Mixtral always renormalizes the top k; the Qwen MoE configs say (transformers' default: no).
+            if self.c.get("norm_topk_prob", self.c["model_type"] == "mixtral"):
+                top = top / top.sum(-1, keepdim=True)
+            return top, ids
+        scores = logits.sigmoid() if self.c.get("scoring_func") == "sigmoid" else logits.softmax(-1)
+        choice = scores + bias if bias is not None else scores
+        groups = self.c.get("n_group") or 1
+        if groups > 1:  # DeepSeek-V3: the top groups by their two best experts' scores, then the top k in them
+            per_group = choice.view(-1, groups, choice.shape[-1] // groups)
+            best = per_group.topk(2, -1)[0].sum(-1).topk(self.c["topk_group"], -1)[1]
+            keep = torch.zeros_like(per_group[..., 0]).scatter_(1, best, 1).bool()
+            choice = choice.masked_fill(~keep.repeat_interleave(per_group.shape[-1], 1), float("-inf"))
+        ids = choice.topk(k, -1)[1]
+        top = scores.gather(1, ids)
+        if self.c.get("norm_topk_prob"):
+            top = top / (top.sum(-1, keepdim=True) + 1e-20)
+        return top * self.c.get("routed_scaling_factor", 1.0), ids
+
+    def mla(self, r, i, h, positions):
+        """Multi-head latent attention: q_a / kv_a (fused, replicated), q_b and kv_b by heads, o_proj by rows.
+        The rotary embedding and the softmax scale (yarn's mscale) are transformers' own modules'."""
+        s, p, c = self.states[r], f"model.layers.{i}.self_attn.", self.c
+        nope, rope, v_dim, kv_rank = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+        if p + "fused_qkv_a_proj.weight" in s:
+            q_a, kv_a = linear(h, s[p + "fused_qkv_a_proj.weight"]).split([c["q_lora_rank"], kv_rank + rope], -1)
+            q = linear(rms_norm(q_a, s[p + "q_a_layernorm.weight"], self.eps), s[p + "q_b_proj.weight"])
+        else:  # DeepSeek-V2-Lite: no q_lora_rank
+            q, kv_a = linear(h, s[p + "q_proj.weight"]), linear(h, s[p + "kv_a_proj_with_mqa.weight"])
+        seq = h.shape[0]
+        q = q.view(seq, -1, nope + rope).transpose(0, 1)[None]
+        heads = q.shape[1]
+        kv, k_rot = kv_a.split([kv_rank, rope], -1)
+        kv = linear(rms_norm(kv, s[p + "kv_a_layernorm.weight"], self.eps), s[p + "kv_b_proj.weight"])
+        kv = kv.view(seq, heads, nope + v_dim).transpose(0, 1)[None]
+        k_nope, v = kv.split([nope, v_dim], -1)
+        q_nope, q_rot = q.split([nope, rope], -1)
+        k_rot = k_rot.view(1, 1, seq, rope)
+        modeling = sys.modules[type(self.reference).__module__]
+        embedding = self.reference.model.rotary_emb(h[None], positions[None])
+        if isinstance(embedding, torch.Tensor):  # DeepSeek-V2: complex frequencies
+            q_rot, k_rot = modeling.apply_rotary_emb(q_rot, k_rot, embedding)
+        else:
+            apply = (modeling.apply_rotary_pos_emb_interleave if getattr(self.reference.config, "rope_interleave", False)
+                     else modeling.apply_rotary_pos_emb)
+            q_rot, k_rot = apply(q_rot, k_rot, *embedding)
+        q = torch.cat([q_nope, q_rot], -1)[0]
+        k = torch.cat([k_nope, k_rot.expand(-1, heads, -1, -1)], -1)[0]
+        scores = (q @ k.transpose(1, 2)) * self.reference.model.layers[i].self_attn.scaling
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
+        out = (scores.softmax(-1) @ v[0]).transpose(0, 1).reshape(seq, heads * v_dim)
+        return linear(out, s[p + "o_proj.weight"])
 
     def logits(self, tokens):
         # Tied embeddings: the engine's state dict keeps the table under lm_head's name only.
@@ -192,7 +253,8 @@ class Ranks:
         for i in range(self.c["num_hidden_layers"]):
             s0, p = self.states[0], f"model.layers.{i}."
             h = rms_norm(x, s0[p + "input_layernorm.weight"], self.eps)
-            x = x + sum(self.attention(r, i, h, positions) for r in range(self.tp))
+            attention = self.mla if "kv_lora_rank" in self.c else self.attention
+            x = x + sum(attention(r, i, h, positions) for r in range(self.tp))
             h = rms_norm(x, s0[p + "post_attention_layernorm.weight"], self.eps)
             mlp = p + ("block_sparse_moe." if p + "block_sparse_moe.gate.weight" in s0 else "mlp.")
             if mlp + "gate_up_proj.weight" in s0:
@@ -257,7 +319,7 @@ def check(checkpoint, dirs, transposed):
         out = {"checkpoint": checkpoint, "reference_tokens": reference_tokens, "dirs": {}}
         first = previous = None
         for directory in dirs:
-            logits, tokens = greedy(Ranks(config, rank_states(directory), transposed).logits, prompt.tolist())
+            logits, tokens = greedy(Ranks(config, rank_states(directory), model, transposed).logits, prompt.tolist())
             first = logits if first is None else first
             out["dirs"][directory] = {
                 "tokens": tokens,
