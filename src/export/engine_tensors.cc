@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <utility>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -41,9 +41,10 @@ constexpr KvCacheSlot kVllmKvSlots[] = {{"k_scale", true, false, kUnsetKvCacheSc
                                         {"v_scale", true, false, kUnsetKvCacheScale},
                                         {"q_scale", true, false, kUnsetKvCacheScale},
                                         {"prob_scale", true, false, kUnsetKvCacheScale}};
-constexpr KvCacheSlot kVllmCtKvSlots[] = {{"k_scale", false, true, 1.0f},      {"v_scale", false, true, 1.0f},
-                                          {"q_scale", false, true, 1.0f},      {"k_zero_point", true, true, 0.0f},
-                                          {"v_zero_point", true, true, 0.0f}, {"q_zero_point", true, true, 0.0f}};
+constexpr KvCacheSlot kVllmCtKvSlots[] = {
+    {"k_scale", false, true, 1.0f},     {"v_scale", false, true, 1.0f},
+    {"q_scale", false, true, 1.0f},     {"k_zero_point", true, true, 0.0f},
+    {"v_zero_point", true, true, 0.0f}, {"q_zero_point", true, true, 0.0f}};
 constexpr KvCacheSlot kSglangKvSlots[] = {{"k_scale", false, false, kUnsetKvCacheScale},
                                           {"v_scale", false, false, kUnsetKvCacheScale}};
 
@@ -52,8 +53,8 @@ constexpr KvCacheSlot kSglangKvSlots[] = {{"k_scale", false, false, kUnsetKvCach
 struct Buffers {
   std::string_view after;
   std::string_view module;
-  bool attention_scales = false;              // vLLM's kAttentionScales, whatever the dtype
-  std::span<const KvCacheSlot> kv_cache{};    // under an FP8 (quant_method fp8) config
+  bool attention_scales = false;               // vLLM's kAttentionScales, whatever the dtype
+  std::span<const KvCacheSlot> kv_cache{};     // under an FP8 (quant_method fp8) config
   std::span<const KvCacheSlot> kv_cache_ct{};  // under a compressed-tensors config
 };
 
@@ -79,8 +80,8 @@ enum Fp8Format : unsigned {
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
-    {kFp8Tensor, "fp8 (static per-tensor)"},     {kFp8Block, "fp8-block"},
-    {kCtTensor, "compressed-tensors tensor"},    {kCtChannel, "compressed-tensors channel"},
+    {kFp8Tensor, "fp8 (static per-tensor)"},  {kFp8Block, "fp8-block"},
+    {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
     {kCtBlock, "compressed-tensors block"},
 };
 

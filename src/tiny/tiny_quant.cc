@@ -170,14 +170,14 @@ void fill_group(const Group& group, uint64_t seed) {
   if (group.input != nullptr) {
     // llm-compressor observes each module's input, so the projections that read one input (q/k/v,
     // gate/up, an expert's gate/up, q_a/kv_a) get one input scale; vLLM's compressed-tensors MoE
-    // refuses gate and up scales that differ. make-tiny's "fp8" checkpoints keep them apart, so that
-    // taking the largest part's input scale is tested.
+    // refuses gate and up scales that differ. make-tiny's "fp8" checkpoints keep them apart, so
+    // that taking the largest part's input scale is tested.
     const TensorSpec& spec = *group.input->spec;
     const std::string_view module = module_of(spec);
-    const std::string name = is_compressed_tensors(spec.quant)
-                                 ? std::string(fused_part(module).layer) + "input_scale"
-                                 : spec.name;
-    write_floats({0.01f + 0.09f * uniform(seed, name, kInputSalt, 0)}, spec.dtype, group.input->out);
+    const std::string name =
+        is_compressed_tensors(spec.quant) ? std::string(fused_part(module).layer) : spec.name;
+    write_floats({0.01f + 0.09f * uniform(seed, name, kInputSalt, 0)}, spec.dtype,
+                 group.input->out);
   }
   if (group.weight == nullptr && group.scale == nullptr) return;
   const TensorSpec& any = group.weight != nullptr ? *group.weight->spec : *group.scale->spec;

@@ -97,17 +97,26 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     second checkpoint (SGLang's DeepSeek: its MLA w_kc / w_vc too). vLLM goes on (ep = tp): its own model of
     the first checkpoint is reloaded in place by vLLM's own reload_weights and must end equal too; then the
     server rebalances (every expert to another rank), the plugin refills again, and vLLM's own EPLB applies
-    the same map to its own model: equal again. A static FP8 last case (vLLM only) is synced after the update
-    only, post-processed again: byte-equal to shardload's fresh load of the second checkpoint, post-processed,
-    and to vLLM's own but for the named FP8 differences. Each difference is named in the failure.
+    the same map to its own model: equal again. A static FP8 last case (vLLM only) runs with vLLM's EPLB on
+    and is synced after the update, post-processed again: byte-equal to shardload's fresh load of the second
+    checkpoint, post-processed, and to vLLM's own but for the named FP8 differences; then rebalanced, equal to
+    vLLM's own EPLB applied to vLLM's own load of the second checkpoint. Each difference is named in the
+    failure.
 
     Then a forward pass on each family's loads, and on the synced model against the second checkpoint
     (check_forward). Returns the harness's output (the times), the allowed differences and the forward
     passes' lines."""
     jobs, pairs, servers, sync_spec, forwards = [], [], [], None, []
     vllm = engine == "vllm"
+
+    def fp8_eplb(i):
+        """Whether case I is vLLM's synced static FP8 MoE model: with vLLM's EPLB on, vLLM's post-processing
+        takes each MoE layer's static input scale as the maximum over the whole expert group (so that a
+        rebalance keeps it), which makes the rebalance comparable."""
+        arch, ep, *quant = cases[i]
+        return sync and vllm and i == len(cases) - 1 and ep > 1 and (quant or ["none"])[0] in REQUANTIZED
     try:
-        for arch, ep, *quant in cases:
+        for i, (arch, ep, *quant) in enumerate(cases):
             quant = quant[0] if quant else "none"
             name = f"{arch}-{quant}-ep{ep}"
             model = tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
@@ -123,8 +132,9 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
                 cli("load", export, "--checksum")
             server = WeightServer(model, tp, ep, tmp_path)
             servers.append(server)
-            # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's.
-            suffix = ":ep" if vllm and ep > 1 else ""
+            # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's. A
+            # static FP8 MoE model synced and rebalanced runs with vLLM's EPLB on (fp8_eplb below).
+            suffix = (":eplb" if fp8_eplb(i) else ":ep") if vllm and ep > 1 else ""
             own, sharded, plugin, served = (tmp_path / f"{name}-{kind}"
                                             for kind in ("own", "sharded", "plugin", "server"))
             jobs += [f"{model}:{own}:auto{suffix}"]
@@ -158,11 +168,11 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             arch, ep, *quant = cases[-1]
             quant = quant[0] if quant else "none"
             # FP8: vLLM's refill post-processes again (refill_processed); SGLang's sync_weights copies only.
-            assert quant == "none" or (vllm and quant in ("fp8", "ct-fp8-tensor")), "the sync goes on with an unquantized model"
+            assert quant == "none" or (vllm and quant in REQUANTIZED), "the sync goes on with an unquantized model"
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second)
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
-            suffix = ":ep" if vllm and ep > 1 else ""
+            suffix = (":eplb" if fp8_eplb(len(cases) - 1) else ":ep") if vllm and ep > 1 else ""
             last_own = f"{model}:{own}:auto{suffix}"
             jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
             if quant == "none":
@@ -188,15 +198,20 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             sync_spec["own"] = str(tmp_path / "own-reloaded")
             jobs.append(last_own)  # vLLM's own load of the first checkpoint, last: the one --sync reloads
             pairs += [tmp_path / "own-reloaded", tmp_path / "synced"]
-            # FP8 is not rebalanced here: vLLM's EPLB moves the weights and their scales, while shardload's
-            # static input scale (the maximum over a rank's experts) changes with the experts a rank holds.
+        if sync and vllm and (quant == "none" or fp8_eplb(len(cases) - 1)):
             assert ep == tp, "the rebalance moves experts between the ranks of vLLM's expert group"
             current = json.loads(cli("plan", second, "--tp", tp, "--ep", ep, "--json"))["physical_to_logical_map"]
             # Every expert to another rank: each layer's row reversed, then rotated by the layer's number.
             rows = [row[::-1][layer % len(row):] + row[::-1][:layer % len(row)] for layer, row in enumerate(current)]
             sync_spec["rebalance"] = {"map": rows, "out": str(tmp_path / "rebalanced"),
                                       "own": str(tmp_path / "own-rebalanced")}
-            pairs += [tmp_path / "own-rebalanced", tmp_path / "rebalanced"]
+            if quant == "none":
+                pairs += [tmp_path / "own-rebalanced", tmp_path / "rebalanced"]
+            else:
+                # vLLM's own fresh load of the second checkpoint (post-processed) is the model its EPLB moves;
+                # both post-processed, so compared as FP8 (the engine's own codes through float16).
+                sync_spec["own_at_new"] = True
+                pairs += ["--fp8", tmp_path / "own-rebalanced", tmp_path / "rebalanced"]
         if vllm:
             assert all(case[1] in (1, tp) for case in cases)
             parallel = ["--tp", tp]
@@ -241,25 +256,27 @@ def check_forward(forwards):
     args = [a for _, group in forwards for a in [*group, "--"]][:-1]
     report = ""
     for (requantized, _), result in zip(forwards, json.loads(engine_python("forward_ranks.py", *args))):
-        own, *loads = result["dirs"].values()
-        for directory, got in result["dirs"].items():
+        (own_dir, own), *loads = result["dirs"].items()
+        if not requantized:
+            assert own["relative_difference"] <= FORWARD_TOLERANCE, (
+                f"{own_dir}: logits {own['relative_difference']:.3g} from transformers' (relative)")
+            assert own["tokens"] == result["reference_tokens"], (
+                f"{own_dir}: greedy tokens {own['tokens']}, transformers' {result['reference_tokens']}")
+        for i, (directory, got) in enumerate(loads):
             name = os.path.basename(directory)
-            if requantized:
-                assert got is own or got["bitwise_equal_to_previous"] or got is loads[0], (
-                    f"{name}: logits differ from the other shardload loads'")
+            if requantized:  # the first within the tolerance of the engine's own; the others bitwise the first
+                assert i == 0 or got["bitwise_equal_to_previous"], f"{name}: logits differ from the other loads'"
                 assert got["difference_to_first"] <= FP8_FORWARD_TOLERANCE, (
                     f"{name}: logits {got['difference_to_first']:.3g} from the engine's own load's (relative)")
             else:
                 assert got["bitwise_equal_to_first"], f"{name}: logits differ from the engine's own load's"
-                assert got["relative_difference"] <= FORWARD_TOLERANCE, (
-                    f"{name}: logits {got['relative_difference']:.3g} from transformers' (relative)")
-                assert own["tokens"] == result["reference_tokens"], (
-                    f"{name}: greedy tokens {own['tokens']}, transformers' {result['reference_tokens']}")
-            assert got["tokens"] == own["tokens"], f"{name}: greedy tokens {got['tokens']}, the engine's {own['tokens']}"
-        worst = max(got["difference_to_first"] for got in loads)
-        report += (f"forward {os.path.basename(result['checkpoint'])}: {len(loads)} loads beside the engine's own, logits "
-                   + (f"{worst:.2g} from the engine's own after post-processing (relative; the engine's "
-                      f"{own['relative_difference']:.2g} from transformers' of the dequantized checkpoint)"
-                      if requantized else f"bitwise the engine's own, {own['relative_difference']:.2g} from transformers'")
-                   + f"; greedy tokens {own['tokens']}\n")
+            assert got["tokens"] == own["tokens"], (
+                f"{name}: greedy tokens {got['tokens']}, the engine's {own['tokens']}")
+        worst = max(got["difference_to_first"] for _, got in loads)
+        compared = (f"{worst:.2g} from the engine's own after post-processing (relative; the engine's "
+                    f"{own['relative_difference']:.2g} from transformers' of the dequantized checkpoint)"
+                    if requantized else
+                    f"bitwise the engine's own, {own['relative_difference']:.2g} from transformers'")
+        report += (f"forward {os.path.basename(result['checkpoint'])}: {len(loads)} loads beside the engine's own, "
+                   f"logits {compared}; greedy tokens {own['tokens']}\n")
     return report

@@ -73,14 +73,16 @@ def rotate(x, positions, theta):
     return x * cos + rotated * sin
 
 
-def expand_blocks(scale, rows, cols):
-    """A block grid of scales [ceil(rows/b), ceil(cols/b)] spread over a [rows, cols] weight."""
-    block = -(-rows // scale.shape[0]) if scale.shape[0] > 1 else 128
-    block = max(block, -(-cols // scale.shape[1]) if scale.shape[1] > 1 else block)
-    return scale.repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
+def block_shape(config):
+    """The FP8 scale blocks [rows, cols] of config.json's quantization_config (quant_method fp8's
+    weight_block_size, or a compressed-tensors group's block_structure); None without blocks."""
+    quant = config.get("quantization_config") or {}
+    if "config_groups" in quant:
+        return next(iter(quant["config_groups"].values()))["weights"].get("block_structure")
+    return quant.get("weight_block_size")
 
 
-def dequantized(codes, scale, parts):
+def dequantized(codes, scale, parts, block=None):
     """An FP8 weight [rows, cols] (or experts [E, rows, cols]) with its scales as an engine holds them before
     its post-processing: one per tensor, one per fused part (PARTS rows each; the lowest float32 after the
     first: the mark of a layer fused on disk, whose first scale is the whole layer's), one per expert or per
@@ -88,12 +90,12 @@ def dequantized(codes, scale, parts):
     w, scale = codes.float(), scale.float()
     if codes.dim() == 3:
         return torch.stack([dequantized(codes[e], scale[e], [codes.shape[1] // 2] * 2 if scale[e].numel() == 2
-                                        else [codes.shape[1]]) for e in range(codes.shape[0])])
+                                        else [codes.shape[1]], block) for e in range(codes.shape[0])])
     rows, cols = w.shape
     if scale.dim() == 2 and scale.shape[1] == 1 and scale.shape[0] == rows:  # per row
         return w * scale
     if scale.dim() == 2:  # blocks
-        return w * expand_blocks(scale, rows, cols)
+        return w * scale.repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)[:, :cols]
     scale = scale.flatten()
     if scale.numel() == 1 or scale[-1] <= -448:
         return w * scale[0]
@@ -129,7 +131,7 @@ class Ranks:
             if name.endswith("qkv_proj.weight"):
                 q = self.heads // self.tp * self.head_dim
                 parts = [q, (rows - q) // 2, (rows - q) // 2]
-            out[name] = dequantized(t, scale, parts)
+            out[name] = dequantized(t, scale, parts, block_shape(self.c))
         return out
 
     def gathered_rows(self, name):
@@ -235,8 +237,8 @@ class Ranks:
         if isinstance(embedding, torch.Tensor):  # DeepSeek-V2: complex frequencies
             q_rot, k_rot = modeling.apply_rotary_emb(q_rot, k_rot, embedding)
         else:
-            apply = (modeling.apply_rotary_pos_emb_interleave if getattr(self.reference.config, "rope_interleave", False)
-                     else modeling.apply_rotary_pos_emb)
+            interleaved = getattr(self.reference.config, "rope_interleave", False)
+            apply = modeling.apply_rotary_pos_emb_interleave if interleaved else modeling.apply_rotary_pos_emb
             q_rot, k_rot = apply(q_rot, k_rot, *embedding)
         q = torch.cat([q_nope, q_rot], -1)[0]
         k = torch.cat([k_nope, k_rot.expand(-1, heads, -1, -1)], -1)[0]
@@ -291,7 +293,7 @@ def dequantized_checkpoint(checkpoint, config, out):
     for name, t in tensors.items():
         if t.dtype == torch.float8_e4m3fn:
             scale = tensors.get(name + "_scale", tensors.get(name + "_scale_inv"))
-            weights[name] = dequantized(t, scale, [t.shape[0]])
+            weights[name] = dequantized(t, scale, [t.shape[0]], block_shape(config))
         elif not re.search(r"\.(weight_scale|weight_scale_inv|input_scale)$", name):
             weights[name] = t.float()
     os.makedirs(out, exist_ok=True)

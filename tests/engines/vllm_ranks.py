@@ -4,11 +4,11 @@ Hugging Face checkpoint, or `sharded_state` from an export), then saving the ran
 vLLM's `save_sharded_state` sees it (tensors sharing storage reduced to one) to OUT/rank-R.safetensors.
 
 Run by the engines' PyPI interpreter (tests/engines/requirements.lock):
-  python vllm_ranks.py --tp T MODEL:OUT:FORMAT[:ep]... [--sync SYNC_JSON]
+  python vllm_ranks.py --tp T MODEL:OUT:FORMAT[:ep|:eplb]... [--sync SYNC_JSON]
 FORMAT is auto, sharded_state, shardload (the plugin, `--load-format shardload`, from the checkpoint)
 or server=NAME (the plugin from the weight server NAME); `ep` turns on vLLM's expert parallelism
 (ep = tp) for that job (the expert-parallel group vLLM makes spans the T ranks either way, so one group
-serves both). The plugin's formats need the shardload package on PYTHONPATH: vLLM finds it by its
+serves both), `eplb` its expert load balancer too. The plugin's formats need the shardload package on PYTHONPATH: vLLM finds it by its
 entry point, as it does every general plugin.
 
 --sync {"port": P, "model": NEW, "out": DIR, "own": DIR, "rebalance": {"map": [[...]], "out": DIR,
@@ -16,7 +16,8 @@ entry point, as it does every general plugin.
 rank 0 asks the weight server (port P) to update to the checkpoint NEW, then every rank refills its
 parameters in place (shardload.vllm.sync_worker, which post-processes each layer again through vLLM's own
 reload machinery) and saves them to "out"; with "own", the model of the last auto job (vLLM's own load of
-the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and saved to "own". The
+the same checkpoint) is reloaded from NEW in place by vLLM's own reload_weights and saved to "own"; with
+"own_at_new": true instead, the last auto job's model is vLLM's own load of NEW itself. The
 unquantized layers' post-processing (CPU GEMM packing) is a no-op in both, as it never ran here. With
 "rebalance", rank 0 posts the expert map, every rank refills again, and vLLM's own EPLB
 (rearrange_expert_weights_inplace, over the gloo group) applies the same map to vLLM's own model.
@@ -63,10 +64,13 @@ def rank_main(rank, args, port, errors):
                 load_format, extra = "shardload", {"weight_server": load_format[len("server="):]}
             load_config = LoadConfig(load_format=load_format, model_loader_extra_config=extra)
             parallel_config = ParallelConfig(tensor_parallel_size=args.tp,
-                                             enable_expert_parallel=expert_parallel)
-            return model_config, load_config, VllmConfig(
-                model_config=model_config, load_config=load_config,
-                parallel_config=parallel_config, device_config=DeviceConfig("cpu"))
+                                             enable_expert_parallel=bool(expert_parallel))
+            vllm_config = VllmConfig(model_config=model_config, load_config=load_config,
+                                     parallel_config=parallel_config, device_config=DeviceConfig("cpu"))
+            # vLLM's validation refuses EPLB on a CPU platform: turned on after it. What it changes while
+            # loading runs on CPU (the static MoE input scale made the maximum over the EP group).
+            vllm_config.parallel_config.enable_eplb = expert_parallel == "eplb"
+            return model_config, load_config, vllm_config
 
         # The group is made once; each job then builds its model under its own config (the
         # interpreter and vLLM's imports, most of the time, are paid once for all of them). vLLM
@@ -215,7 +219,9 @@ def sync(rank, spec, live, save):
     from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
     model, vllm_config, server, model_dir = live["server"]
-    own, own_config = live["own"] if "own" in spec else (None, None)
+    # "own": vLLM's own load of the first checkpoint, reloaded from NEW; "own_at_new": vLLM's own load of
+    # NEW itself (an FP8 MoE model, which vLLM's own reload_weights cannot reload on CPU), for its EPLB.
+    own, own_config = live["own"] if "own" in spec or spec.get("own_at_new") else (None, None)
     models = [model] + ([own] if own is not None else [])
     addresses = {(id(m), name): t.data_ptr() for m in models for name, t in m.state_dict().items()}
     # Both refills post-process every layer again (the plugin's through vLLM's own reload machinery, as
@@ -247,21 +253,24 @@ def sync(rank, spec, live, save):
         return summary
 
     summary = refill(("/update_weights_from_disk", {"model_path": spec["model"]}), spec["out"])
-    if own is None:
+    if "own" not in spec:
         if rank == 0:
             print(f"update: the plugin refilled {summary['bytes']} bytes from the server in "
                   f"{summary['seconds']:.4f} s", flush=True)
-        return
-    with set_current_vllm_config(own_config):
-        start = time.perf_counter()
-        reload_weights(own_config, own, None, spec["model"], True)
-        own_seconds = time.perf_counter() - start
-    unmoved(own)
+        if own is None:
+            return
+    else:
+        with set_current_vllm_config(own_config):
+            start = time.perf_counter()
+            reload_weights(own_config, own, None, spec["model"], True)
+            own_seconds = time.perf_counter() - start
+        unmoved(own)
+        save(own, spec["own"], {n for (m, n) in addresses if m == id(own)})
+        if rank == 0:
+            print(f"update: the plugin refilled {summary['bytes']} bytes from the server in "
+                  f"{summary['seconds']:.4f} s; vLLM's own reload_weights from the checkpoint took "
+                  f"{own_seconds:.4f} s", flush=True)
     loaded_names = {n for (m, n) in addresses if m == id(own)}
-    save(own, spec["own"], loaded_names)
-    if rank == 0:
-        print(f"update: the plugin refilled {summary['bytes']} bytes from the server in {summary['seconds']:.4f} s; "
-              f"vLLM's own reload_weights from the checkpoint took {own_seconds:.4f} s", flush=True)
     rebalance = spec.get("rebalance")
     if not rebalance:
         return
@@ -274,8 +283,12 @@ def sync(rank, spec, live, save):
             pass
 
     torch.accelerator.current_stream = lambda *a, **k: _CpuStream()
-    layers = [m for m in own.modules() if hasattr(m, "w13_weight") and hasattr(m, "w2_weight")]
-    weights = [[m.w13_weight.data, m.w2_weight.data] for m in layers]
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+    # What vLLM's EPLB moves: each layer's per-expert tensors (FP8: the weights and their scales; the
+    # static input scales are one per layer).
+    layers = [m for m in own.modules() if isinstance(m, RoutedExperts)]
+    weights = [list(m.get_expert_weights()) for m in layers]
     old = torch.arange(len(rebalance["map"][0])).repeat(len(layers), 1)
     group = get_ep_group()
     with set_current_vllm_config(own_config):
@@ -303,9 +316,9 @@ def main():
     jobs = []
     for job in args.jobs:
         fields = job.split(":")
-        if len(fields) not in (3, 4) or fields[3:] not in ([], ["ep"]):
-            parser.error(f"not MODEL:OUT:FORMAT[:ep] (no ':' in paths): {job}")
-        jobs.append((fields[0], fields[1], fields[2], fields[3:] == ["ep"]))
+        if len(fields) not in (3, 4) or fields[3:] not in ([], ["ep"], ["eplb"]):
+            parser.error(f"not MODEL:OUT:FORMAT[:ep|:eplb] (no ':' in paths): {job}")
+        jobs.append((fields[0], fields[1], fields[2], fields[3] if len(fields) == 4 else ""))
     args.jobs = jobs
     outs = [out for _, out, _, _ in args.jobs]
     if args.sync:
