@@ -21,7 +21,7 @@ memory, in place, the ranks agreeing on one version.
 """
 import json
 
-from .engines import all_gather_versions, fill_rank, loader_extra
+from .engines import all_gather_versions, engine_layout, fill_rank, loader_extra, torch_dtype
 from .errors import InvalidArgumentError
 
 
@@ -47,17 +47,91 @@ def _group_versions(version):
     return all_gather_versions(version, lambda: get_tp_group().cpu_group)
 
 
-def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0):
+def fill(model, model_dir, rank, layout, *, weight_server=None, threads=0, check_replaced=True):
     """Copies rank `rank` of `layout` into SGLang's `model` in place, from the checkpoint `model_dir` or
     the weight server `weight_server` (every TP rank at one version). Returns {bytes, seconds, version}."""
     return fill_rank(model, model_dir, rank, layout, "sglang", weight_server=weight_server, threads=threads,
-                     group_versions=_group_versions)
+                     group_versions=_group_versions, check_replaced=check_replaced)
+
+
+def _quantized_modules(model):
+    """{module name: module} of the modules whose quantization method post-processes what the loaders
+    fill (FP8 layers, attention KV-cache scales): not SGLang's unquantized methods."""
+    from sglang.srt.layers.quantization.unquant import (UnquantizedEmbeddingMethod, UnquantizedFusedMoEMethod,
+                                                        UnquantizedLinearMethod)
+
+    plain = (UnquantizedEmbeddingMethod, UnquantizedFusedMoEMethod, UnquantizedLinearMethod)
+    return {name: m for name, m in model.named_modules()
+            if getattr(m, "quant_method", None) is not None and not isinstance(m.quant_method, plain)}
+
+
+def _direct_state(module):
+    return {**{n: t for n, t in module._parameters.items() if t is not None},
+            **{n: t for n, t in module._buffers.items() if t is not None}}
+
+
+def refill_processed(model, model_dir, rank, layout, *, weight_server, threads=0):
+    """Refills a running SGLang model whose quantized layers SGLang post-processed (FP8: weights
+    requantized and transposed, scales merged; KV-cache scales set), keeping every tensor where it is.
+    SGLang has no reload path for such layers, so this does what vLLM's layerwise reload does: each
+    quantized module gets temporary tensors in the form SGLang's loaders fill (the engine layout's shapes
+    and dtypes), shardload fills them, SGLang's own process_weights_after_loading runs on the module, and
+    its results are copied into the tensors the running model holds, which are then put back. If the
+    fill fails, every module gets its running tensors back untouched."""
+    import torch
+
+    modules = _quantized_modules(model)
+    entries = engine_layout(model_dir, rank=rank, engine="sglang", **layout)
+    # The running tensors, and the registries as they are (entries set to None included).
+    registries = {name: (dict(m._parameters), dict(m._buffers)) for name, m in modules.items()}
+    running = {name: _direct_state(m) for name, m in modules.items()}
+    try:
+        for module in modules.values():  # the loaded form only: what the post-processing added goes too
+            module._parameters.clear()
+            module._buffers.clear()
+        for e in entries:
+            owner, _, attr = e["name"].rpartition(".")
+            if owner in modules:
+                tensor = torch.empty(e["shape"], dtype=torch_dtype(e["dtype"]))
+                modules[owner]._parameters[attr] = torch.nn.Parameter(tensor, requires_grad=False)
+        summary = fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads,
+                       check_replaced=False)
+        # Every module post-processed and checked before any running tensor is written.
+        copies = []
+        with torch.no_grad():
+            for name, module in modules.items():
+                module.quant_method.process_weights_after_loading(module)
+                processed = _direct_state(module)
+                for attr, tensor in running[name].items():
+                    new = processed.get(attr)
+                    if new is None:  # consumed by the post-processing (a slot it read)
+                        continue
+                    if new.shape != tensor.shape or new.dtype != tensor.dtype:
+                        raise InvalidArgumentError(
+                            "SGLang's post-processing made another tensor than the running model holds",
+                            tensor=f"{name}.{attr}", field="shape/dtype",
+                            expected=f"{tuple(tensor.shape)} {tensor.dtype}", found=f"{tuple(new.shape)} {new.dtype}")
+                    copies.append((tensor, new))
+            for tensor, new in copies:
+                tensor.copy_(new)
+    finally:
+        for name, module in modules.items():
+            parameters, buffers = registries[name]
+            module._parameters.clear()
+            module._parameters.update(parameters)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+    return summary
+
+
+
 
 
 def sync_weights(model, named_tensors=()):
     """SGLang's custom weight loader (`--custom-weight-loader shardload.sglang.sync_weights`): the live
-    model refilled in place from the weight server named in --model-loader-extra-config, then the model's
-    post-load fixup (post_load_weights) run again. The tensors SGLang passes are ignored (send none)."""
+    model refilled in place from the weight server named in --model-loader-extra-config (a quantized model
+    through refill_processed), then the model's post-load fixup (post_load_weights) run again. The tensors
+    SGLang passes are ignored (send none)."""
     from sglang.srt.runtime_context import get_model
 
     args = get_model()
@@ -70,8 +144,12 @@ def sync_weights(model, named_tensors=()):
 
     model_dir = args.model_path
     rank, layout = sglang_layout(model, _server_args_dtype(args.dtype, model))
-    summary = fill(model, model_dir, rank, layout, weight_server=extra["weight_server"],
-                   threads=int(extra.get("threads", 0)))
+    threads = int(extra.get("threads", 0))
+    if _quantized_modules(model):  # post-processed layers: refilled through SGLang's post-processing
+        summary = refill_processed(model, model_dir, rank, layout, weight_server=extra["weight_server"],
+                                   threads=threads)
+    else:
+        summary = fill(model, model_dir, rank, layout, weight_server=extra["weight_server"], threads=threads)
     # What SGLang derives from the weights after loading (DeepSeek's MLA w_kc / w_vc from kv_b_proj) is
     # derived again, as SGLang's own loaders that bypass model.load_weights do: stale otherwise.
     post_load_weights(model)

@@ -167,8 +167,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
         if sync:
             arch, ep, *quant = cases[-1]
             quant = quant[0] if quant else "none"
-            # FP8: vLLM's refill post-processes again (refill_processed); SGLang's sync_weights copies only.
-            assert quant == "none" or (vllm and quant in REQUANTIZED), "the sync goes on with an unquantized model"
+            # FP8: both refills post-process again (shardload.vllm.refill_processed, shardload.sglang's).
+            assert quant in ("none", *REQUANTIZED), "the sync goes on with an unquantized or per-tensor FP8 model"
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second)
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
@@ -254,8 +254,10 @@ def check_forward(forwards):
     if not forwards:
         return ""
     args = [a for _, group in forwards for a in [*group, "--"]][:-1]
-    report = ""
-    for (requantized, _), result in zip(forwards, json.loads(engine_python("forward_ranks.py", *args))):
+    start = time.monotonic()
+    results = json.loads(engine_python("forward_ranks.py", *args))
+    report = f"forward passes: {len(results)} checkpoints in {time.monotonic() - start:.1f} s\n"
+    for (requantized, _), result in zip(forwards, results):
         (own_dir, own), *loads = result["dirs"].items()
         if not requantized:
             assert own["relative_difference"] <= FORWARD_TOLERANCE, (

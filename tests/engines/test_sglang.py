@@ -27,5 +27,6 @@ def test_sglang_tp2(tmp_path):
 
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
-    print(check_engine(tmp_path, "sglang", 4, [("mixtral", 2, "ct-fp8-tensor"), ("qwen2_moe", 2), ("deepseek_v3", 2)],
-                       sync=True))
+    # The last, llm-compressor's FP8 Mixtral, is synced: its refill post-processed by SGLang again.
+    print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2), ("qwen2_moe", 2, "fp8"),
+                                               ("mixtral", 2, "ct-fp8-tensor")], sync=True))
