@@ -76,8 +76,11 @@ def refill_processed(model, model_dir, rank, layout, *, weight_server, threads=0
     SGLang has no reload path for such layers, so this does what vLLM's layerwise reload does: each
     quantized module gets temporary tensors in the form SGLang's loaders fill (the engine layout's shapes
     and dtypes), shardload fills them, SGLang's own process_weights_after_loading runs on the module, and
-    its results are copied into the tensors the running model holds, which are then put back. If the
-    fill fails, every module gets its running tensors back untouched."""
+    its results are copied into the tensors the running model holds, which are then put back. The
+    temporary tensors are one rank's loaded weights more, on the running tensors' device; each module's
+    go as soon as it is copied. If the fill fails, every module gets its running tensors back untouched;
+    a module whose post-processed tensors do not match the running ones (shape, dtype) is refused before
+    any of its tensors is written."""
     import torch
 
     modules = _quantized_modules(model)
@@ -92,16 +95,16 @@ def refill_processed(model, model_dir, rank, layout, *, weight_server, threads=0
         for e in entries:
             owner, _, attr = e["name"].rpartition(".")
             if owner in modules:
-                tensor = torch.empty(e["shape"], dtype=torch_dtype(e["dtype"]))
+                device = next((t.device for t in running[owner].values()), torch.device("cpu"))
+                tensor = torch.empty(e["shape"], dtype=torch_dtype(e["dtype"]), device=device)
                 modules[owner]._parameters[attr] = torch.nn.Parameter(tensor, requires_grad=False)
         summary = fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads,
                        check_replaced=False)
-        # Every module post-processed and checked before any running tensor is written.
-        copies = []
         with torch.no_grad():
             for name, module in modules.items():
                 module.quant_method.process_weights_after_loading(module)
                 processed = _direct_state(module)
+                copies = []
                 for attr, tensor in running[name].items():
                     new = processed.get(attr)
                     if new is None:  # consumed by the post-processing (a slot it read)
@@ -112,16 +115,21 @@ def refill_processed(model, model_dir, rank, layout, *, weight_server, threads=0
                             tensor=f"{name}.{attr}", field="shape/dtype",
                             expected=f"{tuple(tensor.shape)} {tensor.dtype}", found=f"{tuple(new.shape)} {new.dtype}")
                     copies.append((tensor, new))
-            for tensor, new in copies:
-                tensor.copy_(new)
+                for tensor, new in copies:
+                    tensor.copy_(new)
+                _restore(module, registries[name])
     finally:
         for name, module in modules.items():
-            parameters, buffers = registries[name]
-            module._parameters.clear()
-            module._parameters.update(parameters)
-            module._buffers.clear()
-            module._buffers.update(buffers)
+            _restore(module, registries[name])
     return summary
+
+
+def _restore(module, registry):
+    parameters, buffers = registry
+    module._parameters.clear()
+    module._parameters.update(parameters)
+    module._buffers.clear()
+    module._buffers.update(buffers)
 
 
 
