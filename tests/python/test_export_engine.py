@@ -83,15 +83,27 @@ def test_vllm_moe_and_mla_names(tiny, tmp_path):
     assert not {n for n in names if ".mlp.gate." in n or ".mlp.experts.w13" in n}
 
 
-def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path):
-    """Static per-tensor FP8 for vLLM: the layout's codes (requantized once), its one scale of a fused layer
-    first in vLLM's scale per part and the lowest float32 in the others (vLLM's mark of a layer the
-    checkpoint fused itself: its post-processing then keeps the codes), and the attention modules' KV-cache
-    scale slots, unset (-1 in the model dtype)."""
-    model = tiny("llama", "fp8")
+# The KV-cache slots vLLM's attention holds under each FP8 config: quant_method fp8's four scalars, unset
+# (-1 in the model dtype); compressed-tensors' q/k/v scales F32 [1] at 1 and their zero points [1] at 0 in
+# the model dtype (no prob_scale).
+VLLM_KV_SLOTS = {
+    "fp8": {f"{s}_scale": ("BF16", [], bytes.fromhex("80bf")) for s in ("k", "v", "q", "prob")},
+    "ct-fp8-tensor": {**{f"{s}_scale": ("F32", [1], struct.pack("<f", 1.0)) for s in "kvq"},
+                      **{f"{s}_zero_point": ("BF16", [1], bytes(2)) for s in "kvq"}},
+}
+
+
+@pytest.mark.parametrize("quant", VLLM_KV_SLOTS)
+def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path, quant):
+    """Static per-tensor FP8 for vLLM (quant_method fp8, and llm-compressor's compressed-tensors): the
+    layout's codes (requantized once), its one scale of a fused layer first in vLLM's scale per part and the
+    lowest float32 in the others (vLLM's mark of a layer the checkpoint fused itself: its post-processing
+    then keeps the codes), and the attention modules' KV-cache slots of that config."""
+    model = tiny("llama", quant)
     plain = export(model, tmp_path / "plain", "--tp", 2)
     vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
     lowest = struct.pack("<f", -3.4028234663852886e38)
+    prefix = "model.layers.1.self_attn.attn."
     for rank in range(2):
         a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
         for fused, parts in (("self_attn.qkv_proj", 3), ("mlp.gate_up_proj", 2)):
@@ -101,28 +113,10 @@ def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path):
                 assert b[name] == ("F32", [parts], a[name][2] + lowest * (parts - 1)), name
             assert b[f"model.layers.1.{fused}.weight"] == a[f"model.layers.1.{fused}.weight"]
         assert b["model.layers.1.self_attn.o_proj.weight_scale"] == a["model.layers.1.self_attn.o_proj.weight_scale"]
+        slots = {n.removeprefix(prefix): b[n] for n in b if n.startswith(prefix) and not n.startswith(prefix + "_")}
+        assert slots == VLLM_KV_SLOTS[quant]
         for slot in ("k", "v", "q", "prob"):
-            assert b[f"model.layers.1.self_attn.attn.{slot}_scale"] == ("BF16", [], bytes.fromhex("80bf"))
-            assert b[f"model.layers.1.self_attn.attn._{slot}_scale"] == ("F32", [], struct.pack("<f", 1.0))
-    assert run_shardload("load", vllm, "--checksum").returncode == 0
-
-
-def test_vllm_compressed_tensors_fp8(tiny, tmp_path):
-    """llm-compressor's FP8 for vLLM: per-tensor scales as for quant_method fp8 (one per fused part, the
-    layout's first), and the KV-cache slots vLLM's compressed-tensors attention holds: q/k/v scales F32 [1]
-    at 1 and their zero points [1] at 0 in the model dtype (no prob_scale)."""
-    model = tiny("llama", "ct-fp8-tensor")
-    plain = export(model, tmp_path / "plain", "--tp", 2)
-    vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
-    lowest = struct.pack("<f", -3.4028234663852886e38)
-    for rank in range(2):
-        a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
-        name = "model.layers.1.self_attn.qkv_proj.input_scale"
-        assert b[name] == ("F32", [3], a[name][2] + lowest * 2)
-        slots = {n: b[n] for n in b if re.match(r"model\.layers\.1\.self_attn\.attn\.[kvqp]", n)}
-        assert slots == {**{f"model.layers.1.self_attn.attn.{s}_scale": ("F32", [1], struct.pack("<f", 1.0))
-                            for s in "kvq"},
-                         **{f"model.layers.1.self_attn.attn.{s}_zero_point": ("BF16", [1], bytes(2)) for s in "kvq"}}
+            assert b[f"{prefix}_{slot}_scale"] == ("F32", [], struct.pack("<f", 1.0))
     assert run_shardload("load", vllm, "--checksum").returncode == 0
 
 
