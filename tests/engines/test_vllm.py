@@ -4,7 +4,8 @@ checkpoint and from the weight server, each holding what vLLM's own loader holds
 live model is synced in place after the server's update and rebalance, equal to vLLM's own reload and EPLB.
 Every family shardload exports for vLLM at tp 2 with MoE-TP and with expert parallelism (ep = tp), and at
 tp 4 with expert parallelism; static per-tensor FP8, block FP8 and llm-compressor's compressed-tensors FP8
-at both (per-tensor FP8 compared after vLLM's own FP8 post-processing too)."""
+at both (per-tensor FP8 compared after vLLM's own FP8 post-processing too); a forward pass on every load's
+parameters against transformers' (forward_ranks.py)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
@@ -30,7 +31,8 @@ def test_vllm_tp2(tmp_path):
 
 def test_vllm_tp4_expert_parallel(tmp_path):
     # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated. The last,
-    # llm-compressor's FP8 Qwen3-MoE, is synced after the server's update (not rebalanced: engines.py says why).
+    # llm-compressor's FP8 Qwen3-MoE, runs with vLLM's EPLB on: synced after the server's update, then
+    # rebalanced against vLLM's own EPLB (engines.py: fp8_eplb).
     print(check_engine(tmp_path, "vllm", 4, [("llama", 1, "fp8"), ("qwen3_moe", 4), ("deepseek_v3", 4),
                                              ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8"),
                                              ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
