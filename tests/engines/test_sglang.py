@@ -5,8 +5,9 @@ loader syncs a live model in place after the server's update, equal to SGLang's 
 checkpoint. Every family shardload exports for SGLang at tp 2 (expert parallelism 2 for the MoE families; the
 dense ones in the same group), and MoE-TP inside EP at tp 4 x ep 2; static per-tensor, block and
 llm-compressor's compressed-tensors FP8 through its hooks (an FP8 model synced through SGLang's own
-post-processing: shardload.sglang.refill_processed); a forward pass on every load's parameters. make-tiny's Qwen3-MoE has a dense first
-layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it (tests/python/test_export_engine.py)."""
+post-processing: shardload.sglang.refill_processed); a forward pass on every load's parameters. make-tiny's
+Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it
+(tests/python/test_export_engine.py)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
