@@ -80,10 +80,12 @@ def refill_processed(model, model_dir, rank, layout, *, weight_server, threads=0
     temporary tensors are one rank's loaded weights more, on the running tensors' device; each module's
     go as soon as it is copied. If the fill fails, every module gets its running tensors back untouched;
     a module whose post-processed tensors do not match the running ones (shape, dtype) is refused before
-    any of its tensors is written."""
+    any of its tensors is written. A model without quantized layers is copied in place (fill)."""
     import torch
 
     modules = _quantized_modules(model)
+    if not modules:  # nothing post-processed: a copy in place
+        return fill(model, model_dir, rank, layout, weight_server=weight_server, threads=threads)
     entries = engine_layout(model_dir, rank=rank, engine="sglang", **layout)
     # The running tensors, and the registries as they are (entries set to None included).
     registries = {name: (dict(m._parameters), dict(m._buffers)) for name, m in modules.items()}
@@ -132,13 +134,11 @@ def _restore(module, registry):
     module._buffers.update(buffers)
 
 
-
-
-
 def sync_weights(model, named_tensors=()):
     """SGLang's custom weight loader (`--custom-weight-loader shardload.sglang.sync_weights`): the live
-    model refilled in place from the weight server named in --model-loader-extra-config (a quantized model
-    through refill_processed), then the model's post-load fixup (post_load_weights) run again. The tensors
+    model refilled in place from the weight server named in --model-loader-extra-config (refill_processed:
+    quantized layers through SGLang's post-processing), then the model's post-load fixup
+    (post_load_weights) run again. The tensors
     SGLang passes are ignored (send none)."""
     from sglang.srt.runtime_context import get_model
 
@@ -152,12 +152,8 @@ def sync_weights(model, named_tensors=()):
 
     model_dir = args.model_path
     rank, layout = sglang_layout(model, _server_args_dtype(args.dtype, model))
-    threads = int(extra.get("threads", 0))
-    if _quantized_modules(model):  # post-processed layers: refilled through SGLang's post-processing
-        summary = refill_processed(model, model_dir, rank, layout, weight_server=extra["weight_server"],
-                                   threads=threads)
-    else:
-        summary = fill(model, model_dir, rank, layout, weight_server=extra["weight_server"], threads=threads)
+    summary = refill_processed(model, model_dir, rank, layout, weight_server=extra["weight_server"],
+                               threads=int(extra.get("threads", 0)))
     # What SGLang derives from the weights after loading (DeepSeek's MLA w_kc / w_vc from kv_b_proj) is
     # derived again, as SGLang's own loaders that bypass model.load_weights do: stale otherwise.
     post_load_weights(model)

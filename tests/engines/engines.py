@@ -172,8 +172,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second)
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
-            suffix = (":eplb" if fp8_eplb(len(cases) - 1) else ":ep") if vllm and ep > 1 else ""
-            last_own = f"{model}:{own}:auto{suffix}"
+            last_own = f"{model}:{own}:auto{suffix}"  # the loop's last suffix: the last case's
             jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
             if quant == "none":
                 pairs += [tmp_path / "second-own", tmp_path / "synced"]

@@ -8,8 +8,8 @@ Run by the engines' PyPI interpreter (tests/engines/requirements.lock):
 FORMAT is auto, sharded_state, shardload (the plugin, `--load-format shardload`, from the checkpoint)
 or server=NAME (the plugin from the weight server NAME); `ep` turns on vLLM's expert parallelism
 (ep = tp) for that job (the expert-parallel group vLLM makes spans the T ranks either way, so one group
-serves both), `eplb` its expert load balancer too. The plugin's formats need the shardload package on PYTHONPATH: vLLM finds it by its
-entry point, as it does every general plugin.
+serves both), `eplb` its expert load balancer too. The plugin's formats need the shardload package on
+PYTHONPATH: vLLM finds it by its entry point, as it does every general plugin.
 
 --sync {"port": P, "model": NEW, "out": DIR, "own": DIR, "rebalance": {"map": [[...]], "out": DIR,
 "own": DIR}} goes on with the model of the last server=NAME job, as an RL trainer syncs a live engine:
