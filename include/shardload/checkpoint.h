@@ -30,6 +30,8 @@ class Checkpoint {
     uint32_t index;  // position in tensor_names()
   };
 
+  // `path`: a directory, a .safetensors file, or a Hugging Face model id in the local cache
+  // (resolve_model_path; path() is then its snapshot folder).
   static Checkpoint open(const std::string& path, IoBackend backend = IoBackend::kPread);
 
   const std::string& path() const { return path_; }
@@ -65,6 +67,12 @@ class Checkpoint {
   };
   std::unordered_map<std::string_view, Entry, NameHash, std::equal_to<>> entries_;
 };
+
+// What a model argument names: `arg` itself when it exists or is not a Hugging Face model id, else the
+// id's snapshot folder in the local Hugging Face cache (src/checkpoint/hub_cache.h: where
+// huggingface_hub downloads to; nothing is downloaded), or `arg` when it is not there either
+// (Checkpoint::open then says where it looked). Throws Error(kIo) for a cache entry that is not one.
+std::string resolve_model_path(const std::string& arg);
 
 // Whether a directory is a shardload export (has shardload.json with format shardload/1). Here,
 // not in export.h's module, because Checkpoint::open refuses one: its rank files are not a

@@ -159,6 +159,25 @@ def loader_extra(config, where):
     return dict(extra)
 
 
+def checkpoint_dir(model, *, revision, download_dir, ignore_patterns, download_weights, download_index):
+    """The local folder of the checkpoint an engine was started on: MODEL itself when it is a directory,
+    else a Hugging Face model id fetched as the engine's own loader fetches it, with the engine's own
+    helpers (`download_weights(model, cache_dir, allow_patterns, revision, ignore_patterns=)`,
+    `download_index(model, index_file, cache_dir, revision=)`): its safetensors weights, the index, and
+    config.json, into the same snapshot of the engine's download folder or the Hugging Face cache; from
+    the cache alone under HF_HUB_OFFLINE, as the engines do."""
+    import os
+
+    if os.path.isdir(model):
+        return model
+    from huggingface_hub import hf_hub_download
+
+    folder = download_weights(model, download_dir, ["*.safetensors"], revision, ignore_patterns=ignore_patterns)
+    download_index(model, "model.safetensors.index.json", download_dir, revision=revision)
+    hf_hub_download(model, "config.json", cache_dir=download_dir, revision=revision)
+    return folder
+
+
 def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None,
               check_replaced=True):
     """Copies rank `rank` of `layout` into an engine's `module` in place, under `engine`'s names: from the

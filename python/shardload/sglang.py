@@ -21,7 +21,7 @@ memory, in place, the ranks agreeing on one version.
 """
 import json
 
-from .engines import all_gather_versions, engine_layout, fill_rank, loader_extra, torch_dtype
+from .engines import all_gather_versions, checkpoint_dir, engine_layout, fill_rank, loader_extra, torch_dtype
 from .errors import InvalidArgumentError
 
 
@@ -150,7 +150,9 @@ def sync_weights(model, named_tensors=()):
                                    found=json.dumps(sorted(extra)))
     from sglang.srt.model_loader.loader import post_load_weights
 
-    model_dir = args.model_path
+    from sglang.srt.configs.load_config import LoadConfig
+
+    model_dir = sglang_checkpoint_dir(args.model_path, args.revision, LoadConfig(download_dir=args.download_dir))
     rank, layout = sglang_layout(model, _server_args_dtype(args.dtype, model))
     summary = refill_processed(model, model_dir, rank, layout, weight_server=extra["weight_server"],
                                threads=int(extra.get("threads", 0)))
@@ -158,6 +160,17 @@ def sync_weights(model, named_tensors=()):
     # derived again, as SGLang's own loaders that bypass model.load_weights do: stale otherwise.
     post_load_weights(model)
     return summary
+
+
+def sglang_checkpoint_dir(model_path, revision, load_config):
+    """The local folder of SGLang's model: its path, or its Hugging Face id fetched by SGLang's own helpers
+    (engines.checkpoint_dir), with the load config's download folder and ignore patterns."""
+    from sglang.srt.model_loader.weight_utils import (download_safetensors_index_file_from_hf,
+                                                      download_weights_from_hf)
+
+    return checkpoint_dir(model_path, revision=revision, download_dir=load_config.download_dir,
+                          ignore_patterns=load_config.ignore_patterns, download_weights=download_weights_from_hf,
+                          download_index=download_safetensors_index_file_from_hf)
 
 
 def _server_args_dtype(name, model):
@@ -180,7 +193,7 @@ def _loader_class():
         """SGLang's model loader from shardload: LoadConfig(load_format=shardload.sglang.ShardloadLoader)."""
 
         def download_model(self, model_config):
-            pass  # a local Hugging Face checkpoint
+            sglang_checkpoint_dir(model_config.model_path, model_config.revision, self.load_config)
 
         def load_model(self, *, model_config, device_config):
             extra = loader_extra(self.load_config.model_loader_extra_config, "model_loader_extra_config")
@@ -189,7 +202,8 @@ def _loader_class():
                 with torch.device(device_config.device):
                     model = _initialize_model(model_config, self.load_config, quant_config)
                 rank, layout = sglang_layout(model, model_config.dtype)
-                self.last = fill(model, model_config.model_path, rank, layout,
+                model_dir = sglang_checkpoint_dir(model_config.model_path, model_config.revision, self.load_config)
+                self.last = fill(model, model_dir, rank, layout,
                                  weight_server=extra.get("weight_server"), threads=int(extra.get("threads", 0)))
                 # As SGLang's sharded_state loader, which also fills the parameters as they are held.
                 for _, module in model.named_modules():

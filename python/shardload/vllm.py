@@ -19,9 +19,10 @@ the RL weight sync of a live engine. A refill goes through vLLM's own in-place r
 (refill_processed): each layer restored to its loaded form, filled, post-processed again by vLLM and
 copied back at the same addresses, so FP8 layers, MLA's derived tensors and repacked kernels are right.
 (vLLM's own `reload_weights` needs a loader that yields checkpoint weights; this one does not, so sync
-through `sync_worker`.) MODEL is a local directory: nothing is downloaded.
+through `sync_worker`.) MODEL is a local directory or a Hugging Face model id, fetched as vLLM's own loader
+fetches it (--revision, --download-dir; from the cache alone under HF_HUB_OFFLINE).
 """
-from .engines import all_gather_versions, fill_rank, loader_extra
+from .engines import all_gather_versions, checkpoint_dir, fill_rank, loader_extra
 from .errors import InvalidArgumentError
 
 LOAD_FORMAT = "shardload"
@@ -166,8 +167,21 @@ def sync_worker(worker, *, weight_server, model_dir=None, threads=0):
 
     config = worker.vllm_config
     with set_current_vllm_config(config):
-        return reload(worker.model_runner.model, model_dir or config.model_config.model,
+        return reload(worker.model_runner.model, model_dir or vllm_checkpoint_dir(config.model_config,
+                                                                                  config.load_config),
                       weight_server=weight_server, vllm_config=config, threads=threads)
+
+
+def vllm_checkpoint_dir(model_config, load_config):
+    """The local folder of vLLM's model: its path, or its Hugging Face id fetched by vLLM's own helpers
+    (engines.checkpoint_dir): --revision, --download-dir and --ignore-patterns as vLLM's loader takes them."""
+    from vllm.model_executor.model_loader.weight_utils import (download_safetensors_index_file_from_hf,
+                                                               download_weights_from_hf)
+
+    return checkpoint_dir(model_config.model, revision=model_config.revision,
+                          download_dir=load_config.download_dir, ignore_patterns=load_config.ignore_patterns,
+                          download_weights=download_weights_from_hf,
+                          download_index=download_safetensors_index_file_from_hf)
 
 
 def _loader_class():
@@ -181,11 +195,11 @@ def _loader_class():
             self.extra = loader_extra(load_config.model_loader_extra_config, "--model-loader-extra-config")
 
         def download_model(self, model_config):
-            pass  # a local Hugging Face checkpoint: nothing to fetch
+            vllm_checkpoint_dir(model_config, self.load_config)
 
         def load_weights(self, model, model_config):
             rank, layout = vllm_layout()
-            self.last = fill(model, model_config.model, rank, layout,
+            self.last = fill(model, vllm_checkpoint_dir(model_config, self.load_config), rank, layout,
                              weight_server=self.extra.get("weight_server"),
                              threads=int(self.extra.get("threads", 0)))
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/hub_cache.h"
 #include "checkpoint/weight_map.h"
 #include "model/arch/family.h"
 #include "core/json_input.h"
@@ -226,11 +227,28 @@ void warn_other_towers(const nlohmann::json& config, const std::vector<std::stri
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& path, IoBackend backend) {
+std::string resolve_model_path(const std::string& arg) {
+  std::error_code ec;
+  if (fs::exists(fs::status(arg, ec)) || !checkpoint::looks_like_hub_id(arg)) return arg;
+  return checkpoint::hub_snapshot(arg).value_or(arg);
+}
+
+Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
   Checkpoint ckpt;
+  const std::string path = resolve_model_path(arg);
   ckpt.path_ = path;
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
+  if ((ec || !fs::exists(status)) && checkpoint::looks_like_hub_id(path)) {
+    throw Error(ErrorKind::kIo,
+                "no such file or directory, nor a Hugging Face model downloaded into the local cache",
+                {.file = path,
+                 .expected = fmt::format("a checkpoint directory, a .safetensors file, or a model id "
+                                         "at {} (refs/main and its snapshot; shardload reads local "
+                                         "files only: `hf download {}`)",
+                                         checkpoint::hub_repo_dir(path), path),
+                 .found = "neither"});
+  }
   if (ec || !fs::exists(status)) {
     throw Error(ErrorKind::kIo, "no such file or directory", {.file = path});
   }

@@ -100,7 +100,9 @@ void add_export_command(CLI::App& app) {
   auto options = std::make_shared<ExportCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "export", "Write every rank's weights as safetensors files (vLLM sharded_state naming)");
-  cmd->add_option("model", options->model, "Model directory")->required();
+  cmd->add_option("model", options->model,
+                  "Model directory, or a Hugging Face model id in the local cache")
+      ->required();
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option(
          "--out", options->out,

@@ -193,7 +193,9 @@ void add_inspect_command(CLI::App& app) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Validate a .safetensors file or a model directory and list its tensors");
-  cmd->add_option("path", options->path, "A .safetensors file or a model directory")->required();
+  cmd->add_option("path", options->path,
+                  "A .safetensors file, a model directory, or a Hugging Face model id in the local cache")
+      ->required();
   cmd->add_flag("--json", options->json, "Print JSON instead of text");
   cmd->add_flag("--summary", options->summary, "Print totals only, not every tensor");
   cmd->callback([options] { run_inspect(*options); });

@@ -305,7 +305,9 @@ void add_load_command(CLI::App& app) {
   auto options = std::make_shared<LoadCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "load", "Load every rank (or one) of a layout into memory; an export directory loads directly");
-  cmd->add_option("model", options->model, "Model directory or shardload export")->required();
+  cmd->add_option("model", options->model,
+                  "Model directory, Hugging Face model id in the local cache, or shardload export")
+      ->required();
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option("--rank", options->rank, "Load only this rank")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--checksum", options->checksum,

@@ -84,7 +84,9 @@ void run_plan(const PlanOptions& options) {
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Print the per-rank plan: parameters, source byte ranges, bytes");
-  cmd->add_option("model", options->model, "Model directory")->required();
+  cmd->add_option("model", options->model,
+                  "Model directory, or a Hugging Face model id in the local cache")
+      ->required();
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option("--nodes", options->nodes,
                   "Also plan a load over this many nodes (node n holds ranks n*T/N to (n+1)*T/N - 1): "

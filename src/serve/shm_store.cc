@@ -536,7 +536,8 @@ void ShmStore::remove_stale_dirs() const {
   }
 }
 
-std::string absolute_model_path(const std::string& path) {
+std::string absolute_model_path(const std::string& arg) {
+  const std::string path = resolve_model_path(arg);  // a model id: its snapshot in the HF cache
   std::error_code error;
   const fs::path full = fs::absolute(path, error);
   if (error) return path;

@@ -11,6 +11,7 @@ classes on CPU in a gloo group of T processes (vllm_ranks.py, sglang_ranks.py), 
 every rank: the same names, dtypes, shapes and bytes; the export's rank files hold exactly (a)'s state dict;
 and a live model synced in place after the server's update (and rebalance) holds what the engine's own means
 make of the same change."""
+import hashlib
 import json
 import os
 import pathlib
@@ -30,19 +31,21 @@ needs_engines = pytest.mark.skipif(not ENGINES or not os.access(ENGINES, os.X_OK
                                    reason="no engines' environment (scripts/pypi-env.sh could not make it)")
 
 
-def cli(*args):
-    result = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True)
+def cli(*args, env=None):
+    result = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def engine_python(script, *args, shardload=False):
-    """Runs SCRIPT (a file of this folder) in the engines' interpreter, without the sanitizer runtime or the
-    shardload package the suite may put in the environment; with shardload=True, with them (the plugin's
-    jobs: vLLM finds the package, and its entry point, on PYTHONPATH)."""
+def engine_python(script, *args, shardload=False, env=None):
+    """Runs SCRIPT (a file of this folder, or "-c" and a line of code) in the engines' interpreter, without
+    the sanitizer runtime or the shardload package the suite may put in the environment; with
+    shardload=True, with them (the plugin's jobs: vLLM finds the package, and its entry point, on
+    PYTHONPATH). ENV: variables added."""
     dropped = () if shardload else ("LD_PRELOAD", "PYTHONPATH", "ASAN_OPTIONS")
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    result = subprocess.run([ENGINES, str(HERE / script), *map(str, args)], capture_output=True, text=True,
+    env = {**{k: v for k, v in os.environ.items() if k not in dropped}, **(env or {})}
+    script = script if script == "-c" else str(HERE / script)
+    result = subprocess.run([ENGINES, script, *map(str, args)], capture_output=True, text=True,
                             env=env)
     assert result.returncode == 0, result.stderr[-6000:]
     return result.stdout
@@ -52,13 +55,14 @@ class WeightServer:
     """`shardload serve MODEL --tp T --ep E --name NAME --port 0`, output to files; stop() kills it and
     removes its shared memory."""
 
-    def __init__(self, model, tp, ep, log_dir):
+    def __init__(self, model, tp, ep, log_dir, env=None):
         self.name = f"engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.log = log_dir / f"{self.name}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [BIN, "serve", model, "--tp", str(tp), "--ep", str(ep), "--name", self.name, "--port", "0",
-                 "--threads", "2"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                 "--threads", "2"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found = re.search(r"listening on 127\.0\.0\.1:(\d+)\n", self.log.read_text())
@@ -78,8 +82,27 @@ class WeightServer:
         shutil.rmtree(f"/dev/shm/shardload-{self.name}", ignore_errors=True)
 
 
+# The model id the first case goes by with hub=True (check_engine).
+HUB_ID = "shardload-test/tiny"
 
-def check_engine(tmp_path, engine, tp, cases, sync=False):
+
+def put_in_hub_cache(model, cache, repo_id):
+    """MODEL laid out in CACHE as huggingface_hub lays out a download of REPO_ID: each file a blob named by
+    its sha256, the snapshot relative symlinks to them, refs/main the snapshot's commit."""
+    root = cache / ("models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    snapshot = root / "snapshots" / commit
+    for folder in (root / "refs", root / "blobs", snapshot):
+        folder.mkdir(parents=True)
+    (root / "refs" / "main").write_text(commit)
+    for file in sorted(pathlib.Path(model).iterdir()):
+        blob = hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copyfile(file, root / "blobs" / blob)
+        (snapshot / file.name).symlink_to(f"../../blobs/{blob}")
+    return snapshot
+
+
+def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
     """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by
     default) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
     most of the time, paid once):
@@ -103,11 +126,17 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
     vLLM's own EPLB applied to vLLM's own load of the second checkpoint. Each difference is named in the
     failure.
 
+    With HUB, the first case goes by a Hugging Face model id (HUB_ID) everywhere: its checkpoint laid out in
+    a Hugging Face cache of its own (HF_HUB_CACHE, offline), which huggingface_hub itself must find where
+    it was put; the engine's own load fetches it with the engine's own means, the plugin with the same,
+    `shardload export` and the weight server find it in the cache.
+
     Then a forward pass on each family's loads, and on the synced model against the second checkpoint
     (check_forward). Returns the harness's output (the times), the allowed differences and the forward
     passes' lines."""
     jobs, pairs, servers, sync_spec, forwards = [], [], [], None, []
     vllm = engine == "vllm"
+    hub_env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"} if hub else {}
 
     def fp8_eplb(i):
         """Whether case I is vLLM's synced static FP8 MoE model: with vLLM's EPLB on, vLLM's post-processing
@@ -122,24 +151,31 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             model = tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
             if not model.exists():
                 cli("make-tiny", "--arch", arch, "--quant", quant, "--out", model)
+            source = model  # what the engine, the export and the server are given
+            if hub and i == 0:
+                snapshot = put_in_hub_cache(model, tmp_path / "hub", HUB_ID)
+                found = engine_python("-c", "import huggingface_hub as h; print(h.snapshot_download("
+                                      f"{HUB_ID!r}, local_files_only=True))", env=hub_env).strip()
+                assert found == str(snapshot), f"huggingface_hub finds {HUB_ID} at {found}, not at {snapshot}"
+                source = HUB_ID
             # SGLang's sharded_state loader post-processes before it reads (its files hold the post-processed
             # layers): `export --engine sglang` refuses FP8 (test_export_engine.py), its hooks take it.
             exported = quant == "none" or vllm
             export = tmp_path / f"{name}-export"
             if exported:
-                cli("export", model, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export)
+                cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export, env=hub_env)
                 # load_export takes what it wrote: the engine's names checked against the export's plan.
                 cli("load", export, "--checksum")
-            server = WeightServer(model, tp, ep, tmp_path)
+            server = WeightServer(source, tp, ep, tmp_path, env=hub_env)
             servers.append(server)
             # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's. A
             # static FP8 MoE model synced and rebalanced runs with vLLM's EPLB on (fp8_eplb below).
             suffix = (":eplb" if fp8_eplb(i) else ":ep") if vllm and ep > 1 else ""
             own, sharded, plugin, served = (tmp_path / f"{name}-{kind}"
                                             for kind in ("own", "sharded", "plugin", "server"))
-            jobs += [f"{model}:{own}:auto{suffix}"]
+            jobs += [f"{source}:{own}:auto{suffix}"]
             jobs += [f"{export}:{sharded}:sharded_state{suffix}"] if exported else []
-            jobs += [f"{model}:{plugin}:shardload{suffix}", f"{model}:{served}:server={server.name}{suffix}"]
+            jobs += [f"{source}:{plugin}:shardload{suffix}", f"{source}:{served}:server={server.name}{suffix}"]
             if arch in FORWARD_FAMILIES:
                 loads = [own] + ([sharded] if exported else []) + [plugin, served]
                 if quant in REQUANTIZED:  # after the engine's post-processing, which requantizes (a) too
@@ -219,7 +255,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False):
             assert len({case[1] for case in cases} - {1}) <= 1
             parallel = ["--tp", tp, "--ep", max(case[1] for case in cases)]
         args = [*parallel, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
-        output = engine_python(f"{engine}_ranks.py", *args, shardload=True)
+        output = engine_python(f"{engine}_ranks.py", *args, shardload=True, env=hub_env)
     finally:
         for server in servers:
             server.stop()

@@ -24,8 +24,9 @@ COMPRESSED = [("qwen2", 1, "ct-fp8-tensor"), ("qwen2_moe", 2, "ct-fp8-tensor"), 
 
 
 def test_sglang_tp2(tmp_path):
+    # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] + FP8 + COMPRESSED +
-                       [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True))
+                       [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True, hub=True))
 
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):

@@ -25,8 +25,9 @@ COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen3_moe", 1, "ct-fp8-tensor"),
 
 
 def test_vllm_tp2(tmp_path):
+    # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       [(a, 2) for a in MOE], sync=True))
+                       [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):

@@ -276,7 +276,9 @@ void run_serve(const ServeCommandOptions& options) {
 
 void add_serve_options(CLI::App& cmd) {
   auto options = std::make_shared<ServeCommandOptions>();
-  cmd.add_option("model", options->model, "Model directory")->required();
+  cmd.add_option("model", options->model,
+                  "Model directory, or a Hugging Face model id in the local cache")
+      ->required();
   add_parallel_options(cmd, options->parallel);
   cmd.add_option("--name", options->name, "Shared-memory name: /dev/shm/shardload-NAME")
       ->required()

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace shardload::checkpoint {
+
+// A Hugging Face model id ("Qwen/Qwen3-8B", or a bare legacy name such as "gpt2") already
+// downloaded into the local Hugging Face cache (`hf download`, or an engine's first start), found
+// where huggingface_hub puts it, so that `shardload serve Qwen/Qwen3-8B` reads the same files vLLM
+// and SGLang read for that id. Nothing is downloaded: shardload reads local files only.
+
+// Whether `arg` has the form of a model id (huggingface_hub's rules: [A-Za-z0-9_.-] names, at most
+// one '/', no "--" or "..", not starting or ending with '-' or '.'); a path that exists is taken as
+// a path first.
+bool looks_like_hub_id(std::string_view arg);
+
+// The cache folder: $HF_HUB_CACHE, else $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else
+// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub (huggingface_hub's order).
+std::string hub_cache_dir();
+
+// The cache's folder of `id`: <cache>/models--org--name.
+std::string hub_repo_dir(std::string_view id);
+
+// The snapshot folder of `id` at its main revision
+// (<cache>/models--org--name/snapshots/<refs/main>), or nullopt when it is not in the cache. Throws
+// Error(kIo) for a cache entry that is not one (refs/main not a commit hash).
+std::optional<std::string> hub_snapshot(std::string_view id);
+
+}  // namespace shardload::checkpoint
