@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import rank_source
+from . import _shardload, rank_source
 from .errors import Error
 from .safetensors_io import Checkpoint, SafetensorsError
 from .verify_layout import Layout, classify
@@ -479,8 +479,9 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     """Checks ranks ([{name: torch tensor}] in rank order, FP8 as uint8 codes) of `layout` (an export's
     shardload.json as a dict) against the checkpoint in model_dir; returns a Report (`ok`, `checks`,
     `failures`, `problems`, `lines()`). layers: decoder layer indices (default: first, first MoE, last);
-    tolerance: one bound for every module instead of the per-dtype ones."""
-    model = _Model(model_dir)
+    tolerance: one bound for every module instead of the per-dtype ones. model_dir may be a Hugging Face
+    model id in the local cache, as wherever shardload takes a model."""
+    model = _Model(_shardload.resolve_model_path(str(model_dir)))
     if model.prefix:  # rank tensors keep the checkpoint's text-model prefix (vLLM's names): checked without it
         ranks = [{n[len(model.prefix):] if n.startswith(model.prefix) else n: t for n, t in rank.items()}
                  for rank in ranks]

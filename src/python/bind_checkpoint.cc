@@ -58,6 +58,11 @@ void bind_checkpoint(py::module_& m) {
       });
 
   m.def(
+      "resolve_model_path", [](const py::object& model) { return resolve_model_path(path_arg(model)); },
+      py::arg("model"),
+      "The folder a model argument names: itself, or a Hugging Face model id's snapshot in the local cache");
+
+  m.def(
       "plan",
       [](const py::object& model_path, bool pieces, const py::kwargs& layout) {
         const std::string model = path_arg(model_path);

@@ -1,5 +1,6 @@
-"""The library from Python: checkpoints, plans as dicts, loads with every layout option of the command
-line, live models updated and rebalanced in place, exports, progress callbacks and typed errors."""
+"""The library from Python: checkpoints (by path or Hugging Face model id), plans as dicts, loads with every
+layout option of the command line, live models updated and rebalanced in place, exports, progress callbacks
+and typed errors."""
 import json
 import pathlib
 import threading
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 import shardload
+from shardload.verify import verify
 from conftest import run_shardload
 from test_tensors import checksums, xxh3_hex
 
@@ -202,3 +204,35 @@ def test_paths_may_be_pathlib_paths(tiny, tmp_path):
     assert sorted(shardload.load_export(tmp_path / "out")) == [0, 1]
     with pytest.raises(TypeError, match="expected a path"):
         shardload.load(42)
+
+
+def test_a_hugging_face_model_id_is_found_in_the_local_cache(tiny, tmp_path, monkeypatch):
+    """A model id downloaded into the Hugging Face cache (as huggingface_hub lays it out: blobs, the
+    snapshot's links to them, refs/main) goes wherever a model directory does: the same bytes."""
+    model = pathlib.Path(tiny("qwen3_moe"))
+    repo = tmp_path / "hub" / "models--someorg--tiny-moe"
+    commit = "fedcba9876543210fedcba9876543210fedcba98"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for i, file in enumerate(sorted(model.iterdir())):
+        (repo / "blobs" / f"blob{i}").write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(f"../../blobs/blob{i}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    assert shardload.Checkpoint("someorg/tiny-moe").path == str(snapshot)
+    by_id, by_path = shardload.load("someorg/tiny-moe", tp=2, ep=2), shardload.load(model, tp=2, ep=2)
+    for rank in (0, 1):
+        ids, paths = by_id.tensors(rank), by_path.tensors(rank)
+        assert ids.keys() == paths.keys()
+        assert all(xxh3_hex(torch.from_dlpack(ids[n])) == xxh3_hex(torch.from_dlpack(paths[n])) for n in ids)
+    assert checksums("someorg/tiny-moe", {"tp": 2, "ep": 2}) == checksums(model, {"tp": 2, "ep": 2})  # the CLI
+    shardload.export("someorg/tiny-moe", tmp_path / "out", tp=2, ep=2)
+    ranks = [{n: torch.from_dlpack(t) for n, t in tensors.items()}
+             for _, tensors in sorted(shardload.load_export(tmp_path / "out").items())]
+    layout = json.loads((tmp_path / "out" / "shardload.json").read_text())
+    assert verify("someorg/tiny-moe", ranks, layout).ok
+    with pytest.raises(shardload.IoError, match="hf download someorg/absent"):
+        shardload.load("someorg/absent", tp=2, ep=2)
