@@ -137,9 +137,8 @@ def _restore(module, registry):
 def sync_weights(model, named_tensors=()):
     """SGLang's custom weight loader (`--custom-weight-loader shardload.sglang.sync_weights`): the live
     model refilled in place from the weight server named in --model-loader-extra-config (refill_processed:
-    quantized layers through SGLang's post-processing), then the model's post-load fixup
-    (post_load_weights) run again. The tensors
-    SGLang passes are ignored (send none)."""
+    quantized layers through SGLang's post-processing), then the model's post-load fixup (post_load_weights)
+    run again. The tensors SGLang passes are ignored (send none)."""
     from sglang.srt.runtime_context import get_model
 
     args = get_model()
