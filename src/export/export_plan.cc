@@ -27,14 +27,14 @@ Error layout_error(const std::string& message, const std::string& file, const st
 }
 
 // A JSON value as it may appear in an error: short ones as they are, long ones by their length.
-std::string shown(const nlohmann::json& value) {
+std::string short_text(const nlohmann::json& value) {
   const std::string text = value.dump();
   return text.size() <= 64 ? text : fmt::format("a {}-character value", text.size());
 }
 
 std::string field_text(const nlohmann::json& manifest, const char* name) {
   const auto it = manifest.find(name);
-  return it == manifest.end() ? "nothing" : shown(*it);
+  return it == manifest.end() ? "nothing" : short_text(*it);
 }
 
 // The layout fields check_manifest leaves to the plan: row bias, dtype, dynamic FP8, redundant
@@ -93,7 +93,7 @@ void check_planned(const nlohmann::json& manifest, const char* field, const nloh
   const auto it = manifest.find(field);
   if (it != manifest.end() && *it == planned) return;
   throw layout_error("shardload.json does not give what config.json plans with its layout", file,
-                     field, fmt::format("{} (planned from config.json)", shown(planned)),
+                     field, fmt::format("{} (planned from config.json)", short_text(planned)),
                      field_text(manifest, field));
 }
 

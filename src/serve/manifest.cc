@@ -12,6 +12,7 @@
 
 #include "core/json_input.h"
 #include "format/posix_io.h"
+#include "serve/errno_error.h"
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
@@ -68,11 +69,6 @@ void add_dp_fields(const ParallelConfig& parallel, nlohmann::json& out) {
 
 namespace {
 
-Error io_error(const std::string& what, const std::string& path) {
-  return Error(ErrorKind::kIo, fmt::format("{} failed: {}", what, std::strerror(errno)),
-               {.file = path});
-}
-
 // A temporary name no other writer uses: the pid and a counter make it unique between servers and
 // within one; O_EXCL catches what is left of a killed server with the same pid.
 int create_temp(const ShmDir& dir, std::string* name) {
@@ -94,7 +90,7 @@ void write_manifest(const ShmDir& dir, const nlohmann::json& manifest) {
   try {
     // format's write_exact: short writes and EINTR resumed, failures an Error(kIo).
     format::write_exact(fd, std::as_bytes(std::span(text)), {.file = dir.file_path(temp)});
-    if (::fsync(fd) != 0) throw io_error("fsync of the manifest", dir.file_path(temp));
+    if (::fsync(fd) != 0) throw errno_error("fsync of the manifest", dir.file_path(temp));
   } catch (...) {
     ::close(fd);
     ::unlinkat(dir.fd(), temp.c_str(), 0);
@@ -102,12 +98,12 @@ void write_manifest(const ShmDir& dir, const nlohmann::json& manifest) {
   }
   ::close(fd);
   if (::renameat(dir.fd(), temp.c_str(), dir.fd(), "manifest.json") != 0) {
-    const Error error = io_error("rename to manifest.json", dir.file_path(temp));
+    const Error error = errno_error("rename to manifest.json", dir.file_path(temp));
     ::unlinkat(dir.fd(), temp.c_str(), 0);
     throw error;
   }
   // The rename itself is durable only once the directory is.
-  if (::fsync(dir.fd()) != 0) throw io_error("fsync", dir.path());
+  if (::fsync(dir.fd()) != 0) throw errno_error("fsync", dir.path());
 }
 
 std::optional<nlohmann::json> read_manifest(const ShmDir& dir, std::string* why) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "serve/errno_error.h"
 #include "shardload/error.h"
 
 namespace shardload::serve {
@@ -24,11 +25,6 @@ constexpr mode_t kPrivateDirMode = 0700;
 constexpr mode_t kGroupDirMode = 0750;
 constexpr mode_t kPrivateFileMode = 0600;
 constexpr mode_t kGroupFileMode = 0640;
-
-Error io_error(const std::string& what, const std::string& path) {
-  return Error(ErrorKind::kIo, fmt::format("{} failed: {}", what, std::strerror(errno)),
-               {.file = path});
-}
 
 // "uid 65534 (nobody)": the number always, the name when the system knows it.
 std::string describe_user(uid_t uid) {
@@ -97,7 +93,7 @@ int open_directory(const std::string& path) {
   if (::lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     throw refused(path, "is not a directory", st);
   errno = open_errno;
-  throw io_error("open", path);
+  throw errno_error("open", path);
 }
 
 }  // namespace
@@ -107,10 +103,10 @@ ShmDir ShmDir::open(const std::string& path, const std::string& group) {
   dir.path_ = path;
   if (!group.empty()) dir.group_ = resolve_group(group);
   // Created private: no one else can add a file between mkdir and the mode set below.
-  if (::mkdir(path.c_str(), kPrivateDirMode) != 0 && errno != EEXIST) throw io_error("mkdir", path);
+  if (::mkdir(path.c_str(), kPrivateDirMode) != 0 && errno != EEXIST) throw errno_error("mkdir", path);
   dir.fd_ = open_directory(path);
   struct stat st {};
-  if (::fstat(dir.fd_, &st) != 0) throw io_error("stat", path);
+  if (::fstat(dir.fd_, &st) != 0) throw errno_error("stat", path);
   const std::string why = refusal(st);
   if (!why.empty()) throw refused(path, why, st);
   return dir;
@@ -118,9 +114,9 @@ ShmDir ShmDir::open(const std::string& path, const std::string& group) {
 
 void ShmDir::apply_access() const {
   if (group_ && ::fchown(fd_, static_cast<uid_t>(-1), *group_) != 0) {
-    throw io_error(fmt::format("giving the directory to group {}", *group_), path_);
+    throw errno_error(fmt::format("giving the directory to group {}", *group_), path_);
   }
-  if (::fchmod(fd_, group_ ? kGroupDirMode : kPrivateDirMode) != 0) throw io_error("chmod", path_);
+  if (::fchmod(fd_, group_ ? kGroupDirMode : kPrivateDirMode) != 0) throw errno_error("chmod", path_);
 }
 
 ShmDir::~ShmDir() {
@@ -164,7 +160,7 @@ int ShmDir::create_file(const std::string& name, bool replace) const {
                           group_ ? kGroupFileMode : kPrivateFileMode);
   if (fd < 0) {
     if (errno == EEXIST && !replace) return -1;
-    throw io_error("create", file_path(name));
+    throw errno_error("create", file_path(name));
   }
   try {
     apply_file_access(fd, name);
@@ -177,16 +173,16 @@ int ShmDir::create_file(const std::string& name, bool replace) const {
 
 void ShmDir::apply_file_access(int fd, const std::string& name) const {
   if (group_ && ::fchown(fd, static_cast<uid_t>(-1), *group_) != 0) {
-    throw io_error("chown", file_path(name));
+    throw errno_error("chown", file_path(name));
   }
   if (::fchmod(fd, group_ ? kGroupFileMode : kPrivateFileMode) != 0) {
-    throw io_error("chmod", file_path(name));
+    throw errno_error("chmod", file_path(name));
   }
 }
 
 void ShmDir::unlink(const std::string& name) const {
   if (::unlinkat(fd_, name.c_str(), 0) != 0 && errno != ENOENT) {
-    throw io_error("unlink", file_path(name));
+    throw errno_error("unlink", file_path(name));
   }
 }
 

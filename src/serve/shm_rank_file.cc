@@ -9,20 +9,12 @@
 #include <cstring>
 #include <utility>
 
+#include "serve/errno_error.h"
 #include "serve/shm_layout.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
 
 namespace shardload::serve {
-namespace {
-
-Error io_error(const std::string& what, const std::string& path) {
-  return Error(ErrorKind::kIo, fmt::format("{} failed: {}", what, std::strerror(errno)),
-               {.file = path});
-}
-
-}  // namespace
-
 ShmRankFile::~ShmRankFile() { close(); }
 
 ShmRankFile::ShmRankFile(ShmRankFile&& other) noexcept
@@ -94,7 +86,7 @@ ShmRankFile ShmRankFile::create(const ShmDir& dir, const std::string& name, uint
   const int rc = ::posix_fallocate(file.fd_, 0, static_cast<off_t>(file.file_bytes_));
   if (rc != 0) {
     errno = rc;
-    throw io_error(fmt::format("reserving {} bytes", file.file_bytes_), file.path_);
+    throw errno_error(fmt::format("reserving {} bytes", file.file_bytes_), file.path_);
   }
   file.header_ = AlignedBuffer::map_file(file.fd_, 0, kShmHeaderBytes);
   init_header(file.header_.data());

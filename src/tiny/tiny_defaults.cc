@@ -12,8 +12,7 @@ namespace shardload::tiny {
 
 namespace {
 
-// Generous caps: enough for a 20k-tensor MoE, small enough to catch a typo before it fills a disk.
-constexpr int kMaxLayers = 4096;
+// A generous cap: enough for a 20k-tensor MoE, small enough to catch a typo before it fills a disk.
 constexpr int kMaxExperts = 4096;
 
 }  // namespace
@@ -28,10 +27,10 @@ TinyModel default_model(const arch::Family& family) {
 
 void apply_counts(TinyModel& m, int layers, int experts) {
   if (layers != -1) {
-    if (layers < 1 || layers > kMaxLayers) {
+    if (layers < 1 || layers > kMaxTinyLayers) {
       throw Error(ErrorKind::kInvalidArgument, "bad layer count",
                   {.field = "layers",
-                   .expected = fmt::format("1..{}", kMaxLayers),
+                   .expected = fmt::format("1..{}", kMaxTinyLayers),
                    .found = std::to_string(layers)});
     }
     m.layers = layers;

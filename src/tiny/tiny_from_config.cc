@@ -23,9 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-// Far above any real model (DeepSeek-V3: 61 layers x 256 experts; Kimi-K2: 61 x 384), low enough
-// that the tensor list (and the MoE-layer fit, quadratic in the layers) stays small.
-constexpr int kMaxLayers = 4096;
 constexpr uint64_t kMaxExpertMlps = uint64_t{1} << 18;  // layers x routed experts
 // DeepSeek-V3's multi-token-prediction layers: 1.
 constexpr uint64_t kMaxMtpLayers = 16;
@@ -179,9 +176,9 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   } catch (const Error& e) {
     throw in_file(e, file);
   }
-  if (c.layers > kMaxLayers) {
+  if (c.layers > kMaxTinyLayers) {
     throw config_error(file, "too many layers for make-tiny", "num_hidden_layers",
-                       fmt::format("at most {}", kMaxLayers), std::to_string(c.layers));
+                       fmt::format("at most {}", kMaxTinyLayers), std::to_string(c.layers));
   }
   if (c.experts * static_cast<uint64_t>(c.layers) > kMaxExpertMlps) {
     throw config_error(file, "too many experts for make-tiny", "routed experts x layers",

@@ -24,6 +24,11 @@ inline bool is_compressed_tensors(Quant q) {
   return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock;
 }
 
+// Far above any real model (DeepSeek-V3: 61 layers x 256 experts; Kimi-K2: 61 x 384), low enough
+// that the tensor list (and the MoE-layer fit, quadratic in the layers) stays small, and a typo
+// is caught before it fills a disk: the most layers --layers or a config.json may ask for.
+inline constexpr int kMaxTinyLayers = 4096;
+
 // Every dimension and count of a generated model (arch::TinySizes), its family and its weight
 // format; the config.json fields and the tensor shapes both come from here, so they cannot disagree.
 struct TinyModel : arch::TinySizes {

@@ -25,12 +25,9 @@ namespace {
 
 using ::shardload::testing::CommandResult;
 using ::shardload::testing::run_command;
+using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
-
-CommandResult shardload(const std::vector<std::string>& args) {
-  return ::shardload::testing::run_shardload(args);
-}
 
 // A safetensors file from a header text and a data section, with the 8-byte little-endian length prefix.
 std::string raw_file(const std::string& header, const std::string& data) {
@@ -51,12 +48,12 @@ TEST(CliTest, InspectListsTensorsAndTotals) {
              raw_file(R"({"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
                       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
                       std::string(12, '\1')));
-  const CommandResult result = shardload({"inspect", dir.file("a.safetensors")});
+  const CommandResult result = run_shardload({"inspect", dir.file("a.safetensors")});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.out.find("[2, 2]"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("total: 2 tensors, 12 bytes"), std::string::npos) << result.out;
 
-  const CommandResult json = shardload({"inspect", dir.file("a.safetensors"), "--json"});
+  const CommandResult json = run_shardload({"inspect", dir.file("a.safetensors"), "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json parsed = nlohmann::json::parse(json.out);
   EXPECT_EQ(parsed["total_tensors"], 2);
@@ -77,7 +74,7 @@ TEST(CliTest, InspectAcceptsTheCratesValidEdgeCases) {
   };
   for (const auto& [what, bytes] : cases) {
     write_file(dir.file("edge.safetensors"), bytes);
-    const CommandResult result = shardload({"inspect", dir.file("edge.safetensors")});
+    const CommandResult result = run_shardload({"inspect", dir.file("edge.safetensors")});
     EXPECT_EQ(result.exit_code, 0) << what << ": " << result.err;
   }
 }
@@ -124,21 +121,21 @@ TEST(CliTest, InspectRejectsEveryKindOfMalformedFileWithOneLine) {
   };
   for (const auto& [what, bytes] : cases) {
     write_file(dir.file("bad.safetensors"), bytes);
-    expect_one_line_error(shardload({"inspect", dir.file("bad.safetensors")}), what);
+    expect_one_line_error(run_shardload({"inspect", dir.file("bad.safetensors")}), what);
   }
 }
 
 TEST(CliTest, BadArgumentsGiveOneLineErrors) {
   TempDir dir;
-  expect_one_line_error(shardload({"inspect", dir.file("missing")}), "missing path");
-  expect_one_line_error(shardload({"inspect"}), "no path");
-  expect_one_line_error(shardload({"inspect", dir.path().string(), "--bogus"}), "unknown flag");
-  expect_one_line_error(shardload({"frobnicate"}), "unknown command");
-  expect_one_line_error(shardload({"make-tiny", "--arch", "gpt5", "--out", dir.file("m")}),
+  expect_one_line_error(run_shardload({"inspect", dir.file("missing")}), "missing path");
+  expect_one_line_error(run_shardload({"inspect"}), "no path");
+  expect_one_line_error(run_shardload({"inspect", dir.path().string(), "--bogus"}), "unknown flag");
+  expect_one_line_error(run_shardload({"frobnicate"}), "unknown command");
+  expect_one_line_error(run_shardload({"make-tiny", "--arch", "gpt5", "--out", dir.file("m")}),
                         "unknown arch");
-  expect_one_line_error(shardload({"make-tiny", "--arch", "llama", "--out", dir.file("m"),
-                                   "--layers", "0"}),
-                        "zero layers");
+  expect_one_line_error(
+      run_shardload({"make-tiny", "--arch", "llama", "--out", dir.file("m"), "--layers", "0"}),
+      "zero layers");
 }
 
 // `load --checksum` prints one line per exported rank tensor, rank by rank and by name within a
@@ -157,7 +154,7 @@ TinyOptions make_moe_model(const TempDir& dir) {
 TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
   TempDir dir;
   const TinyOptions options = make_moe_model(dir);
-  const CommandResult result = shardload(
+  const CommandResult result = run_shardload(
       {"load", options.out, "--tp", "4", "--ep", "2", "--checksum", "--threads", "2"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
 
@@ -198,7 +195,8 @@ TEST(CliTest, LoadPrintsEveryRankTensorsChecksumThenASummary) {
 TEST(CliTest, LoadJsonGivesTheSummaryAsJson) {
   TempDir dir;
   const TinyOptions options = make_moe_model(dir);
-  const CommandResult result = shardload({"load", options.out, "--tp", "4", "--ep", "2", "--json"});
+  const CommandResult result =
+      run_shardload({"load", options.out, "--tp", "4", "--ep", "2", "--json"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const nlohmann::json summary = nlohmann::json::parse(result.out);
   EXPECT_EQ(summary["ranks"], 4);
@@ -210,10 +208,10 @@ TEST(CliTest, LoadJsonGivesTheSummaryAsJson) {
 // `shardload serve` runs shardload-serve from its own directory: usage and help come from the
 // server's program, and a shardload without it beside says so in one line.
 TEST(CliTest, ServeRunsTheServerProgramBesideIt) {
-  const CommandResult usage = shardload({"serve"});
+  const CommandResult usage = run_shardload({"serve"});
   expect_one_line_error(usage, "serve without a model");
   EXPECT_EQ(usage.exit_code, 2);
-  const CommandResult help = shardload({"serve", "--help"});
+  const CommandResult help = run_shardload({"serve", "--help"});
   EXPECT_EQ(help.exit_code, 0) << help.err;
   EXPECT_NE(help.out.find("Usage: shardload serve"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--staging-bytes"), std::string::npos) << help.out;
@@ -230,9 +228,10 @@ TEST(CliTest, MakeTinyWritesEveryFamilyAndInspectValidatesIt) {
   TempDir dir;
   for (const std::string& arch : tiny_architectures()) {
     const std::string out = dir.file(arch);
-    const CommandResult made = shardload({"make-tiny", "--arch", arch, "--out", out, "--seed", "7"});
+    const CommandResult made =
+        run_shardload({"make-tiny", "--arch", arch, "--out", out, "--seed", "7"});
     ASSERT_EQ(made.exit_code, 0) << arch << ": " << made.err;
-    const CommandResult inspected = shardload({"inspect", out, "--json"});
+    const CommandResult inspected = run_shardload({"inspect", out, "--json"});
     ASSERT_EQ(inspected.exit_code, 0) << arch << ": " << inspected.err;
     EXPECT_TRUE(inspected.err.empty()) << arch << " warned: " << inspected.err;
     const nlohmann::json parsed = nlohmann::json::parse(inspected.out);
@@ -245,10 +244,12 @@ TEST(CliTest, MakeTinyWritesEveryFamilyAndInspectValidatesIt) {
 TEST(CliTest, MakeTinyRefusesANonEmptyDirectoryUnlessOverwrite) {
   TempDir dir;
   const std::string out = dir.file("m");
-  ASSERT_EQ(shardload({"make-tiny", "--arch", "llama", "--out", out}).exit_code, 0);
-  expect_one_line_error(shardload({"make-tiny", "--arch", "llama", "--out", out}), "non-empty out");
-  EXPECT_EQ(shardload({"make-tiny", "--arch", "qwen2", "--out", out, "--overwrite"}).exit_code, 0);
-  const CommandResult inspected = shardload({"inspect", out, "--summary"});
+  ASSERT_EQ(run_shardload({"make-tiny", "--arch", "llama", "--out", out}).exit_code, 0);
+  expect_one_line_error(run_shardload({"make-tiny", "--arch", "llama", "--out", out}),
+                        "non-empty out");
+  EXPECT_EQ(run_shardload({"make-tiny", "--arch", "qwen2", "--out", out, "--overwrite"}).exit_code,
+            0);
+  const CommandResult inspected = run_shardload({"inspect", out, "--summary"});
   ASSERT_EQ(inspected.exit_code, 0) << inspected.err;
   EXPECT_NE(inspected.out.find("Qwen2ForCausalLM"), std::string::npos) << inspected.out;
 }

@@ -20,7 +20,7 @@ using ::shardload::testing::run_command;
 using ::shardload::testing::TempDir;
 
 // `timeout`: a server that wrongly starts fails the test instead of hanging it.
-CommandResult serve(const std::string& model, const std::vector<std::string>& flags) {
+CommandResult serve_model(const std::string& model, const std::vector<std::string>& flags) {
   std::vector<std::string> args = {"/usr/bin/timeout", "120", SHARDLOAD_BIN, "serve",     model,
                                    "--port",           "0",   "--name",      "usage-test"};
   args.insert(args.end(), flags.begin(), flags.end());
@@ -37,12 +37,12 @@ TEST(ServeUsage, LayoutsTheModelCannotTakeAndUnknownGroupsExitTwo) {
                                                 {"--tp", "3"},
                                                 {"--tp", "4", "--ep", "3"},
                                                 {"--shm-group", "no-such-group-here"}}) {
-    const CommandResult result = serve(options.out, flags);
+    const CommandResult result = serve_model(options.out, flags);
     EXPECT_EQ(result.exit_code, 2) << flags[0] << " " << flags[1] << ": " << result.err;
     EXPECT_EQ(result.err.rfind("error: ", 0), 0u) << result.err;
   }
   // A model that is not there is bad data, not bad usage.
-  EXPECT_EQ(serve(dir.file("absent"), {}).exit_code, 1);
+  EXPECT_EQ(serve_model(dir.file("absent"), {}).exit_code, 1);
   EXPECT_FALSE(std::filesystem::exists(shm_dir("usage-test")));
 }
 

@@ -23,12 +23,9 @@ namespace fs = std::filesystem;
 using ::shardload::testing::CommandResult;
 using ::shardload::testing::read_file;
 using ::shardload::testing::run_command;
+using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
 using ::shardload::testing::write_file;
-
-CommandResult shardload(const std::vector<std::string>& args) {
-  return ::shardload::testing::run_shardload(args);
-}
 
 std::string tiny(const TempDir& dir, const std::string& arch = "qwen3_moe") {
   return ::shardload::testing::make_tiny_model(dir, arch, 2);
@@ -68,34 +65,34 @@ TEST(CliUsability, UsageErrorsExitTwoAndDataErrorsOne) {
        {"make-tiny", "--arch", "llama", "--experts", "4", "--out", m}},
       {"unknown --dtype", {"plan", model, "--dtype", "int8"}},
   };
-  for (const auto& [what, args] : usage) expect_error(shardload(args), 2, what);
+  for (const auto& [what, args] : usage) expect_error(run_shardload(args), 2, what);
   EXPECT_FALSE(fs::exists(m));
   EXPECT_FALSE(fs::exists(dir.file("e")));
 
   write_file(dir.file("bad.safetensors"), "not a safetensors file");
-  expect_error(shardload({"inspect", dir.file("bad.safetensors")}), 1, "a malformed file");
+  expect_error(run_shardload({"inspect", dir.file("bad.safetensors")}), 1, "a malformed file");
   write_file(dir.file("map.json"), "{\"physical_to_logical_map\": 3}");
-  expect_error(shardload({"plan", model, "--expert-map", dir.file("map.json")}), 1,
+  expect_error(run_shardload({"plan", model, "--expert-map", dir.file("map.json")}), 1,
                "a malformed expert map");
 }
 
 TEST(CliUsability, ByteSizeErrorsNameTheirFlag) {
   TempDir dir;
   const CommandResult result =
-      shardload({"export", tiny(dir), "--out", dir.file("e"), "--max-file-size", "12Q"});
+      run_shardload({"export", tiny(dir), "--out", dir.file("e"), "--max-file-size", "12Q"});
   expect_error(result, 2, "bad size");
   EXPECT_NE(result.err.find("--max-file-size"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("12Q"), std::string::npos) << result.err;
 }
 
 TEST(CliUsability, VersionHelpAndSingularCounts) {
-  const CommandResult version = shardload({"--version"});
+  const CommandResult version = run_shardload({"--version"});
   EXPECT_EQ(version.exit_code, 0) << version.err;
   EXPECT_EQ(version.out.rfind("shardload ", 0), 0u) << version.out;
   EXPECT_NE(version.out.find('.'), std::string::npos) << version.out;
 
   // --io lists its names, not the name -> enum value pairs of the option's transformer.
-  const CommandResult help = shardload({"load", "--help"});
+  const CommandResult help = run_shardload({"load", "--help"});
   ASSERT_EQ(help.exit_code, 0) << help.err;
   const size_t io = help.out.find("--io");
   ASSERT_NE(io, std::string::npos) << help.out;
@@ -105,13 +102,13 @@ TEST(CliUsability, VersionHelpAndSingularCounts) {
 
   TempDir dir;
   const std::string model = tiny(dir, "llama");
-  const CommandResult one = shardload({"load", model});
+  const CommandResult one = run_shardload({"load", model});
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(one.out.rfind("loaded 1 rank of ", 0), 0u) << one.out;
-  const CommandResult exported = shardload({"export", model, "--out", dir.file("e")});
+  const CommandResult exported = run_shardload({"export", model, "--out", dir.file("e")});
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_EQ(exported.out.rfind("exported 1 rank of ", 0), 0u) << exported.out;
-  const CommandResult reloaded = shardload({"load", dir.file("e")});
+  const CommandResult reloaded = run_shardload({"load", dir.file("e")});
   ASSERT_EQ(reloaded.exit_code, 0) << reloaded.err;
   EXPECT_NE(reloaded.out.find(": 1 rank, "), std::string::npos) << reloaded.out;
 }
@@ -121,7 +118,7 @@ TEST(CliUsability, EngineSpellingsOfTheLayoutFlags) {
   TempDir dir;
   const std::string model = tiny(dir);
   const CommandResult ours =
-      shardload({"plan", model, "--tp", "4", "--ep", "4", "--dtype", "fp16", "--json"});
+      run_shardload({"plan", model, "--tp", "4", "--ep", "4", "--dtype", "fp16", "--json"});
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"--tp-size", "4", "--ep-size", "4", "--dtype", "float16"},
@@ -129,18 +126,18 @@ TEST(CliUsability, EngineSpellingsOfTheLayoutFlags) {
            {"--tp-size", "4", "--enable-expert-parallel", "--ep", "4", "--dtype", "fp16"}}) {
     std::vector<std::string> command = {"plan", model, "--json"};
     command.insert(command.end(), args.begin(), args.end());
-    const CommandResult theirs = shardload(command);
+    const CommandResult theirs = run_shardload(command);
     ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
     EXPECT_EQ(theirs.out, ours.out) << args[0] << " " << args[2];
   }
   for (const auto& [dtype, name] : std::vector<std::pair<std::string, std::string>>{
            {"float", "F32"}, {"float32", "F32"}, {"bfloat16", "BF16"}, {"half", "F16"}}) {
-    const CommandResult plan = shardload({"plan", model, "--dtype", dtype, "--json"});
+    const CommandResult plan = run_shardload({"plan", model, "--dtype", dtype, "--json"});
     ASSERT_EQ(plan.exit_code, 0) << dtype << ": " << plan.err;
     EXPECT_EQ(nlohmann::json::parse(plan.out)["dtype"], name) << dtype;
   }
   const CommandResult conflict =
-      shardload({"plan", model, "--tp", "4", "--ep", "2", "--enable-expert-parallel"});
+      run_shardload({"plan", model, "--tp", "4", "--ep", "2", "--enable-expert-parallel"});
   expect_error(conflict, 2, "--enable-expert-parallel with another --ep");
 }
 
@@ -148,23 +145,23 @@ TEST(CliUsability, EngineSpellingsOfTheLayoutFlags) {
 TEST(CliUsability, CommandsGivenAnExportSayItIsOne) {
   TempDir dir;
   const std::string model = tiny(dir);
-  ASSERT_EQ(shardload({"export", model, "--tp", "2", "--out", dir.file("e")}).exit_code, 0);
+  ASSERT_EQ(run_shardload({"export", model, "--tp", "2", "--out", dir.file("e")}).exit_code, 0);
   for (const char* command : {"plan", "export"}) {
     std::vector<std::string> args = {command, dir.file("e")};
     if (std::string(command) == "export") args.insert(args.end(), {"--out", dir.file("again")});
-    const CommandResult result = shardload(args);
+    const CommandResult result = run_shardload(args);
     expect_error(result, 2, command);
     EXPECT_NE(result.err.find("is a shardload export"), std::string::npos) << result.err;
     EXPECT_NE(result.err.find("shardload load"), std::string::npos) << result.err;
   }
   EXPECT_FALSE(fs::exists(dir.file("again")));
-  const CommandResult text = shardload({"inspect", dir.file("e")});
+  const CommandResult text = run_shardload({"inspect", dir.file("e")});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("a shardload export of Qwen3MoeForCausalLM (tp=2 ep=1"),
             std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("model-rank-1-part-0.safetensors"), std::string::npos) << text.out;
-  const CommandResult json = shardload({"inspect", dir.file("e"), "--json"});
+  const CommandResult json = run_shardload({"inspect", dir.file("e"), "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json parsed = nlohmann::json::parse(json.out);
   EXPECT_EQ(parsed["export"]["tp_size"], 2);
@@ -176,9 +173,11 @@ TEST(CliUsability, ChecksumsOfACheckpointAndItsExportAreTheSameText) {
   TempDir dir;
   const std::string model = tiny(dir);
   ASSERT_EQ(
-      shardload({"export", model, "--tp", "4", "--ep", "2", "--out", dir.file("e")}).exit_code, 0);
-  const CommandResult direct = shardload({"load", model, "--tp", "4", "--ep", "2", "--checksum"});
-  const CommandResult exported = shardload({"load", dir.file("e"), "--checksum"});
+      run_shardload({"export", model, "--tp", "4", "--ep", "2", "--out", dir.file("e")}).exit_code,
+      0);
+  const CommandResult direct =
+      run_shardload({"load", model, "--tp", "4", "--ep", "2", "--checksum"});
+  const CommandResult exported = run_shardload({"load", dir.file("e"), "--checksum"});
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   auto lines = [](const std::string& out) { return out.substr(0, out.rfind("loaded ")); };
@@ -196,12 +195,12 @@ TEST(CliUsability, ExportRefusesTheModelDirectory) {
   for (const std::string& out :
        {model, model + "/exported", dir.file("link"), dir.path().string()}) {
     const CommandResult result =
-        shardload({"export", model, "--tp", "2", "--out", out, "--overwrite"});
+        run_shardload({"export", model, "--tp", "2", "--out", out, "--overwrite"});
     expect_error(result, 2, out);
     EXPECT_NE(result.err.find("--out"), std::string::npos) << result.err;
     EXPECT_EQ(listing(dir.path()), before) << out;
   }
-  const CommandResult load = shardload({"load", model, "--tp", "2"});
+  const CommandResult load = run_shardload({"load", model, "--tp", "2"});
   ASSERT_EQ(load.exit_code, 0) << load.err;
   EXPECT_EQ(load.out.rfind("loaded 2 ranks of Qwen3MoeForCausalLM", 0), 0u) << load.out;
 }
@@ -213,27 +212,29 @@ TEST(CliUsability, LoadingAnExportChecksItAndTheFlags) {
   TempDir dir;
   const std::string model = tiny(dir);
   const std::string e = dir.file("e");
-  ASSERT_EQ(shardload({"export", model, "--tp", "4", "--ep", "2", "--out", e}).exit_code, 0);
-  EXPECT_EQ(shardload({"load", e}).exit_code, 0);
-  EXPECT_EQ(shardload({"load", e, "--tp", "4", "--ep-size", "2", "--dtype", "bfloat16"}).exit_code,
-            0);
+  ASSERT_EQ(run_shardload({"export", model, "--tp", "4", "--ep", "2", "--out", e}).exit_code, 0);
+  EXPECT_EQ(run_shardload({"load", e}).exit_code, 0);
+  EXPECT_EQ(
+      run_shardload({"load", e, "--tp", "4", "--ep-size", "2", "--dtype", "bfloat16"}).exit_code,
+      0);
 
-  const CommandResult tp = shardload({"load", e, "--tp", "8"});
+  const CommandResult tp = run_shardload({"load", e, "--tp", "8"});
   expect_error(tp, 2, "--tp 8 on a tp 4 export");
   EXPECT_NE(tp.err.find("tp_size"), std::string::npos) << tp.err;
   EXPECT_NE(tp.err.find("4"), std::string::npos) << tp.err;
   EXPECT_NE(tp.err.find("8"), std::string::npos) << tp.err;
-  expect_error(shardload({"load", e, "--ep", "4"}), 2, "--ep 4 on an ep 2 export");
-  expect_error(shardload({"load", e, "--enable-expert-parallel"}), 2, "ep = tp on an ep 2 export");
-  expect_error(shardload({"load", e, "--dtype", "float32"}), 2, "--dtype on a BF16 export");
-  expect_error(shardload({"load", e, "--rank", "4"}), 2, "--rank past the export");
+  expect_error(run_shardload({"load", e, "--ep", "4"}), 2, "--ep 4 on an ep 2 export");
+  expect_error(run_shardload({"load", e, "--enable-expert-parallel"}), 2,
+               "ep = tp on an ep 2 export");
+  expect_error(run_shardload({"load", e, "--dtype", "float32"}), 2, "--dtype on a BF16 export");
+  expect_error(run_shardload({"load", e, "--rank", "4"}), 2, "--rank past the export");
 
   const std::string manifest_text = read_file(e + "/shardload.json");
   nlohmann::json manifest = nlohmann::json::parse(manifest_text);
   manifest["tp_size"] = 8;
   manifest["moe_tp_size"] = 4;
   write_file(e + "/shardload.json", manifest.dump());
-  CommandResult result = shardload({"load", e});
+  CommandResult result = run_shardload({"load", e});
   expect_error(result, 1, "tp_size disagreeing with the ranks");
   EXPECT_NE(result.err.find("8"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("found 4"), std::string::npos) << result.err;
@@ -241,12 +242,12 @@ TEST(CliUsability, LoadingAnExportChecksItAndTheFlags) {
   manifest = nlohmann::json::parse(manifest_text);
   manifest["ranks"].erase(3);
   write_file(e + "/shardload.json", manifest.dump());
-  expect_error(shardload({"load", e}), 1, "a truncated ranks list");
+  expect_error(run_shardload({"load", e}), 1, "a truncated ranks list");
 
   write_file(e + "/shardload.json", manifest_text);
   fs::copy_file(e + "/model-rank-0-part-0.safetensors", e + "/model-rank-3-part-0.safetensors",
                 fs::copy_options::overwrite_existing);
-  result = shardload({"load", e});
+  result = run_shardload({"load", e});
   expect_error(result, 1, "rank 3's file swapped for rank 0's");
   EXPECT_NE(result.err.find("model-rank-3-part-0.safetensors"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("expected \"3\", found \"0\""), std::string::npos) << result.err;

@@ -13,7 +13,7 @@
 namespace shardload {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kF32Inf = std::numeric_limits<float>::infinity();
 
 float from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
 
@@ -35,9 +35,9 @@ TEST(Bf16Test, OverflowsToInfinity) {
   EXPECT_EQ(f32_to_bf16(from_bits(0x7F7F7FFF)), 0x7F7F);
   EXPECT_EQ(f32_to_bf16(from_bits(0x7F7F8000)), 0x7F80);  // tie with an odd max: to infinity
   EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7F80);
-  EXPECT_EQ(f32_to_bf16(kInf), 0x7F80);
-  EXPECT_EQ(f32_to_bf16(-kInf), 0xFF80);
-  EXPECT_EQ(bf16_to_f32(0x7F80), kInf);
+  EXPECT_EQ(f32_to_bf16(kF32Inf), 0x7F80);
+  EXPECT_EQ(f32_to_bf16(-kF32Inf), 0xFF80);
+  EXPECT_EQ(bf16_to_f32(0x7F80), kF32Inf);
 }
 
 TEST(Bf16Test, NanStaysQuietNan) {
@@ -72,9 +72,9 @@ TEST(F16Test, OverflowsToInfinity) {
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // tie with an odd max: to infinity
   EXPECT_EQ(f32_to_f16(1e10f), 0x7C00);
   EXPECT_EQ(f32_to_f16(-1e10f), 0xFC00);
-  EXPECT_EQ(f32_to_f16(kInf), 0x7C00);
-  EXPECT_EQ(f32_to_f16(-kInf), 0xFC00);
-  EXPECT_EQ(f16_to_f32(0x7C00), kInf);
+  EXPECT_EQ(f32_to_f16(kF32Inf), 0x7C00);
+  EXPECT_EQ(f32_to_f16(-kF32Inf), 0xFC00);
+  EXPECT_EQ(f16_to_f32(0x7C00), kF32Inf);
   EXPECT_EQ(f16_to_f32(0x7BFF), 65504.0f);
 }
 

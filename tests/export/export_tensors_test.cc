@@ -41,7 +41,7 @@ std::string tiny(const TempDir& dir, const std::string& name, TinyOptions option
 }
 
 // Exports `model` under `parallel` to `out` in this process.
-void export_model(const std::string& model, const ParallelConfig& parallel, const std::string& out,
+void export_files(const std::string& model, const ParallelConfig& parallel, const std::string& out,
                   uint64_t max_file_size = uint64_t{5} << 30) {
   const Checkpoint ckpt = Checkpoint::open(model);
   const Plan plan = make_plan(ckpt, parallel);
@@ -134,7 +134,7 @@ class ExportTensors : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = tiny(dir_, "model", {.arch = "qwen3_moe", .seed = 3});
-    export_model(model_, layout(4, 2), out_);
+    export_files(model_, layout(4, 2), out_);
     manifest_ = nlohmann::json::parse(read_file(out_ + "/shardload.json"));
   }
   void write_manifest(const nlohmann::json& manifest) {
@@ -166,7 +166,7 @@ TEST_F(ExportTensors, ARankFileOfAnExportWith16ExpertsIsRefused) {
   const std::string other_model =
       tiny(dir_, "model16", {.arch = "qwen3_moe", .seed = 3, .experts = 16});
   const std::string other = dir_.file("out16");
-  export_model(other_model, layout(4, 2), other);
+  export_files(other_model, layout(4, 2), other);
   fs::copy_file(rank_file(other, 1), rank_file(out_, 1), fs::copy_options::overwrite_existing);
   EXPECT_EQ(expect_refused(out_, {"model-rank-1-part-0.safetensors", "physical_to_logical_map"}),
             ErrorKind::kInvalidMetadata);
@@ -184,7 +184,7 @@ TEST_F(ExportTensors, ARankFileOfAnotherModelOfTheSameLayoutIsRefused) {
   const std::string other_model =
       tiny(dir_, "larger", {.arch = "qwen3_moe", .seed = 3, .size_bytes = 8 << 20});
   const std::string other = dir_.file("larger_out");
-  export_model(other_model, layout(4, 2), other);
+  export_files(other_model, layout(4, 2), other);
   EXPECT_EQ(read_rank_file(rank_file(other, 3)).metadata,
             read_rank_file(rank_file(out_, 3)).metadata);
   fs::copy_file(rank_file(other, 3), rank_file(out_, 3), fs::copy_options::overwrite_existing);
@@ -299,7 +299,7 @@ TEST(ExportOptionalTensors, AnOptionalTensorDroppedFromSomeOrEveryRankIsRefused)
   TempDir dir;
   const std::string model = tiny(dir, "model", {.arch = "ernie4_5_moe", .seed = 3});
   const std::string out = dir.file("out");
-  export_model(model, layout(2, 1), out);
+  export_files(model, layout(2, 1), out);
   expect_loads(out);
   std::string bias;
   for (const OwnedTensor& t : read_rank_file(rank_file(out, 0)).tensors) {
@@ -426,7 +426,7 @@ TEST(ExportPlans, HandmadeCheckpointsAndOnesWithoutOptionalTensorsLoad) {
   for (const auto& [model, parallel] : cases) {
     SCOPED_TRACE(model + " tp " + std::to_string(parallel.tp));
     const std::string out = dir.file("out" + std::to_string(n++));
-    export_model(model, parallel, out);
+    export_files(model, parallel, out);
     expect_loads(out);
   }
   // The parameters the checkpoints lacked are not in their exports, and not asked of them.

@@ -34,13 +34,13 @@ Exported export_model(const std::string& model, const ParallelConfig& parallel,
   return out;
 }
 
-std::string tiny(const TempDir& dir, const std::string& arch) {
+std::string make_model(const TempDir& dir, const std::string& arch) {
   return ::shardload::testing::make_tiny_model(dir, arch, TinyOptions{}.seed);
 }
 
 TEST(ExportTest, LoadingAnExportGivesBackTheSameRankBytes) {
   TempDir dir;
-  const std::string model = tiny(dir, "deepseek_v3");
+  const std::string model = make_model(dir, "deepseek_v3");
   ParallelConfig parallel;
   parallel.tp = 4;
   parallel.ep = 2;
@@ -79,7 +79,7 @@ TEST(ExportTest, LoadingAnExportGivesBackTheSameRankBytes) {
 
 TEST(ExportTest, SplitsPartsAtTheMaximumFileSize) {
   TempDir dir;
-  const std::string model = tiny(dir, "llama");
+  const std::string model = make_model(dir, "llama");
   const Exported exported = export_model(model, {}, {.out = dir.file("out"), .max_file_size = 64 << 10});
   const LoadedExport loaded = load_export(dir.file("out"));
   const nlohmann::json files = loaded.manifest->at("ranks").at(0).at("files");
@@ -99,7 +99,7 @@ TEST(ExportTest, SplitsPartsAtTheMaximumFileSize) {
 
 TEST(ExportTest, RefusesANonEmptyDirectoryUnlessOverwrite) {
   TempDir dir;
-  const std::string model = tiny(dir, "llama");
+  const std::string model = make_model(dir, "llama");
   fs::create_directories(dir.file("out"));
   write_file(dir.file("out/keep.txt"), "mine");
   EXPECT_THROW(export_model(model, {}, {.out = dir.file("out")}), Error);

@@ -16,20 +16,18 @@
 namespace shardload {
 namespace {
 
-constexpr std::string_view kFile = "shard.safetensors";
+using testing::safetensors_file;
 
-std::string file_bytes(std::string_view json, size_t data_bytes = 0) {
-  return testing::safetensors_bytes(json, std::string(data_bytes, '\0'));
-}
+constexpr std::string_view kShardFile = "shard.safetensors";
 
-SafetensorsHeader parse(const std::string& bytes) {
+SafetensorsHeader parse_shard(const std::string& bytes) {
   return parse_safetensors_header(std::as_bytes(std::span(bytes.data(), bytes.size())),
-                                  bytes.size(), kFile);
+                                  bytes.size(), kShardFile);
 }
 
 Error parse_error(const std::string& bytes) {
   try {
-    parse(bytes);
+    parse_shard(bytes);
   } catch (const Error& error) {
     return error;
   }
@@ -44,7 +42,8 @@ std::string tensor(std::string_view name, std::string_view dtype, std::string_vi
 }
 
 TEST(HeaderOffsets, FirstTensorMustStartAtZero) {
-  const Error error = parse_error(file_bytes("{" + tensor("w", "F32", "[2]", 4, 12) + "}", 12));
+  const Error error =
+      parse_error(safetensors_file("{" + tensor("w", "F32", "[2]", 4, 12) + "}", 12));
   EXPECT_EQ(error.kind(), ErrorKind::kInvalidOffsets) << error.what();
   EXPECT_EQ(error.tensor(), "w");
   EXPECT_EQ(error.field(), "data_offsets");
@@ -55,7 +54,7 @@ TEST(HeaderOffsets, FirstTensorMustStartAtZero) {
 TEST(HeaderOffsets, HoleBetweenTensorsIsRejected) {
   const std::string json =
       "{" + tensor("a", "F32", "[1]", 0, 4) + "," + tensor("b", "F32", "[1]", 8, 12) + "}";
-  const Error error = parse_error(file_bytes(json, 12));
+  const Error error = parse_error(safetensors_file(json, 12));
   EXPECT_EQ(error.kind(), ErrorKind::kInvalidOffsets) << error.what();
   EXPECT_EQ(error.tensor(), "b");
   EXPECT_EQ(error.expected(), "[4, 8]");
@@ -65,7 +64,7 @@ TEST(HeaderOffsets, HoleBetweenTensorsIsRejected) {
 TEST(HeaderOffsets, OverlapIsRejected) {
   const std::string json =
       "{" + tensor("a", "F32", "[2]", 0, 8) + "," + tensor("b", "F32", "[2]", 4, 12) + "}";
-  const Error error = parse_error(file_bytes(json, 12));
+  const Error error = parse_error(safetensors_file(json, 12));
   EXPECT_EQ(error.kind(), ErrorKind::kInvalidOffsets) << error.what();
   EXPECT_EQ(error.tensor(), "b");
   EXPECT_EQ(error.found(), "[4, 12]");
@@ -74,13 +73,13 @@ TEST(HeaderOffsets, OverlapIsRejected) {
 TEST(HeaderOffsets, TwoTensorsOnTheSameBytesAreRejected) {
   const std::string json =
       "{" + tensor("a", "F32", "[1]", 0, 4) + "," + tensor("b", "F32", "[1]", 0, 4) + "}";
-  EXPECT_EQ(parse_error(file_bytes(json, 8)).kind(), ErrorKind::kInvalidOffsets);
+  EXPECT_EQ(parse_error(safetensors_file(json, 8)).kind(), ErrorKind::kInvalidOffsets);
 }
 
 TEST(HeaderOffsets, EndBeforeBeginIsRejected) {
   const std::string json =
       "{" + tensor("a", "U8", "[4]", 0, 4) + "," + tensor("b", "U8", "[0]", 4, 2) + "}";
-  const Error error = parse_error(file_bytes(json, 4));
+  const Error error = parse_error(safetensors_file(json, 4));
   EXPECT_EQ(error.kind(), ErrorKind::kInvalidOffsets) << error.what();
   EXPECT_EQ(error.tensor(), "b");
   EXPECT_EQ(error.found(), "[4, 2]");
@@ -92,7 +91,7 @@ TEST(HeaderOffsets, MalformedOffsetsAreRejected) {
         "null", "[0,18446744073709551616]"}) {
     const std::string json =
         fmt::format(R"({{"w":{{"dtype":"F32","shape":[],"data_offsets":{}}}}})", offsets);
-    const Error error = parse_error(file_bytes(json, 4));
+    const Error error = parse_error(safetensors_file(json, 4));
     EXPECT_EQ(error.kind(), ErrorKind::kInvalidOffsets) << offsets << ": " << error.what();
     EXPECT_EQ(error.tensor(), "w");
     EXPECT_EQ(error.field(), "data_offsets");
@@ -101,7 +100,8 @@ TEST(HeaderOffsets, MalformedOffsetsAreRejected) {
 
 TEST(HeaderSizes, LengthMustMatchShapeTimesDtype) {
   // The crate's example: a 2x2 I32 tensor given 4 bytes.
-  const Error error = parse_error(file_bytes("{" + tensor("test", "I32", "[2,2]", 0, 4) + "}", 4));
+  const Error error =
+      parse_error(safetensors_file("{" + tensor("test", "I32", "[2,2]", 0, 4) + "}", 4));
   EXPECT_EQ(error.kind(), ErrorKind::kSizeMismatch) << error.what();
   EXPECT_EQ(error.tensor(), "test");
   EXPECT_EQ(error.field(), "data_offsets");
@@ -110,33 +110,40 @@ TEST(HeaderSizes, LengthMustMatchShapeTimesDtype) {
 }
 
 TEST(HeaderSizes, SubByteDtypesMustFillWholeBytes) {
-  const Error odd_f4 = parse_error(file_bytes("{" + tensor("q", "F4", "[1,3]", 0, 2) + "}", 2));
+  const Error odd_f4 =
+      parse_error(safetensors_file("{" + tensor("q", "F4", "[1,3]", 0, 2) + "}", 2));
   EXPECT_EQ(odd_f4.kind(), ErrorKind::kSizeMismatch) << odd_f4.what();
   EXPECT_EQ(odd_f4.tensor(), "q");
   EXPECT_EQ(odd_f4.field(), "shape");
-  EXPECT_EQ(parse_error(file_bytes("{" + tensor("q", "F6_E2M3", "[3]", 0, 3) + "}", 3)).kind(),
-            ErrorKind::kSizeMismatch);
+  EXPECT_EQ(
+      parse_error(safetensors_file("{" + tensor("q", "F6_E2M3", "[3]", 0, 3) + "}", 3)).kind(),
+      ErrorKind::kSizeMismatch);
   // Whole bytes are fine: 2 x F4 = 1 byte, 4 x F6 = 3 bytes.
-  EXPECT_EQ(parse(file_bytes("{" + tensor("q", "F4", "[1,2]", 0, 1) + "}", 1)).data_bytes(), 1u);
-  EXPECT_EQ(parse(file_bytes("{" + tensor("q", "F6_E3M2", "[4]", 0, 3) + "}", 3)).data_bytes(), 3u);
+  EXPECT_EQ(
+      parse_shard(safetensors_file("{" + tensor("q", "F4", "[1,2]", 0, 1) + "}", 1)).data_bytes(),
+      1u);
+  EXPECT_EQ(parse_shard(safetensors_file("{" + tensor("q", "F6_E3M2", "[4]", 0, 3) + "}", 3))
+                .data_bytes(),
+            3u);
 }
 
 TEST(HeaderFileSize, DataMustEndAtTheEndOfTheFile) {
   const std::string json = "{" + tensor("test", "I32", "[2,2]", 0, 16) + "}";
-  const Error extra = parse_error(file_bytes(json, 16) + "extra_bogus_data_for_polyglot_file");
+  const Error extra =
+      parse_error(safetensors_file(json, 16) + "extra_bogus_data_for_polyglot_file");
   EXPECT_EQ(extra.kind(), ErrorKind::kFileSize) << extra.what();
   EXPECT_EQ(extra.field(), "file_size");
-  const Error missing = parse_error(file_bytes(json, 14));
+  const Error missing = parse_error(safetensors_file(json, 14));
   EXPECT_EQ(missing.kind(), ErrorKind::kFileSize) << missing.what();
   EXPECT_EQ(missing.expected(), fmt::format("{} bytes", 8 + json.size() + 16));
-  EXPECT_EQ(parse_error(file_bytes("{}", 1)).kind(), ErrorKind::kFileSize);
+  EXPECT_EQ(parse_error(safetensors_file("{}", 1)).kind(), ErrorKind::kFileSize);
 }
 
 TEST(HeaderValid, SortsTensorsByOffsetAndIndexesThem) {
   const std::string json = "{" + tensor("c", "U8", "[2]", 12, 14) + "," +
                            tensor("a", "F32", "[2]", 0, 8) + "," + tensor("b", "I32", "[]", 8, 12) +
                            "}";
-  const SafetensorsHeader header = parse(file_bytes(json, 14));
+  const SafetensorsHeader header = parse_shard(safetensors_file(json, 14));
   ASSERT_EQ(header.tensors.size(), 3u);
   EXPECT_EQ(header.tensors[0].name, "a");
   EXPECT_EQ(header.tensors[1].name, "b");
@@ -163,7 +170,7 @@ TEST(HeaderValid, FindsEveryNameInAnyOrder) {
     json += tensor(names.back(), i % 2 == 0 ? "U8" : "I8", "[2]", 2 * i, 2 * i + 2);
   }
   json += "}";
-  const SafetensorsHeader header = parse(file_bytes(json, 80));
+  const SafetensorsHeader header = parse_shard(safetensors_file(json, 80));
   ASSERT_EQ(header.tensors.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     const TensorInfo* info = header.find(names[i]);
@@ -182,7 +189,7 @@ TEST(HeaderValid, ZeroSizeTensorsAnywhere) {
       "," + tensor("empty_mid", "I64", "[3,0]", 4, 4) + "," + tensor("v", "U8", "[1]", 4, 5) + "," +
       tensor("empty_end", "BF16", "[0]", 5, 5) + "," + tensor("also_empty_end", "F4", "[0]", 5, 5) +
       "}";
-  const SafetensorsHeader header = parse(file_bytes(json, 5));
+  const SafetensorsHeader header = parse_shard(safetensors_file(json, 5));
   ASSERT_EQ(header.tensors.size(), 6u);
   EXPECT_EQ(header.find("empty_mid")->nbytes(), 0u);
   EXPECT_EQ(header.find("empty_mid")->shape, (Shape{3, 0}));
@@ -191,15 +198,16 @@ TEST(HeaderValid, ZeroSizeTensorsAnywhere) {
 
 TEST(HeaderValid, ScalarHasAnEmptyShape) {
   const SafetensorsHeader header =
-      parse(file_bytes("{" + tensor("test", "I32", "[]", 0, 4) + "}", 4));
+      parse_shard(safetensors_file("{" + tensor("test", "I32", "[]", 0, 4) + "}", 4));
   EXPECT_TRUE(header.tensors.at(0).shape.empty());
   EXPECT_EQ(header.tensors.at(0).nbytes(), 4u);
 }
 
 TEST(HeaderValid, EmptyAndMetadataOnlyHeaders) {
-  EXPECT_TRUE(parse(file_bytes("{}")).tensors.empty());
-  EXPECT_EQ(parse(file_bytes("{}      ")).data_start, 16u);
-  const SafetensorsHeader header = parse(file_bytes(R"({"__metadata__":{"format":"pt"}})"));
+  EXPECT_TRUE(parse_shard(safetensors_file("{}")).tensors.empty());
+  EXPECT_EQ(parse_shard(safetensors_file("{}      ")).data_start, 16u);
+  const SafetensorsHeader header =
+      parse_shard(safetensors_file(R"({"__metadata__":{"format":"pt"}})"));
   EXPECT_TRUE(header.tensors.empty());
   EXPECT_EQ(header.metadata.at("format"), "pt");
   EXPECT_EQ(header.data_bytes(), 0u);
@@ -207,16 +215,16 @@ TEST(HeaderValid, EmptyAndMetadataOnlyHeaders) {
 
 TEST(HeaderValid, WhitespaceAroundTheObject) {
   // The crate's examples: JSON whitespace may lead or trail (writers pad with spaces).
-  EXPECT_NO_THROW(parse(file_bytes("{}\r \t\n")));
-  EXPECT_NO_THROW(parse(file_bytes("\t\n{}\r ")));
+  EXPECT_NO_THROW(parse_shard(safetensors_file("{}\r \t\n")));
+  EXPECT_NO_THROW(parse_shard(safetensors_file("\t\n{}\r ")));
   const std::string json = "{" + tensor("w", "U8", "[1]", 0, 1) + "}" + std::string(7, ' ');
-  EXPECT_EQ(parse(file_bytes(json, 1)).tensors.size(), 1u);
+  EXPECT_EQ(parse_shard(safetensors_file(json, 1)).tensors.size(), 1u);
 }
 
 TEST(HeaderValid, OddNamesAreKept) {
   const std::string json = R"({"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
                            R"("a\"b\\c\u0000":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
-  const SafetensorsHeader header = parse(file_bytes(json, 2));
+  const SafetensorsHeader header = parse_shard(safetensors_file(json, 2));
   ASSERT_NE(header.find(""), nullptr);
   ASSERT_NE(header.find(std::string_view("a\"b\\c\0", 6)), nullptr);
 }
@@ -232,13 +240,13 @@ TEST(HeaderLarge, TwentyThousandTensorsInAnyOrder) {
                "BF16", "[2,4]", 16 * i, 16 * (i + 1)));
   }
   const auto file_of = [&](const std::vector<std::string>& in_order) {
-    return file_bytes(
+    return safetensors_file(
         fmt::format(R"({{"__metadata__":{{"format":"pt"}},{}}})", fmt::join(in_order, ",")),
         16 * count);
   };
-  const SafetensorsHeader sorted = parse(file_of(entries));
+  const SafetensorsHeader sorted = parse_shard(file_of(entries));
   std::reverse(entries.begin(), entries.end());  // makes the parser sort and re-index
-  const SafetensorsHeader reversed = parse(file_of(entries));
+  const SafetensorsHeader reversed = parse_shard(file_of(entries));
   ASSERT_EQ(sorted.tensors.size(), count);
   ASSERT_EQ(reversed.tensors.size(), count);
   for (size_t i = 0; i < count; i += 997) {

@@ -13,7 +13,7 @@ namespace {
 
 using ::shardload::testing::TempDir;
 
-std::string make_model(const TempDir& dir, const std::string& arch) {
+std::string tiny_model(const TempDir& dir, const std::string& arch) {
   TinyOptions options;
   options.arch = arch;
   options.out = dir.file(arch);
@@ -26,7 +26,7 @@ std::string make_model(const TempDir& dir, const std::string& arch) {
 // every thread count: the scheduling of work items never changes the result.
 TEST(LoaderTest, AllRanksAtOnceEqualsEachRankAlone) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "qwen2_moe"));
+  const Checkpoint ckpt = Checkpoint::open(tiny_model(dir, "qwen2_moe"));
   ParallelConfig parallel;
   parallel.tp = 4;
   parallel.ep = 2;
@@ -50,7 +50,7 @@ TEST(LoaderTest, AllRanksAtOnceEqualsEachRankAlone) {
 
 TEST(LoaderTest, TensorParallelOneIsTheCheckpointItself) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "llama"));
+  const Checkpoint ckpt = Checkpoint::open(tiny_model(dir, "llama"));
   const Plan plan = make_plan(ckpt, ParallelConfig{});
   LoadStats stats;
   const std::vector<RankWeights> ranks = load_ranks(ckpt, plan, {}, &stats);
@@ -72,7 +72,7 @@ TEST(LoaderTest, TensorParallelOneIsTheCheckpointItself) {
 
 TEST(LoaderTest, RejectsARankOutsideTheLayout) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, "llama"));
+  const Checkpoint ckpt = Checkpoint::open(tiny_model(dir, "llama"));
   ParallelConfig parallel;
   parallel.tp = 2;
   const Plan plan = make_plan(ckpt, parallel);
@@ -83,7 +83,7 @@ TEST(LoaderTest, RejectsARankOutsideTheLayout) {
 
 TEST(LoaderTest, ReportsATruncatedFileAsAnIoErrorNamingTheTensor) {
   TempDir dir;
-  const std::string model = make_model(dir, "llama");
+  const std::string model = tiny_model(dir, "llama");
   const Checkpoint ckpt = Checkpoint::open(model);
   const Plan plan = make_plan(ckpt, ParallelConfig{});
   // The header was validated at open; the file shrinks afterwards (changed under the reader).

@@ -21,14 +21,14 @@ namespace fs = std::filesystem;
 
 using Map = std::vector<std::vector<int>>;
 
-struct Case {
+struct LiveRebalanceCase {
   std::string quant;       // make_tiny --quant
   std::string activation;  // make_tiny --activation-scheme ("" : the default, static for fp8)
   bool dynamic;            // --quantization fp8 on a bf16 checkpoint
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string case_name(const ::testing::TestParamInfo<LiveRebalanceCase>& info) {
+  const LiveRebalanceCase& c = info.param;
   return (c.quant == "fp8-block" ? std::string("fp8block") : c.quant) + c.activation +
          (c.dynamic ? "_dynamic" : "");
 }
@@ -36,7 +36,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 // tp 4, ep 2 (two tensor-parallel ranks per expert rank, so a slot copied from the other expert
 // rank must come from the rank with the same cut). 8 experts + 2 redundant: 5 slots per EP rank;
 // the block-FP8 tiny model has 4 experts: 3 slots.
-ParallelConfig with_map(const Case& c, const Map& map) {
+ParallelConfig with_map(const LiveRebalanceCase& c, const Map& map) {
   ParallelConfig parallel = layout(4, 2, c.dynamic);
   parallel.expert_map = map;
   return parallel;
@@ -68,10 +68,10 @@ Maps maps(int layers, bool eight) {
   return m;
 }
 
-class RebalanceLive : public ::testing::TestWithParam<Case> {
+class RebalanceLive : public ::testing::TestWithParam<LiveRebalanceCase> {
  protected:
   void SetUp() override {
-    const Case& c = GetParam();
+    const LiveRebalanceCase& c = GetParam();
     a_ = make_model(dir_, "qwen3_moe", 1, c.quant, c.activation);
     b_ = make_model(dir_, "qwen3_moe", 2, c.quant, c.activation);
     const Plan probe = load_live(a_, layout(1, 1, c.dynamic)).plan;
@@ -156,9 +156,11 @@ TEST_P(RebalanceLive, UnderAStagingBoundEqualsTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Quantization, RebalanceLive,
-                         ::testing::Values(Case{"none", "", false}, Case{"fp8", "", false},
-                                           Case{"fp8", "dynamic", false}, Case{"none", "", true},
-                                           Case{"fp8-block", "", false}),
+                         ::testing::Values(LiveRebalanceCase{"none", "", false},
+                                           LiveRebalanceCase{"fp8", "", false},
+                                           LiveRebalanceCase{"fp8", "dynamic", false},
+                                           LiveRebalanceCase{"none", "", true},
+                                           LiveRebalanceCase{"fp8-block", "", false}),
                          case_name);
 
 // Modules that exchange slots across ranks must commit together: a bound below their size is an
@@ -166,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(Quantization, RebalanceLive,
 TEST(RebalanceLiveErrors, PartnersLargerThanTheBoundAreRejectedBeforeAnyChange) {
   TempDir dir;
   const std::string model = make_model(dir, "qwen3_moe", 1);
-  const Case c{"none", "", false};
+  const LiveRebalanceCase c{"none", "", false};
   const Maps m = maps(moe_layers(model), true);
   LiveModel live = load_live(model, with_map(c, m.before));
   const Snapshot before = snapshot(live);

@@ -18,16 +18,16 @@ Map rows(int layers, std::vector<int> row) {
   return Map(static_cast<size_t>(layers), std::move(row));
 }
 
-struct Case {
+struct RebalanceCase {
   std::string quant;
   std::string activation;
   bool dynamic;
 };
 
-class Rebalance : public ::testing::TestWithParam<Case> {};
+class Rebalance : public ::testing::TestWithParam<RebalanceCase> {};
 
 TEST_P(Rebalance, EqualsAFreshLoadUnderTheNewMap) {
-  const Case& c = GetParam();
+  const RebalanceCase& c = GetParam();
   TempDir dir;
   const std::string model = make_model(dir, "qwen3_moe", 1, c.quant, c.activation);
   // 8 experts + 2 redundant on ep 2: 5 slots per rank.
@@ -74,12 +74,15 @@ TEST_P(Rebalance, EqualsAFreshLoadUnderTheNewMap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Quantization, Rebalance,
-                         ::testing::Values(Case{"none", "", false}, Case{"fp8", "", false},
-                                           Case{"fp8", "dynamic", false}, Case{"none", "", true},
-                                           Case{"fp8-block", "", false}, Case{"ct-fp8-channel", "", false},
-                                           Case{"ct-fp8-tensor", "", false}),
+                         ::testing::Values(RebalanceCase{"none", "", false},
+                                           RebalanceCase{"fp8", "", false},
+                                           RebalanceCase{"fp8", "dynamic", false},
+                                           RebalanceCase{"none", "", true},
+                                           RebalanceCase{"fp8-block", "", false},
+                                           RebalanceCase{"ct-fp8-channel", "", false},
+                                           RebalanceCase{"ct-fp8-tensor", "", false}),
                          [](const auto& info) {
-                           const Case& c = info.param;
+                           const RebalanceCase& c = info.param;
                            std::string quant = c.quant;
                            std::erase(quant, '-');
                            return quant +

@@ -11,7 +11,7 @@ namespace {
 
 using namespace ::shardload::testing;
 
-struct Case {
+struct UpdateCase {
   std::string arch;
   std::string quant;
   std::string activation;
@@ -20,10 +20,10 @@ struct Case {
   bool dynamic;
 };
 
-class FullUpdate : public ::testing::TestWithParam<Case> {};
+class FullUpdate : public ::testing::TestWithParam<UpdateCase> {};
 
 TEST_P(FullUpdate, GivesTheBytesOfAFreshLoadInPlace) {
-  const Case& c = GetParam();
+  const UpdateCase& c = GetParam();
   TempDir dir;
   const std::string a = make_model(dir, c.arch, 1, c.quant, c.activation);
   const std::string b = make_model(dir, c.arch, 2, c.quant, c.activation);
@@ -55,21 +55,22 @@ TEST_P(FullUpdate, GivesTheBytesOfAFreshLoadInPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, FullUpdate,
-                         ::testing::Values(Case{"qwen3_moe", "none", "", 2, 2, false},
-                                           Case{"qwen3_moe", "fp8", "", 4, 2, false},
-                                           Case{"qwen3_moe", "fp8", "dynamic", 2, 1, false},
-                                           Case{"qwen3_moe", "none", "", 2, 2, true},
-                                           Case{"deepseek_v3", "fp8-block", "", 2, 2, false},
-                                           Case{"llama", "none", "", 2, 1, false},
-                                           Case{"mixtral", "fp8", "", 2, 2, false},
-                                           Case{"qwen3_moe", "ct-fp8-tensor", "", 4, 2, false},
-                                           Case{"deepseek_v3", "ct-fp8-channel", "", 4, 2, false},
-                                           Case{"llama", "ct-fp8-block", "", 2, 1, false},
-                                           Case{"deepseek_v32", "fp8-block", "", 4, 2, false},
-                                           Case{"minimax_m2", "fp8-block", "", 4, 2, false},
-                                           Case{"qwen3_next", "fp8-block", "", 4, 2, false}),
+                         ::testing::Values(
+                             UpdateCase{"qwen3_moe", "none", "", 2, 2, false},
+                             UpdateCase{"qwen3_moe", "fp8", "", 4, 2, false},
+                             UpdateCase{"qwen3_moe", "fp8", "dynamic", 2, 1, false},
+                             UpdateCase{"qwen3_moe", "none", "", 2, 2, true},
+                             UpdateCase{"deepseek_v3", "fp8-block", "", 2, 2, false},
+                             UpdateCase{"llama", "none", "", 2, 1, false},
+                             UpdateCase{"mixtral", "fp8", "", 2, 2, false},
+                             UpdateCase{"qwen3_moe", "ct-fp8-tensor", "", 4, 2, false},
+                             UpdateCase{"deepseek_v3", "ct-fp8-channel", "", 4, 2, false},
+                             UpdateCase{"llama", "ct-fp8-block", "", 2, 1, false},
+                             UpdateCase{"deepseek_v32", "fp8-block", "", 4, 2, false},
+                             UpdateCase{"minimax_m2", "fp8-block", "", 4, 2, false},
+                             UpdateCase{"qwen3_next", "fp8-block", "", 4, 2, false}),
                          [](const auto& info) {
-                           const Case& c = info.param;
+                           const UpdateCase& c = info.param;
                            std::string quant = c.quant;
                            std::erase(quant, '-');
                            return c.arch + "_" + quant +

@@ -29,7 +29,7 @@ namespace {
 
 using nlohmann::json;
 
-struct Case {
+struct CtFp8Case {
   std::string arch;
   std::string quant;   // ct-fp8-tensor, ct-fp8-channel, ct-fp8-block
   std::string scheme;  // activation scheme for ct-fp8-tensor ("" otherwise)
@@ -37,12 +37,12 @@ struct Case {
   int ep;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const CtFp8Case& c, std::ostream* os) {
   *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string ct_fp8_case_name(const ::testing::TestParamInfo<CtFp8Case>& info) {
+  const CtFp8Case& c = info.param;
   std::string quant = c.quant.substr(7);  // tensor, channel, block
   return fmt::format("{}_{}{}_tp{}_ep{}", c.arch, quant, c.scheme.empty() ? "" : "_" + c.scheme, c.tp, c.ep);
 }
@@ -105,10 +105,10 @@ void write_dequantized(const std::string& ct_dir, const std::string& out_dir) {
 // One FP8 code step at magnitude a (e4m3: 3 mantissa bits; subnormals 2^-9 apart).
 double code_step(double a) { return a < std::ldexp(1.0, -6) ? std::ldexp(1.0, -9) : std::ldexp(1.0, int(std::floor(std::log2(a))) - 3); }
 
-class CtFp8Export : public ::testing::TestWithParam<Case> {};
+class CtFp8Export : public ::testing::TestWithParam<CtFp8Case> {};
 
 TEST_P(CtFp8Export, DequantizesToTheCheckpointsValuesInTheSpecsLayout) {
-  const Case& c = GetParam();
+  const CtFp8Case& c = GetParam();
   TempDir tmp;
   const std::string model = tmp.file("model");
   make_tiny({.arch = c.arch, .out = model, .seed = test_seed(), .quant = c.quant, .activation_scheme = c.scheme});
@@ -203,16 +203,19 @@ TEST_P(CtFp8Export, DequantizesToTheCheckpointsValuesInTheSpecsLayout) {
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, CtFp8Export,
-    ::testing::Values(Case{"llama", "ct-fp8-tensor", "static", 2, 1}, Case{"llama", "ct-fp8-tensor", "dynamic", 4, 1},
-                      Case{"llama", "ct-fp8-channel", "", 2, 1}, Case{"llama", "ct-fp8-block", "", 4, 1},
-                      Case{"qwen3_moe", "ct-fp8-tensor", "static", 4, 2},
-                      Case{"qwen3_moe", "ct-fp8-tensor", "dynamic", 2, 2},
-                      Case{"qwen3_moe", "ct-fp8-channel", "", 4, 2}, Case{"qwen3_moe", "ct-fp8-block", "", 4, 2},
-                      Case{"deepseek_v3", "ct-fp8-tensor", "static", 4, 2},
-                      Case{"deepseek_v3", "ct-fp8-tensor", "dynamic", 2, 1},
-                      Case{"deepseek_v3", "ct-fp8-channel", "", 4, 2},
-                      Case{"deepseek_v3", "ct-fp8-block", "", 2, 2}),
-    case_name);
+    ::testing::Values(CtFp8Case{"llama", "ct-fp8-tensor", "static", 2, 1},
+                      CtFp8Case{"llama", "ct-fp8-tensor", "dynamic", 4, 1},
+                      CtFp8Case{"llama", "ct-fp8-channel", "", 2, 1},
+                      CtFp8Case{"llama", "ct-fp8-block", "", 4, 1},
+                      CtFp8Case{"qwen3_moe", "ct-fp8-tensor", "static", 4, 2},
+                      CtFp8Case{"qwen3_moe", "ct-fp8-tensor", "dynamic", 2, 2},
+                      CtFp8Case{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
+                      CtFp8Case{"qwen3_moe", "ct-fp8-block", "", 4, 2},
+                      CtFp8Case{"deepseek_v3", "ct-fp8-tensor", "static", 4, 2},
+                      CtFp8Case{"deepseek_v3", "ct-fp8-tensor", "dynamic", 2, 1},
+                      CtFp8Case{"deepseek_v3", "ct-fp8-channel", "", 4, 2},
+                      CtFp8Case{"deepseek_v3", "ct-fp8-block", "", 2, 2}),
+    ct_fp8_case_name);
 
 // A scale that is zero, negative or not finite is refused before any weight goes live, naming the
 // checkpoint tensor and where in it: the row (channel), the block (block), the expert.

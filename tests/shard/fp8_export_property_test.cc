@@ -18,7 +18,7 @@
 namespace shardload::testing {
 namespace {
 
-struct Case {
+struct Fp8Case {
   std::string arch;
   std::string quant;  // fp8, fp8-block, dynamic (make-tiny none + --quantization fp8)
   int tp;
@@ -26,13 +26,13 @@ struct Case {
   int redundant;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const Fp8Case& c, std::ostream* os) {
   *os << c.arch << " " << c.quant << " tp " << c.tp << " ep " << c.ep << " redundant "
       << c.redundant;
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string fp8_case_name(const ::testing::TestParamInfo<Fp8Case>& info) {
+  const Fp8Case& c = info.param;
   std::string quant = c.quant;
   std::replace(quant.begin(), quant.end(), '-', '_');
   return fmt::format("{}_{}_tp{}_ep{}_r{}", c.arch, quant, c.tp, c.ep, c.redundant);
@@ -137,10 +137,10 @@ class Checker {
   int r_;
 };
 
-class Fp8Export : public ::testing::TestWithParam<Case> {};
+class Fp8Export : public ::testing::TestWithParam<Fp8Case> {};
 
 TEST_P(Fp8Export, MatchesLayoutMd) {
-  const Case& c = GetParam();
+  const Fp8Case& c = GetParam();
   TempDir tmp;
   const std::string model = tmp.file("model");
   make_tiny({.arch = c.arch,
@@ -323,15 +323,14 @@ TEST_P(Fp8Export, MatchesLayoutMd) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Fp8Export,
-    ::testing::Values(Case{"qwen3_moe", "fp8", 1, 1, 0}, Case{"qwen3_moe", "fp8", 2, 2, 2},
-                      Case{"qwen3_moe", "fp8", 4, 2, 2}, Case{"qwen3_moe", "fp8", 4, 1, 2},
-                      Case{"qwen3_moe", "fp8", 4, 4, 0}, Case{"deepseek_v3", "fp8-block", 1, 1, 0},
-                      Case{"deepseek_v3", "fp8-block", 2, 1, 0},
-                      Case{"deepseek_v3", "fp8-block", 4, 2, 0},
-                      Case{"deepseek_v3", "fp8-block", 4, 4, 0},
-                      Case{"qwen3_moe", "dynamic", 2, 2, 2}, Case{"qwen3_moe", "dynamic", 4, 2, 0},
-                      Case{"glm4_moe", "fp8", 4, 2, 2}),
-    case_name);
+    ::testing::Values(
+        Fp8Case{"qwen3_moe", "fp8", 1, 1, 0}, Fp8Case{"qwen3_moe", "fp8", 2, 2, 2},
+        Fp8Case{"qwen3_moe", "fp8", 4, 2, 2}, Fp8Case{"qwen3_moe", "fp8", 4, 1, 2},
+        Fp8Case{"qwen3_moe", "fp8", 4, 4, 0}, Fp8Case{"deepseek_v3", "fp8-block", 1, 1, 0},
+        Fp8Case{"deepseek_v3", "fp8-block", 2, 1, 0}, Fp8Case{"deepseek_v3", "fp8-block", 4, 2, 0},
+        Fp8Case{"deepseek_v3", "fp8-block", 4, 4, 0}, Fp8Case{"qwen3_moe", "dynamic", 2, 2, 2},
+        Fp8Case{"qwen3_moe", "dynamic", 4, 2, 0}, Fp8Case{"glm4_moe", "fp8", 4, 2, 2}),
+    fp8_case_name);
 
 }  // namespace
 }  // namespace shardload::testing

@@ -19,4 +19,9 @@ inline std::string safetensors_bytes(std::string_view header, std::string_view d
   return out;
 }
 
+// A file whose data section is `data_bytes` zero bytes.
+inline std::string safetensors_file(std::string_view header, size_t data_bytes = 0) {
+  return safetensors_bytes(header, std::string(data_bytes, '\0'));
+}
+
 }  // namespace shardload::testing

@@ -4,22 +4,22 @@
 // option or without --sparse, are refused before anything is written. The real configs of
 // tests/data/configs are in real_configs_test.cc.
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "shardload/error.h"
 #include "shardload/safetensors.h"
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "tiny_error.h"
 
 namespace shardload {
 namespace {
@@ -48,16 +48,6 @@ std::map<std::string, std::pair<DType, Shape>> headers(const fs::path& dir) {
     out.emplace(name, std::pair{info->dtype, info->shape});
   }
   return out;
-}
-
-Error error_of(const TinyOptions& options) {
-  try {
-    make_tiny(options);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "make_tiny did not throw";
-  return Error(ErrorKind::kIo, "no error");
 }
 
 // A config.json the generator wrote for `arch`, changed by `edit`, at DIR/config.json.
@@ -145,7 +135,7 @@ TEST(TinyConfig, ConfigWithASizingOptionOrWithoutSparseIsAnInvalidArgument) {
       {{.config = config, .sparse = true}, "out"},
   };
   for (const auto& [options, field] : cases) {
-    const Error e = error_of(options);
+    const Error e = testing::make_tiny_error(options);
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << field;
     EXPECT_EQ(e.field(), field) << e.what();
   }
@@ -183,7 +173,7 @@ TEST(TinyConfig, ConfigsTheGeneratorCannotWriteAreConfigErrors) {
     TempDir dir;
     const std::string config = edited_config(dir, k.arch, k.quant, k.edit);
     const std::string out = dir.file("m");
-    const Error e = error_of({.out = out, .config = config, .sparse = true});
+    const Error e = testing::make_tiny_error({.out = out, .config = config, .sparse = true});
     EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
     EXPECT_EQ(e.field(), k.field) << e.what();
     EXPECT_EQ(e.file(), config) << e.what();

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +17,7 @@
 #include "temp_dir.h"
 #include "tiny/tiny_model.h"
 #include "tiny/tiny_quant.h"
+#include "tiny_error.h"
 
 namespace shardload {
 namespace {
@@ -25,22 +26,11 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::TempDir;
 
-// The error make_tiny throws (kIo when it throws none, which fails the test).
-Error error_of(const TinyOptions& options) {
-  try {
-    make_tiny(options);
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "make_tiny did not throw";
-  return Error(ErrorKind::kIo, "no error");
-}
-
 TEST(TinyQuantOptions, UnknownQuantListsTheAcceptedValues) {
   TempDir dir;
   const std::string out = (dir.path() / "m").string();
   for (const char* bad : {"int4", "FP8", "", "fp8_block"}) {
-    const Error e = error_of({.arch = "llama", .out = out, .quant = bad});
+    const Error e = testing::make_tiny_error({.arch = "llama", .out = out, .quant = bad});
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << bad;
     EXPECT_EQ(e.field(), "quant");
     EXPECT_NE(e.expected().find("none, fp8, fp8-block"), std::string::npos) << e.what();
@@ -53,14 +43,14 @@ TEST(TinyQuantOptions, ActivationSchemeOnlyWithPerTensorFp8) {
   const std::string out = (dir.path() / "m").string();
   for (const char* quant : {"none", "fp8-block"}) {
     for (const char* scheme : {"static", "dynamic"}) {
-      const Error e =
-          error_of({.arch = "qwen3", .out = out, .quant = quant, .activation_scheme = scheme});
+      const Error e = testing::make_tiny_error(
+          {.arch = "qwen3", .out = out, .quant = quant, .activation_scheme = scheme});
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << quant << " " << scheme;
       EXPECT_EQ(e.field(), "activation-scheme");
     }
   }
-  const Error e =
-      error_of({.arch = "qwen3", .out = out, .quant = "fp8", .activation_scheme = "per-token"});
+  const Error e = testing::make_tiny_error(
+      {.arch = "qwen3", .out = out, .quant = "fp8", .activation_scheme = "per-token"});
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_EQ(e.expected(), "static or dynamic");
   EXPECT_FALSE(fs::exists(out));
@@ -72,7 +62,7 @@ TEST(TinyQuantOptions, ActivationSchemeOnlyWithPerTensorFp8) {
 
 TEST(TinyQuantOptions, SizeWorksWithFp8AndIsRefusedWithFp8Block) {
   TempDir dir;
-  const Error e = error_of(
+  const Error e = testing::make_tiny_error(
       {.arch = "llama", .out = dir.file("b"), .size_bytes = 20'000'000, .quant = "fp8-block"});
   EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
   EXPECT_EQ(e.field(), "size");
