@@ -125,6 +125,37 @@ void load_into_device(const Checkpoint& checkpoint, const Plan& plan,
                       const LoadOptions& options = {}, const DeviceLoadOptions& device = {},
                       LoadStats* stats = nullptr);
 
+// Where one parameter of a rank goes: an engine's own tensor, filled in place.
+struct TensorDestination {
+  std::string name;      // the parameter's name in the plan (layout.md's)
+  int device = -1;       // -1: host memory; else the GPU's ordinal (`address` is a CUdeviceptr)
+  uint64_t address = 0;  // the tensor's first byte; its bytes are contiguous
+  uint64_t bytes = 0;    // must be the parameter's
+};
+
+struct TensorLoadStats {
+  uint64_t bytes_read = 0;     // checkpoint bytes read
+  uint64_t bytes_copied = 0;   // bytes written to the destinations
+  uint64_t staging_bytes = 0;  // the host memory the load held: the ring's buffers
+  uint64_t windows = 0;
+  double seconds = 0;
+  IoMode io = IoMode::kAuto;
+};
+
+// Loads rank `rank` of `plan` straight into the tensors that will hold it (an engine's parameters):
+// windows of whole modules are read, converted and post-processed in a ring of staging buffers
+// (DeviceLoadOptions: window_bytes, depth) and each parameter's bytes copied to its destination,
+// so host memory holds the ring, never the whole rank. The bytes are load_ranks' byte for byte. A
+// parameter without a destination is read and post-processed with its module (FP8 needs it), not
+// copied. Only this rank's bytes are read. Error(kInvalidArgument) naming the tensor when a
+// destination is not a parameter of the rank, is named twice, or is not the parameter's size, and
+// when some destinations are on the host and others on GPUs; Error(kDevice) for GPU destinations
+// where CUDA cannot be used. Nothing is written before every destination is checked.
+void load_rank_into_tensors(const Checkpoint& checkpoint, const Plan& plan, int rank,
+                            const std::vector<TensorDestination>& destinations,
+                            const LoadOptions& options = {}, const DeviceLoadOptions& device = {},
+                            TensorLoadStats* stats = nullptr);
+
 // Copies host buffers to GPUs (one DeviceBuffer per buffer, on devices[i]), through the same ring
 // of staging buffers: an export's ranks, or a test's reference.
 std::vector<DeviceBuffer> upload_buffers(const std::vector<std::span<const std::byte>>& buffers,

@@ -8,7 +8,7 @@ from ._shardload import (Checkpoint, LiveModel, LoadedModel, Tensor, cuda_unavai
 from .client import Client, connect
 from .errors import (CancelledError, ConfigError, ConflictError, DeviceError, Error, FormatError,
                      InvalidArgumentError, IoError, StaleReadError)
-from .hooks import iter_weights, load_state_dict_into
+from .hooks import iter_weights, load_into, load_state_dict_into
 from .tensors import as_float8, to_numpy, to_torch
 
 __version__ = "0.1.0"

@@ -105,6 +105,62 @@ def _copy_entry(target, src, entry):
     flat[src.numel():].fill_(entry["fill"])
 
 
+def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0, window_bytes=0, targets=None):
+    """Loads rank `rank` of `layout` from the checkpoint `model_dir` straight into `module`'s tensors, in
+    place (_shardload.load_into_tensors: windows of whole modules are read, converted and post-processed
+    in a ring of staging buffers and copied out, so host memory never holds the whole rank). A tensor the
+    engine holds as the layout does (its name aside) is the destination itself; one it holds in another
+    dtype (the q/k norms) or shape (per-part FP8 scales), or not contiguous, is loaded into a scratch
+    tensor on the same device, then cast or spread. Returns the load's figures."""
+    import torch
+
+    targets = state_targets(module) if targets is None else targets
+    _check(entries, targets, f"rank {rank} of {model_dir}")
+    destinations, loaded, scratch, again = {}, {}, [], []
+    for e in entries:
+        if e["source"] is None:
+            continue
+        target = targets[e["name"]]
+        if e["source"] in loaded:  # a tensor the engine holds twice (under two names): copied from the first
+            again.append((target, e))
+            continue
+        fp8 = e["source_dtype"].startswith("F8_")
+        same = target.element_size() == 1 if fp8 else torch_dtype(e["source_dtype"]) == target.dtype
+        if same and tuple(e["source_shape"]) == tuple(e["shape"]) and target.is_contiguous():
+            dest = target
+        else:
+            dtype = torch.uint8 if fp8 else torch_dtype(e["source_dtype"])  # FP8 as its bytes (any torch)
+            dest = torch.empty(tuple(e["source_shape"]), dtype=dtype, device=target.device)
+            scratch.append((target, dest, e))
+        loaded[e["source"]] = dest
+        destinations[e["source"]] = (dest.data_ptr(), dest.numel() * dest.element_size(), _device_index(dest))
+    stats = _shardload.load_into_tensors(str(model_dir), rank=rank, destinations=destinations, threads=threads,
+                                         window_bytes=window_bytes, **layout)
+    with torch.no_grad():
+        for target, dest, e in scratch:
+            src = dest.view(target.dtype) if dest.dtype == torch.uint8 and target.dtype != torch.uint8 else dest
+            _copy_entry(target, src, e)
+        for target, e in again:
+            src = loaded[e["source"]]
+            src = src.view(target.dtype) if src.dtype == torch.uint8 and target.dtype != torch.uint8 else src
+            _copy_entry(target, src, e)
+        for e in entries:
+            if e["source"] is None:
+                targets[e["name"]].fill_(e["fill"])
+    stats["bytes"] = sum(targets[e["name"]].numel() * targets[e["name"]].element_size() for e in entries)
+    return stats
+
+
+def _device_index(tensor):
+    """-1 for host memory, else the CUDA device's ordinal (what load_into_tensors takes)."""
+    if tensor.device.type == "cpu":
+        return -1
+    if tensor.device.type == "cuda":
+        return tensor.device.index if tensor.device.index is not None else 0
+    raise InvalidArgumentError("shardload fills host memory or CUDA devices only", field="device",
+                               expected="cpu or cuda", found=str(tensor.device))
+
+
 def fill_from_server(module, entries, client, rank, *, targets=None):
     """Copies rank `rank` of a running weight server (shardload.connect) into `module` in place, one
     consistent version (Client.copy_into) for the whole rank; returns that version. A tensor the
@@ -185,7 +241,8 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     server named `weight_server`. One consistent version per rank is the client's; one version over the
     ranks is `group_versions(version) -> [every rank's version]` (a collective of the engine's group): an
     update that commits while the ranks copy leaves some at the old version, so every rank copies again
-    until the group agrees. Returns {bytes, seconds, version (server only)}. `check_replaced=False`: the
+    until the group agrees. Returns {bytes, seconds, staging_bytes (checkpoint only: the host memory the
+    load held), version (server only)}. `check_replaced=False`: the
     caller restored the module to its loaded form itself (shardload.vllm.refill_processed), so parameters
     made since the last fill are expected."""
     start = time.perf_counter()
@@ -194,12 +251,11 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     if check_replaced:
         _check_unprocessed(module, targets)
     if weight_server is None:
-        loaded = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
-        copied = fill_from_tensors(module, entries, loaded.tensors(rank), where=f"rank {rank} of {model_dir}",
-                                   targets=targets)
+        loaded = fill_from_checkpoint(module, entries, model_dir, rank, layout, threads=threads, targets=targets)
         if check_replaced:
             _remember_filled(module, targets)
-        return {"bytes": copied, "seconds": time.perf_counter() - start}
+        return {"bytes": loaded["bytes"], "seconds": time.perf_counter() - start,
+                "staging_bytes": loaded["staging_bytes"]}
     from .client import connect
 
     with connect(weight_server, rank=rank) as client:

@@ -11,79 +11,12 @@
 
 #include "core/seconds_since.h"
 #include "device/cuda.h"
+#include "device/cuda_uploader.h"
 #include "device/staging_ring.h"
 #include "shardload/device.h"
 #include "shardload/error.h"
 
 namespace shardload {
-namespace {
-
-// Uploads to device allocations: copies are enqueued on the destination GPU's stream; a marker is
-// an event per GPU that got copies since the previous marker.
-class CudaUploader : public device::Uploader {
- public:
-  struct Target {
-    int device;
-    uint64_t address;
-    size_t size;
-  };
-  explicit CudaUploader(std::vector<Target> targets) : targets_(std::move(targets)) {
-    for (const Target& t : targets_) {
-      if (!streams_.contains(t.device)) streams_[t.device] = device::cuda::stream_create(t.device);
-    }
-  }
-  ~CudaUploader() override {
-    for (auto& [marker, events] : pending_) {
-      for (const auto& [dev, event] : events) {
-        try {
-          device::cuda::event_wait(dev, event);
-        } catch (const Error&) {
-        }
-      }
-    }
-    for (const auto& [dev, stream] : streams_) device::cuda::stream_destroy(dev, stream);
-  }
-  std::byte* allocate_staging(size_t bytes) override {
-    return static_cast<std::byte*>(device::cuda::host_alloc(bytes));
-  }
-  void free_staging(std::byte* staging) noexcept override { device::cuda::host_free(staging); }
-  void upload(size_t target, uint64_t offset, const std::byte* src, uint64_t bytes) override {
-    const Target& t = targets_.at(target);
-    if (offset > t.size || bytes > t.size - offset) {
-      throw Error(ErrorKind::kInternal, "an upload runs past its device allocation",
-                  {.field = fmt::format("target {}", target),
-                   .found = fmt::format("{} bytes at {}", bytes, offset)});
-    }
-    device::cuda::copy_h2d_async(t.device, t.address + offset, src, bytes, streams_.at(t.device));
-    dirty_[t.device] = true;
-  }
-  uint64_t mark() override {
-    std::vector<std::pair<int, device::cuda::Event>> events;
-    for (auto& [dev, dirty] : dirty_) {
-      if (dirty) events.emplace_back(dev, device::cuda::event_record(dev, streams_.at(dev)));
-      dirty = false;
-    }
-    pending_[++last_] = std::move(events);
-    return last_;
-  }
-  void wait(uint64_t marker) override {
-    // Markers complete in order on each stream: waiting for one waits for every earlier one.
-    while (!pending_.empty() && pending_.begin()->first <= marker) {
-      auto events = std::move(pending_.begin()->second);
-      pending_.erase(pending_.begin());
-      for (const auto& [dev, event] : events) device::cuda::event_wait(dev, event);
-    }
-  }
-
- private:
-  std::vector<Target> targets_;
-  std::map<int, device::cuda::Stream> streams_;
-  std::map<int, bool> dirty_;
-  std::map<uint64_t, std::vector<std::pair<int, device::cuda::Event>>> pending_;
-  uint64_t last_ = 0;
-};
-
-}  // namespace
 
 DeviceKind parse_device_kind(std::string_view text) {
   if (text == "cpu") return DeviceKind::kCpu;
@@ -241,7 +174,7 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, cons
   const std::vector<int> devices = assign_devices(ranks, cuda_device_count(), device.device_map);
   auto start = std::chrono::steady_clock::now();
   std::vector<DeviceRankWeights> out;
-  std::vector<CudaUploader::Target> targets;
+  std::vector<device::CudaUploader::Target> targets;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const uint64_t bytes = plan.ranks[static_cast<size_t>(ranks[i])].bytes;
     DeviceRankWeights& w = out.emplace_back();
@@ -260,7 +193,7 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, cons
   device::RingStats ring_stats;
   std::vector<std::vector<uint8_t>> processed;
   {
-    CudaUploader uploader(std::move(targets));
+    device::CudaUploader uploader(std::move(targets));
     device::load_through_ring(ckpt, plan, ranks, uploader, ring, processed, &ring_stats);
   }
   for (size_t i = 0; i < out.size(); ++i) out[i].processed = std::move(processed[i]);
@@ -288,7 +221,7 @@ void load_into_device(const Checkpoint& ckpt, const Plan& plan,
                       const LoadOptions& options, const DeviceLoadOptions& device,
                       LoadStats* stats) {
   std::vector<int> ids;
-  std::vector<CudaUploader::Target> targets;
+  std::vector<device::CudaUploader::Target> targets;
   std::vector<std::vector<uint8_t>> processed;
   for (const DeviceRankWeights& w : ranks) {
     if (w.rank < 0 || w.rank >= static_cast<int>(plan.ranks.size())) {
@@ -316,7 +249,7 @@ void load_into_device(const Checkpoint& ckpt, const Plan& plan,
   ring.modules = modules;
   device::RingStats ring_stats;
   {
-    CudaUploader uploader(std::move(targets));
+    device::CudaUploader uploader(std::move(targets));
     device::load_through_ring(ckpt, plan, ids, uploader, ring, processed, &ring_stats);
   }
   for (size_t i = 0; i < ranks.size(); ++i) ranks[i].processed = std::move(processed[i]);
@@ -350,7 +283,7 @@ void copy_to_devices(const std::vector<std::span<const std::byte>>& from,
         ErrorKind::kInvalidArgument, "one device buffer per host buffer",
         {.expected = fmt::format("{}", from.size()), .found = fmt::format("{}", to.size())});
   }
-  std::vector<CudaUploader::Target> targets;
+  std::vector<device::CudaUploader::Target> targets;
   for (size_t i = 0; i < from.size(); ++i) {
     if (from[i].size() > to[i].size()) {
       throw Error(ErrorKind::kInvalidArgument, "the bytes do not fit the device buffer",
@@ -365,11 +298,11 @@ void copy_to_devices(const std::vector<std::span<const std::byte>>& from,
   // buffers, synchronously).
   constexpr uint64_t kChunk = uint64_t{64} << 20;
   constexpr size_t kDepth = 3;
-  CudaUploader uploader(std::move(targets));
+  device::CudaUploader uploader(std::move(targets));
   std::vector<std::byte*> staging;
   std::vector<uint64_t> markers(kDepth, 0);
   struct Release {
-    CudaUploader& u;
+    device::CudaUploader& u;
     std::vector<std::byte*>& s;
     std::vector<uint64_t>& m;
     ~Release() {

@@ -96,6 +96,7 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
     EngineTensor tensor;
     std::string source;  // the source's name and shape: the plan dies here
     Shape source_shape;
+    DType source_dtype = DType::kBF16;
   };
   std::vector<Listed> tensors;
   {
@@ -111,11 +112,12 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
     for (EngineTensor& t : engine_tensors(plan, plan.ranks[static_cast<size_t>(rank)], engine)) {
       std::string source = t.param ? t.param->name : std::string();
       Shape source_shape = t.param ? t.param->shape : Shape{};
+      const DType source_dtype = t.param ? t.param->dtype : t.dtype;
       t.param = nullptr;
-      tensors.push_back({std::move(t), std::move(source), std::move(source_shape)});
+      tensors.push_back({std::move(t), std::move(source), std::move(source_shape), source_dtype});
     }
   }
-  for (const auto& [t, source, source_shape] : tensors) {
+  for (const auto& [t, source, source_shape, source_dtype] : tensors) {
     py::dict entry;
     entry["name"] = t.name;
     entry["dtype"] = std::string(dtype_name(t.dtype));
@@ -123,6 +125,7 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
     entry["source"] = source.empty() ? py::object(py::none()) : py::object(py::str(source));
     // Its shape: where it holds fewer elements than the engine's tensor, they go first, the rest is fill.
     entry["source_shape"] = source.empty() ? py::object(py::none()) : py::cast(source_shape);
+    entry["source_dtype"] = source.empty() ? py::object(py::none()) : py::str(dtype_name(source_dtype));
     entry["fill"] = t.fill;
     out.append(std::move(entry));
   }

@@ -2,6 +2,8 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <tuple>
+#include <vector>
 
 #include "python/bindings.h"
 #include "python/path_arg.h"
@@ -106,6 +108,44 @@ LoadedModel load(const py::object& model_path, const std::optional<std::vector<i
   return LoadedModel(std::move(loaded));
 }
 
+// {name: (address, bytes, device)}: device -1 for host memory, else the GPU's ordinal.
+std::vector<TensorDestination> destinations_from(const py::dict& destinations) {
+  std::vector<TensorDestination> out;
+  out.reserve(destinations.size());
+  for (const auto& [name, where] : destinations) {
+    const auto [address, bytes, device] = where.cast<std::tuple<uint64_t, uint64_t, int>>();
+    out.push_back({name.cast<std::string>(), device, address, bytes});
+  }
+  return out;
+}
+
+py::dict load_into_tensors(const py::object& model_path, int rank, const py::dict& destinations, int threads,
+                           const std::string& io, uint64_t window_bytes, const py::kwargs& layout) {
+  const std::string model = path_arg(model_path);
+  const ParallelConfig parallel = layout_from_kwargs(layout);
+  const std::vector<TensorDestination> dests = destinations_from(destinations);
+  LoadOptions options;
+  options.threads = threads;
+  options.io = io_mode_from_name(io);
+  DeviceLoadOptions ring;
+  if (window_bytes != 0) ring.window_bytes = window_bytes;
+  TensorLoadStats stats;
+  {
+    py::gil_scoped_release release;
+    const Checkpoint ckpt = Checkpoint::open(model);
+    const Plan plan = make_plan(ckpt, parallel);
+    load_rank_into_tensors(ckpt, plan, rank, dests, options, ring, &stats);
+  }
+  py::dict out;
+  out["bytes_read"] = stats.bytes_read;
+  out["bytes_copied"] = stats.bytes_copied;
+  out["staging_bytes"] = stats.staging_bytes;
+  out["windows"] = stats.windows;
+  out["seconds"] = stats.seconds;
+  out["io"] = io_mode_name(stats.io);
+  return out;
+}
+
 }  // namespace
 
 void bind_load(py::module_& m) {
@@ -117,6 +157,11 @@ void bind_load(py::module_& m) {
       .def_property_readonly("devices", &LoadedModel::devices, "{rank: GPU index} of a device load")
       .def("plan", &LoadedModel::plan, py::kw_only(), py::arg("pieces") = false)
       .def_property_readonly("stats", &LoadedModel::stats);
+  m.def("load_into_tensors", &load_into_tensors, py::arg("model"), py::kw_only(), py::arg("rank"),
+        py::arg("destinations"), py::arg("threads") = 0, py::arg("io") = "auto", py::arg("window_bytes") = 0,
+        "Loads one rank of a layout straight into tensors the caller holds (an engine's parameters), "
+        "{layout name: (address, bytes, device)} (device -1: host memory), through a ring of staging "
+        "windows: the rank is never whole in host memory. Returns the load's figures.");
   m.def("cuda_unavailable_reason", &cuda_unavailable_reason,
         "\"\" when device=\"cuda\" can be used here, else why not (no driver, no GPU, a build "
         "without CUDA)");

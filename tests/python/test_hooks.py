@@ -71,3 +71,52 @@ def test_load_state_dict_into_names_every_mismatch_and_copies_nothing(tiny):
     # Not strict: the extra module is left alone, mismatched shapes still refused.
     with pytest.raises(shardload.InvalidArgumentError, match="model.norm.weight: shape"):
         shardload.load_state_dict_into(module, rank, strict=False)
+
+
+def bytes_of(t):
+    flat = t.detach().reshape(-1)
+    return (flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)).numpy().tobytes()
+
+
+@pytest.mark.parametrize("arch,quant,layout", [("qwen3_moe", "fp8", {"tp": 2, "ep": 2}),
+                                               ("deepseek_v3", "fp8-block", {"tp": 2}),
+                                               ("qwen3", "none", {"tp": 4})])
+def test_load_into_fills_the_modules_tensors_in_place_through_small_windows(tiny, arch, quant, layout):
+    model = tiny(arch, quant)
+    loaded = shardload.load(model, ranks=[1], **layout)
+    rank = {name: shardload.to_torch(t) for name, t in loaded.tensors(1).items()}
+    module = module_with(rank)
+    addresses = {name: p.data_ptr() for name, p in module.named_parameters()}
+    stats = shardload.load_into(module, model, rank=1, threads=2, window_bytes=4096, **layout)
+    for name, p in module.named_parameters():
+        assert p.data_ptr() == addresses[name], f"{name} was replaced, not filled"
+        assert bytes_of(p) == bytes_of(rank[name]), name
+    assert stats["bytes_copied"] == sum(t.numel() * t.element_size() for t in rank.values())
+    assert stats["windows"] > 1
+    # The host memory the load held: its staging windows, not the rank.
+    assert stats["staging_bytes"] < loaded.plan()["ranks"][1]["bytes"]
+
+
+def test_load_into_names_every_mismatch_and_writes_nothing(tiny):
+    model = tiny("qwen3_moe")
+    rank = {name: shardload.to_torch(t) for name, t in shardload.load(model, ranks=[0], tp=2).tensors(0).items()}
+    module = module_with(rank)
+    module.model.norm.weight = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16), requires_grad=False)
+    module.lm_head.weight = torch.nn.Parameter(torch.zeros(rank["lm_head.weight"].shape), requires_grad=False)
+    module.add_module("extra", torch.nn.Linear(2, 2))
+    with pytest.raises(shardload.InvalidArgumentError) as error:
+        shardload.load_into(module, model, rank=0, tp=2)
+    for expected in ("model.norm.weight: shape", "lm_head.weight: dtype", "extra.weight: not in the rank"):
+        assert expected in str(error.value)
+    assert not any(p.abs().sum() for n, p in module.named_parameters() if n.startswith("model.layers."))
+    # Not strict: the extra module keeps its bytes, the others are filled.
+    module.model.norm.weight = torch.nn.Parameter(torch.zeros(rank["model.norm.weight"].shape,
+                                                              dtype=torch.bfloat16), requires_grad=False)
+    module.lm_head.weight = torch.nn.Parameter(torch.zeros(rank["lm_head.weight"].shape, dtype=torch.bfloat16),
+                                               requires_grad=False)
+    extra = bytes_of(module.extra.weight)
+    shardload.load_into(module, model, rank=0, strict=False, tp=2)
+    assert bytes_of(module.extra.weight) == extra
+    assert bytes_of(module.lm_head.weight) == bytes_of(rank["lm_head.weight"])
+    with pytest.raises(shardload.InvalidArgumentError, match="no such rank"):
+        shardload.load_into(module, model, rank=2, strict=False, tp=2)
