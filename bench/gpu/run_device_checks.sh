@@ -53,7 +53,8 @@ log "== build ($JOBS jobs)"
 if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHARDLOAD_TESTS=ON -DSHARDLOAD_BENCH=OFF \
     -DSHARDLOAD_DEMO_MODEL=OFF -DSHARDLOAD_MPI=OFF -DSHARDLOAD_CUDA=ON ${CMAKE_ARGS:-} >>"$LOG" 2>&1 &&
   cmake --build "$BUILD" -j"$JOBS" --target shardload shardload-serve device_cuda_test \
-    device_staging_ring_test device_cli_test gpu_h2d_limit gpu_ipc_client gpu_pread_limit >>"$LOG" 2>&1; then
+    device_staging_ring_test device_tensor_destinations_test device_cli_test gpu_h2d_limit gpu_ipc_client \
+    gpu_pread_limit >>"$LOG" 2>&1; then
   BIN=$BUILD
   TESTS=$BUILD/tests
   TOOLS=$BUILD/bench
@@ -114,6 +115,7 @@ run_gtest() {  # NAME BINARY
 run_gtest device_cuda_test "$TESTS/device_cuda_test"
 run_gtest device_staging_ring_test "$TESTS/device_staging_ring_test"
 run_gtest device_cli_test "$TESTS/device_cli_test"
+run_gtest device_tensor_destinations_test "$TESTS/device_tensor_destinations_test"
 if [[ -d $PYPKG/shardload ]] && python3 -c 'import torch, pytest; assert torch.cuda.is_available()' 2>>"$LOG"; then
   if out=$(cd tests/python && PYTHONPATH=$PYPKG SHARDLOAD_BIN=$SL python3 -m pytest -q -p no:cacheprovider test_device.py -rs 2>&1); then
     report "- python test_device.py (torch $(python3 -c 'import torch; print(torch.__version__)')): $(echo "$out" | tail -1)"

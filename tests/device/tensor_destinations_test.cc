@@ -91,7 +91,8 @@ TEST_P(TensorDestinations, EveryParameterIsTheHostLoadsBytesThroughSmallWindows)
     LoadOptions options;
     options.threads = 2;
     TensorLoadStats stats;
-    load_rank_into_tensors(ckpt, plan, rank.rank, host_destinations(tensors), options, ring, &stats);
+    load_rank_into_tensors(ckpt, plan, rank.rank, host_destinations(tensors), options, ring,
+                           &stats);
     const RankWeights& expected = reference[static_cast<size_t>(rank.rank)];
     for (const PlanParam& p : rank.params) {
       EXPECT_TRUE(same_bytes(tensors.at(p.name), expected, p))
@@ -188,6 +189,33 @@ TEST(TensorDestinationsSome, ADestinationThatDoesNotFitIsRefusedBeforeAnythingIs
   for (const auto& [name, bytes] : tensors) {
     EXPECT_EQ(std::count(bytes.begin(), bytes.end(), kUnwritten), static_cast<long>(bytes.size()))
         << name << " was written by a refused load";
+  }
+}
+
+// GPU destinations (one device allocation per parameter, as an engine's CUDA tensors): the same
+// bytes as the host load, through the CUDA uploader. Needs a GPU (bench/gpu/run_device_checks.sh
+// runs it).
+TEST(TensorDestinationsSome, GpuDestinationsHoldTheHostLoadsBytes) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "needs a GPU: " << why;
+  TempDir dir;
+  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "fp8", "", 2, 2}));
+  const Plan plan = plan_of(ckpt, 2, 2);
+  const std::vector<RankWeights> reference = load_ranks(ckpt, plan);
+  const RankPlan& rank = plan.ranks[1];
+  std::vector<DeviceBuffer> buffers;
+  std::vector<TensorDestination> gpu;
+  for (const PlanParam& p : rank.params) {
+    buffers.emplace_back(0, p.nbytes);
+    gpu.push_back({p.name, 0, buffers.back().address(), p.nbytes});
+  }
+  DeviceLoadOptions ring;
+  ring.window_bytes = 4096;
+  load_rank_into_tensors(ckpt, plan, rank.rank, gpu, {}, ring);
+  for (size_t i = 0; i < rank.params.size(); ++i) {
+    std::vector<std::byte> back(rank.params[i].nbytes);
+    buffers[i].copy_to_host(0, back);
+    EXPECT_TRUE(same_bytes(back, reference[1], rank.params[i])) << rank.params[i].name;
   }
 }
 
