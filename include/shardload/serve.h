@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardload/distributed.h"
+#include "shardload/export.h"
 #include "shardload/plan.h"
 #include "shardload/tensor.h"
 #include "shardload/transport.h"
@@ -68,6 +69,11 @@ struct ServeOptions {
   // the GPU of each rank (empty: rank % GPUs).
   std::string device = "cpu";
   std::vector<int> device_map;
+  // An engine (--engine vllm|sglang): the manifest also lists each rank's tensors under that engine's
+  // names, dtypes and buffers (docs/engines.md), each made of a served tensor or a constant, so that a
+  // reader fills the engine's parameters by their own names. The bytes are served once, as layout.md
+  // has them. kLayout: layout.md's names only.
+  Engine engine = Engine::kLayout;
 
   // Who may read the shared memory. Empty: only this user (directory 0700, files 0600). A group
   // name: its members too (directory 0750, files 0640, owned by that group).

@@ -40,6 +40,7 @@ import bisect
 import errno
 import fcntl
 import json
+import math
 import mmap
 import os
 import pwd
@@ -272,6 +273,29 @@ class Client:
     def dtype(self, rank, name):
         """The safetensors dtype name of a tensor ("BF16", "F8_E4M3", ...)."""
         return self._entry(rank, name)["dtype"]
+
+    @property
+    def engine(self):
+        """The engine whose names the server also lists (`shardload serve --engine`), or None."""
+        engine = self.manifest.get("engine")
+        return engine if engine in ENGINES else None
+
+    def engine_layout(self, rank):
+        """The tensors of `rank` under the server's engine's names (`engine`), as
+        shardload.engines.engine_layout lists them: [{name, dtype, shape, source, source_shape, fill}],
+        `source` the served tensor each is made of (None: every element `fill`). None when the server
+        lists no engine. FormatError when the manifest's list is not one (checked against the rank's
+        tensors)."""
+        if self.engine is None:
+            return None
+        index = self._index(rank)
+        ranks = self.manifest.get("engine_ranks")
+        where = f"engine_ranks[{index}]"
+        entry = ranks[index] if isinstance(ranks, list) and len(ranks) == len(self._maps) else None
+        if not isinstance(entry, dict) or entry.get("rank") != rank or not isinstance(entry.get("tensors"), list):
+            raise _manifest_error(self._manifest_path(), where, f"rank {rank}'s engine tensors")
+        return [_engine_entry(t, self._tables[index], f"{where}.tensors[{i}]", self._manifest_path())
+                for i, t in enumerate(entry["tensors"])]
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -748,6 +772,42 @@ def _is_uint(value, limit=1 << 63):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit
 
 
+ENGINES = ("vllm", "sglang")
+
+
+def _manifest_error(path, field, expected, found=""):
+    return FormatError("not a valid weight server manifest", file=path, field=field, expected=expected, found=found)
+
+
+def _engine_entry(t, table, where, path):
+    """One engine tensor of the manifest, checked: names and dtypes as strings, shapes of bounded
+    non-negative integers, a source that is a tensor of the rank with as many elements or fewer."""
+    def shape_ok(shape):
+        return isinstance(shape, list) and len(shape) <= 8 and all(_is_uint(d, 1 << 40) for d in shape)
+
+    if not isinstance(t, dict):
+        raise _manifest_error(path, where, "an object", type(t).__name__)
+    name, dtype, shape, source, fill = (t.get(k) for k in ("name", "dtype", "shape", "source", "fill"))
+    if not isinstance(name, str) or not 0 < len(name) <= 1024:
+        raise _manifest_error(path, f"{where}.name", "a tensor name")
+    if not isinstance(dtype, str) or len(dtype) > 16 or not shape_ok(shape):
+        raise _manifest_error(path, where, "a dtype name and a shape", found=name)
+    if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+        raise _manifest_error(path, f"{where}.fill", "a number", found=name)
+    out = {"name": name, "dtype": dtype, "shape": list(shape), "source": None, "source_shape": None,
+           "fill": float(fill)}
+    if source is None:
+        return out
+    served = table.get(source) if isinstance(source, str) else None
+    source_shape = t.get("source_shape")
+    if served is None or not shape_ok(source_shape) or list(source_shape) != list(served["shape"]) \
+            or math.prod(source_shape) > math.prod(shape):
+        raise _manifest_error(path, f"{where}.source", "a tensor of the rank, its shape, no more elements than "
+                              "the engine's tensor", found=name)
+    out["source"], out["source_shape"] = source, list(source_shape)
+    return out
+
+
 def _validate_manifest(manifest, name, path):
     """The manifest, checked so that every view and copy stays inside its rank file; FormatError
     naming the field otherwise (its values are quoted only when they are small numbers or names)."""
@@ -833,4 +893,4 @@ def _validate_tensor(tensor_name, entry, file_bytes, bad):
                   f"{file_bytes}-byte file")
 
 
-__all__ = ["connect", "Client", "as_float8", "SHM_ROOT", "MAX_MANIFEST_BYTES"]
+__all__ = ["connect", "Client", "as_float8", "SHM_ROOT", "MAX_MANIFEST_BYTES", "ENGINES"]

@@ -237,20 +237,21 @@ def checkpoint_dir(model, *, revision, download_dir, ignore_patterns, download_w
 def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None,
               check_replaced=True):
     """Copies rank `rank` of `layout` into an engine's `module` in place, under `engine`'s names: from the
-    checkpoint `model_dir` (shardload.load of that rank alone: only its bytes are read), or from the weight
+    checkpoint `model_dir` (fill_from_checkpoint: only its bytes are read, straight into the tensors), or from the weight
     server named `weight_server`. One consistent version per rank is the client's; one version over the
     ranks is `group_versions(version) -> [every rank's version]` (a collective of the engine's group): an
     update that commits while the ranks copy leaves some at the old version, so every rank copies again
     until the group agrees. Returns {bytes, seconds, staging_bytes (checkpoint only: the host memory the
-    load held), version (server only)}. `check_replaced=False`: the
+    load held), version and names_from (server only: "weight server" when the server lists this engine's
+    tensors, `shardload serve --engine`, else "checkpoint", planned from `model_dir`)}. `check_replaced=False`: the
     caller restored the module to its loaded form itself (shardload.vllm.refill_processed), so parameters
     made since the last fill are expected."""
     start = time.perf_counter()
-    entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
     targets = state_targets(module)
     if check_replaced:
         _check_unprocessed(module, targets)
     if weight_server is None:
+        entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
         loaded = fill_from_checkpoint(module, entries, model_dir, rank, layout, threads=threads, targets=targets)
         if check_replaced:
             _remember_filled(module, targets)
@@ -259,6 +260,11 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     from .client import connect
 
     with connect(weight_server, rank=rank) as client:
+        # A server started with --engine lists the engine's table itself: no checkpoint needed here.
+        entries = client.engine_layout(rank) if client.engine == engine else None
+        names_from = "weight server" if entries is not None else "checkpoint"
+        if entries is None:
+            entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
         for attempt in range(_VERSION_ATTEMPTS):
             version = fill_from_server(module, entries, client, rank, targets=targets)
             versions = group_versions(version) if group_versions else [version]
@@ -272,7 +278,7 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
     if check_replaced:  # the check's record; a restored module's tensors are not the running ones
         _remember_filled(module, targets)
     copied = sum(t.numel() * t.element_size() for t in targets.values())
-    return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version}
+    return {"bytes": copied, "seconds": time.perf_counter() - start, "version": version, "names_from": names_from}
 
 
 def _remember_filled(module, targets):

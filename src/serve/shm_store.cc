@@ -15,6 +15,7 @@
 #include "core/fault_injection.h"
 #include "core/parallel_copy.h"
 #include "core/plural.h"
+#include "serve/engine_manifest.h"
 #include "serve/manifest.h"
 #include "serve/requests.h"
 #include "serve/shm_layout.h"
@@ -112,7 +113,8 @@ ShmStore::ShmStore(const ServeOptions& options)
       dir_(ShmDir::open(node_shm_dir(options.name, scope_.node, scope_.nodes), options.shm_group)),
       threads_(options.threads),
       staging_bytes_(options.staging_bytes),
-      double_buffer_(options.double_buffer) {
+      double_buffer_(options.double_buffer),
+      engine_(options.engine) {
   if (double_buffer_) {
     const char* conflict = transport_ != nullptr        ? "a server on several nodes (updates commit on every node)"
                            : options.device != "cpu"    ? "--device cuda (the GPU copies are one buffer)"
@@ -445,6 +447,10 @@ nlohmann::json ShmStore::manifest(bool update_in_progress) const {
     }
   }
   if (!device_manifest_.is_null()) manifest["cuda"] = device_manifest_;
+  if (engine_ != Engine::kLayout) {
+    manifest["engine"] = engine_name(engine_);
+    manifest["engine_ranks"] = engine_manifest_ranks(live_.plan, scope_.held, engine_);
+  }
   return manifest;
 }
 

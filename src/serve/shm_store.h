@@ -132,6 +132,7 @@ class ShmStore {
   int threads_ = 0;
   uint64_t staging_bytes_ = 0;
   bool double_buffer_ = false;
+  Engine engine_ = Engine::kLayout;
   // Double buffering: where slot 0 of each held rank is mapped, to tell which slot is live after a
   // swap (live_.ranks and live_.spare trade these mappings).
   std::vector<const std::byte*> slot0_;

@@ -52,17 +52,17 @@ def engine_python(script, *args, shardload=False, env=None):
 
 
 class WeightServer:
-    """`shardload serve MODEL --tp T --ep E --name NAME --port 0`, output to files; stop() kills it and
-    removes its shared memory."""
+    """`shardload serve MODEL --tp T --ep E --name NAME --port 0 [--engine ENGINE]`, output to files; stop()
+    kills it and removes its shared memory."""
 
-    def __init__(self, model, tp, ep, log_dir, env=None):
+    def __init__(self, model, tp, ep, log_dir, env=None, engine=None):
         self.name = f"engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.log = log_dir / f"{self.name}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [BIN, "serve", model, "--tp", str(tp), "--ep", str(ep), "--name", self.name, "--port", "0",
-                 "--threads", "2"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})})
+                 "--threads", "2", *(["--engine", engine] if engine else [])], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found = re.search(r"listening on 127\.0\.0\.1:(\d+)\n", self.log.read_text())
@@ -166,7 +166,9 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export, env=hub_env)
                 # load_export takes what it wrote: the engine's names checked against the export's plan.
                 cli("load", export, "--checksum")
-            server = WeightServer(source, tp, ep, tmp_path, env=hub_env)
+            # The first case's server lists layout.md's names only: the plugin plans the engine's names from
+            # the checkpoint; the others' are started for the engine and the plugin takes their table.
+            server = WeightServer(source, tp, ep, tmp_path, env=hub_env, engine=engine if i > 0 else None)
             servers.append(server)
             # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's. A
             # static FP8 MoE model synced and rebalanced runs with vLLM's EPLB on (fp8_eplb below).

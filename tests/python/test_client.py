@@ -930,3 +930,87 @@ def test_an_engine_fill_copies_again_until_the_ranks_agree(shared_server, models
     with pytest.raises(ConflictError, match="different versions"):
         engines.fill_rank(module, models["first"], 1, layout, "vllm", weight_server=shared_server.name,
                                     group_versions=lambda v: [v, v + 1])
+
+
+def test_a_server_started_for_an_engine_lists_its_tensors_under_the_engines_names(serve, models, connected, tiny):
+    """`shardload serve --engine vllm`: every rank's engine table is the one shardload.engines plans
+    from the checkpoint, each source a served tensor; a server without --engine lists none."""
+    assert connected.engine is None and connected.engine_layout(0) is None
+    for engine, model in (("vllm", models["fp8"]), ("sglang", tiny("mixtral"))):  # SGLang: no dense MoE layers
+        server = serve(model, "--engine", engine)
+        with shl.connect(server.name) as c:
+            assert c.engine == engine
+            for rank in c.rank_ids:
+                listed = c.engine_layout(rank)
+                planned = engines.engine_layout(model, rank=rank, engine=engine, tp=2, ep=2)
+                assert listed == [{k: (float(v) if k == "fill" else v) for k, v in e.items() if k != "source_dtype"}
+                                  for e in planned], (engine, rank)
+                sources = {e["source"] for e in listed if e["source"] is not None}
+                assert sources <= set(c.names(rank))
+                assert any(e["source"] is None for e in listed) == (engine == "vllm")  # vLLM's KV-scale slots
+        assert server.stop() == 0, server.output()
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(source="model.no_such.weight"),
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(source_shape=[1 << 20, 1 << 20]),
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(shape=[-1]),
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(fill="1"),
+    lambda m: m["engine_ranks"][0].update(rank=1),
+    lambda m: m["engine_ranks"].pop(),
+], ids=["unknown_source", "source_shape", "negative_dim", "fill", "rank", "missing_rank"])
+def test_an_engine_table_that_is_not_one_is_refused(serve, models, edit):
+    server = serve(models["first"], "--engine", "vllm")
+    _edit_manifest(server.name, edit)
+    with shl.connect(server.name) as c:
+        with pytest.raises(FormatError) as error:
+            c.engine_layout(0)
+    assert "engine_ranks[0]" in error.value.field
+    assert "1048576" not in str(error.value)  # the manifest's values are not echoed
+
+
+def test_serve_refuses_an_engine_that_cannot_take_the_layout(tiny, tmp_path):
+    """SGLang's FP8 block format is taken for DeepSeek only (docs/engines.md): exit 2, one line, before
+    anything is served."""
+    name = unique_name("engine-refused")
+    result = subprocess.run([shardload_bin(), "serve", tiny("llama", "fp8-block"), "--tp", "2", "--engine", "sglang",
+                             "--name", name, "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert not os.path.exists(shm_path(name))
+
+
+def _module_for(entries):
+    """A torch module holding an engine's tensors (the entries of an engine table), zeros."""
+    root = torch.nn.Module()
+    for e in entries:
+        *path, leaf = e["name"].split(".")
+        node = root
+        for part in path:
+            if not hasattr(node, part):
+                node.add_module(part, torch.nn.Module())
+            node = getattr(node, part)
+        node.register_buffer(leaf, torch.zeros(e["shape"], dtype=engines.torch_dtype(e["dtype"])))
+    return root
+
+
+def test_the_engine_plugins_fill_from_a_server_for_their_engine_without_the_checkpoint(serve, models):
+    """What the vLLM plugin does with --model-loader-extra-config '{"weight_server": ...}': from a server
+    started with --engine vllm it takes the server's table (the checkpoint is not opened: its path here
+    does not exist) and fills the same bytes as from a server that lists layout.md's names only, where it
+    plans the engine's names from the checkpoint."""
+    model, layout = models["first"], {"tp": 2, "ep": 2}
+    for_engine, plain = serve(model, "--engine", "vllm"), serve(model)
+    for rank in (0, 1):
+        entries = engines.engine_layout(model, rank=rank, engine="vllm", **layout)
+        by_table, by_plan = _module_for(entries), _module_for(entries)
+        filled = engines.fill_rank(by_table, "/no/such/checkpoint", rank, layout, "vllm", weight_server=for_engine.name)
+        assert filled["names_from"] == "weight server"
+        assert engines.fill_rank(by_plan, model, rank, layout, "vllm", weight_server=plain.name)["names_from"] == \
+            "checkpoint"
+        planned = dict(by_plan.named_buffers())
+        for name, t in by_table.named_buffers():
+            assert torch.equal(t, planned[name]), name
+        assert any(t.abs().sum() > 0 for t in planned.values())
+        # The KV-cache scale slots vLLM holds and no checkpoint has: their constant.
+        assert all(float(t) == 1.0 for n, t in by_table.named_buffers() if n.endswith("attn._k_scale"))

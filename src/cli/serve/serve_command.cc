@@ -23,6 +23,7 @@
 #include "shardload/device.h"
 #include "shardload/distributed.h"
 #include "shardload/error.h"
+#include "shardload/export.h"
 #include "shardload/mpi_transport.h"
 #include "shardload/serve.h"
 
@@ -45,6 +46,7 @@ struct ServeCommandOptions {
   std::string api_key;
   std::string device = "cpu";
   std::string device_map;
+  std::string engine;
 };
 
 // Usage errors must be found while the command line is parsed: CLI11 then reports them as such
@@ -188,6 +190,7 @@ void run_serve(const ServeCommandOptions& options) {
   serve.api_key = options.api_key;
   serve.device = options.device;
   serve.device_map = parse_device_map(options.device_map);
+  if (!options.engine.empty()) serve.engine = *engine_from_name(options.engine);
   if (serve.double_buffer) {
     if (serve.staging_bytes != 0) throw UsageError("--double-buffer and --staging-bytes exclude each other");
     if (serve.device != "cpu") throw UsageError("--double-buffer serves from host memory only (not --device cuda)");
@@ -217,13 +220,17 @@ void run_serve(const ServeCommandOptions& options) {
   // A layout the model cannot take is a usage error (exit 2) before anything starts, as in the
   // other commands; the server plans again from the same checkpoint. On several nodes every node
   // learns of one node's error (a checkpoint path missing there), so that none starts alone.
+  // An engine that cannot take the layout (docs/engines.md: what is refused) is one too.
   if (transport == nullptr) {
-    admit_serve(plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel), dir, serve.double_buffer);
+    const Plan plan = plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+    as_usage_error([&] { check_engine_plan(plan, serve.engine, EngineUse::kHooks); });
+    admit_serve(plan, dir, serve.double_buffer);
   } else {
     try {
       run_on_every_node(*transport, [&] {
         try {
           const Plan plan = plan_for_flags(Checkpoint::open(serve.model_path), serve.parallel);
+          check_engine_plan(plan, serve.engine, EngineUse::kHooks);
           // A node count that does not divide the ranks (mpirun -np 3 with --tp 4): a usage error
           // too, as for load and export.
           node_ranks(static_cast<int>(plan.ranks.size()), transport->nodes(), node);
@@ -323,6 +330,10 @@ void add_serve_options(CLI::App& cmd) {
                  "cuda: every rank also in GPU memory, its CUDA IPC handle in manifest.json "
                  "(docs/gpu.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--engine", options->engine,
+                 "Also list each rank's tensors in manifest.json under this engine's names, dtypes "
+                 "and buffers (vllm, sglang), for readers that fill that engine's model (docs/engines.md)")
+      ->check(CLI::IsMember({"vllm", "sglang"}));
   cmd.add_option("--device-map", options->device_map,
                  "With --device cuda: the GPU of each rank, comma-separated (default: rank % GPUs)")
       ->check([](const std::string& text) {
