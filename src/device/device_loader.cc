@@ -184,12 +184,7 @@ std::vector<DeviceRankWeights> load_ranks_to_device(const Checkpoint& ckpt, cons
   }
   const double allocate = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  device::RingOptions ring;
-  ring.window_bytes = device.window_bytes;
-  ring.depth = device.depth;
-  ring.threads = options.threads;
-  ring.io = options.io;
-  ring.progress = options.progress;
+  const device::RingOptions ring = device::ring_options(options, device.window_bytes, device.depth);
   device::RingStats ring_stats;
   std::vector<std::vector<uint8_t>> processed;
   {
@@ -240,12 +235,7 @@ void load_into_device(const Checkpoint& ckpt, const Plan& plan,
     processed.push_back(w.processed);
   }
   const auto start = std::chrono::steady_clock::now();
-  device::RingOptions ring;
-  ring.window_bytes = device.window_bytes;
-  ring.depth = device.depth;
-  ring.threads = options.threads;
-  ring.io = options.io;
-  ring.progress = options.progress;
+  device::RingOptions ring = device::ring_options(options, device.window_bytes, device.depth);
   ring.modules = modules;
   device::RingStats ring_stats;
   {

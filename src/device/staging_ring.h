@@ -74,6 +74,17 @@ struct RingOptions {
   std::vector<bool> modules;
 };
 
+// The ring's options of a load: its threads, read path and progress, and the staging geometry.
+inline RingOptions ring_options(const LoadOptions& load, uint64_t window_bytes, int depth) {
+  RingOptions ring;
+  ring.window_bytes = window_bytes;
+  ring.depth = depth;
+  ring.threads = load.threads;
+  ring.io = load.io;
+  ring.progress = load.progress;
+  return ring;
+}
+
 struct RingStats {
   uint64_t windows = 0;
   uint64_t staging_bytes = 0;   // the ring's host memory: depth x the largest window

@@ -103,12 +103,7 @@ void load_rank_into_tensors(const Checkpoint& ckpt, const Plan& plan, int rank,
     inner = std::make_unique<device::HostUploader>(std::move(targets));
   }
   const auto start = std::chrono::steady_clock::now();
-  device::RingOptions ring;
-  ring.window_bytes = device.window_bytes;
-  ring.depth = device.depth;
-  ring.threads = options.threads;
-  ring.io = options.io;
-  ring.progress = options.progress;
+  const device::RingOptions ring = device::ring_options(options, device.window_bytes, device.depth);
   device::RingStats ring_stats;
   std::vector<std::vector<uint8_t>> processed;
   device::ScatterUploader scatter(*inner, std::move(params));
