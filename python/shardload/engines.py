@@ -235,28 +235,42 @@ def checkpoint_dir(model, *, revision, download_dir, ignore_patterns, download_w
 
 
 def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, threads=0, group_versions=None,
-              check_replaced=True):
+              check_replaced=True, window_bytes=0):
     """Copies rank `rank` of `layout` into an engine's `module` in place, under `engine`'s names: from the
-    checkpoint `model_dir` (fill_from_checkpoint: only its bytes are read, straight into the tensors), or from the weight
-    server named `weight_server`. One consistent version per rank is the client's; one version over the
-    ranks is `group_versions(version) -> [every rank's version]` (a collective of the engine's group): an
-    update that commits while the ranks copy leaves some at the old version, so every rank copies again
-    until the group agrees. Returns {bytes, seconds, staging_bytes (checkpoint only: the host memory the
-    load held), version and names_from (server only: "weight server" when the server lists this engine's
-    tensors, `shardload serve --engine`, else "checkpoint", planned from `model_dir`)}. `check_replaced=False`: the
-    caller restored the module to its loaded form itself (shardload.vllm.refill_processed), so parameters
-    made since the last fill are expected."""
+    checkpoint `model_dir` (only its bytes are read: the first fill straight into the tensors,
+    fill_from_checkpoint; a refill through a whole rank read first, so that a failed read changes
+    nothing), or from the weight server named `weight_server`. One consistent version per rank is the
+    client's; one version over the ranks is `group_versions(version) -> [every rank's version]` (a
+    collective of the engine's group): an update that commits while the ranks copy leaves some at the old
+    version, so every rank copies again until the group agrees. Returns {bytes, seconds, staging_bytes
+    (checkpoint only: the host memory the load held), version and names_from (server only: "weight
+    server" when the server lists this engine's tensors, `shardload serve --engine`, else "checkpoint",
+    planned from `model_dir`)}. `check_replaced=False`: the caller restored the module to its loaded form
+    itself (shardload.vllm.refill_processed), so parameters made since the last fill are expected.
+    `window_bytes`: the first fill's staging windows (0: 128 MiB)."""
     start = time.perf_counter()
     targets = state_targets(module)
     if check_replaced:
         _check_unprocessed(module, targets)
     if weight_server is None:
         entries = engine_layout(model_dir, rank=rank, engine=engine, **layout)
-        loaded = fill_from_checkpoint(module, entries, model_dir, rank, layout, threads=threads, targets=targets)
+        if check_replaced and getattr(module, "_shardload_filled", None) is None:
+            # The first fill of a model that serves nothing yet: straight into its tensors (a failed read
+            # leaves them partly written, and the engine does not start).
+            loaded = fill_from_checkpoint(module, entries, model_dir, rank, layout, threads=threads,
+                                          window_bytes=window_bytes, targets=targets)
+            staging = loaded["staging_bytes"]
+        else:
+            # A refill of a live model: the whole rank read first, so that a failed read leaves every
+            # running tensor as it was.
+            ranks = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
+            fill_from_tensors(module, entries, ranks.tensors(rank), where=f"rank {rank} of {model_dir}",
+                              targets=targets)
+            staging = ranks.plan()["ranks"][rank]["bytes"]
         if check_replaced:
             _remember_filled(module, targets)
-        return {"bytes": loaded["bytes"], "seconds": time.perf_counter() - start,
-                "staging_bytes": loaded["staging_bytes"]}
+        return {"bytes": sum(targets[e["name"]].numel() * targets[e["name"]].element_size() for e in entries),
+                "seconds": time.perf_counter() - start, "staging_bytes": staging}
     from .client import connect
 
     with connect(weight_server, rank=rank) as client:

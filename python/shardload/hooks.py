@@ -58,7 +58,9 @@ def load_into(module, model, *, rank, threads=0, window_bytes=0, strict=True, **
     staging buffers and copied into the tensors, on the host or a CUDA device. Only this rank's bytes
     are read. Names, shapes and dtypes are checked first (an FP8 tensor may be torch.uint8, its bytes),
     and every mismatch is named in one InvalidArgumentError; nothing is written then. With strict=False,
-    names on one side only are skipped: the module's keep their bytes. Returns the load's figures
+    names on one side only are skipped: the module's keep their bytes. A read that fails midway (a file
+    that changed or went unreadable) leaves the tensors partly written: to refill a live model all or
+    nothing, load the rank first (load) and copy it (load_state_dict_into). Returns the load's figures
     {bytes_read, bytes_copied, staging_bytes (the host memory held), windows, seconds, io}."""
     import torch
 

@@ -1,7 +1,10 @@
 """Engine hooks: iter_weights gives every checkpoint tensor as the engines' load_weights consume it, and
 load_state_dict_into copies a rank's tensors into a torch module in place, naming every mismatch."""
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -120,3 +123,51 @@ def test_load_into_names_every_mismatch_and_writes_nothing(tiny):
     assert bytes_of(module.lm_head.weight) == bytes_of(rank["lm_head.weight"])
     with pytest.raises(shardload.InvalidArgumentError, match="no such rank"):
         shardload.load_into(module, model, rank=2, strict=False, tp=2)
+
+
+REFILL_SCRIPT = r"""
+import json, sys, torch
+from shardload import engines
+first, second = sys.argv[1], sys.argv[2]
+layout = {"tp": 2, "ep": 2}
+entries = engines.engine_layout(first, rank=1, engine="vllm", **layout)
+named = torch.nn.Module()  # the engine's tensors under its names, zeros
+for e in entries:
+    *path, leaf = e["name"].split(".")
+    node = named
+    for part in path:
+        if not hasattr(node, part):
+            node.add_module(part, torch.nn.Module())
+        node = getattr(node, part)
+    node.register_buffer(leaf, torch.zeros(e["shape"], dtype=engines.torch_dtype(e["dtype"])))
+# Small windows: the rank goes in many, so that a fill straight into the tensors would have written some
+# before the failure.
+first_fill = engines.fill_rank(named, first, 1, layout, "vllm", window_bytes=4096)
+before = {n: t.clone() for n, t in named.state_dict().items()}
+try:
+    engines.fill_rank(named, second, 1, layout, "vllm", window_bytes=4096)
+    outcome = "filled"
+except Exception as e:
+    outcome = type(e).__name__
+same = all(torch.equal(t, before[n]) for n, t in named.state_dict().items())
+print(json.dumps({"outcome": outcome, "unchanged": same, "first_bytes": first_fill["bytes"]}))
+"""
+
+
+def test_a_refill_whose_read_fails_midway_leaves_the_engines_tensors_as_they_were(tiny, tmp_path):
+    """The plugins' refill of a live model from a checkpoint (shardload.engines.fill_rank a second time)
+    reads the whole rank before copying: a read error injected halfway through it (SHARDLOAD_FAULT, the
+    test builds' hook) is an IoError and every tensor keeps the first fill's bytes."""
+    first, second = tiny("qwen3_moe", seed=51), tiny("qwen3_moe", seed=52)
+    plan = shardload.plan(first, tp=2, ep=2)
+    read_bytes = plan["ranks"][1]["read_bytes"]
+    script = tmp_path / "refill.py"
+    script.write_text(REFILL_SCRIPT)
+    # The first fill reads the rank's bytes once; the refill fails halfway through its own.
+    env = {**os.environ, "SHARDLOAD_FAULT": f"read_error_after:{read_bytes + read_bytes // 2}"}
+    result = subprocess.run([sys.executable, str(script), first, second], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["outcome"] == "IoError", report
+    assert report["unchanged"], report
