@@ -980,20 +980,6 @@ def test_serve_refuses_an_engine_that_cannot_take_the_layout(tiny, tmp_path):
     assert not os.path.exists(shm_path(name))
 
 
-def _module_for(entries):
-    """A torch module holding an engine's tensors (the entries of an engine table), zeros."""
-    root = torch.nn.Module()
-    for e in entries:
-        *path, leaf = e["name"].split(".")
-        node = root
-        for part in path:
-            if not hasattr(node, part):
-                node.add_module(part, torch.nn.Module())
-            node = getattr(node, part)
-        node.register_buffer(leaf, torch.zeros(e["shape"], dtype=engines.torch_dtype(e["dtype"])))
-    return root
-
-
 def test_the_engine_plugins_fill_from_a_server_for_their_engine_without_the_checkpoint(serve, models):
     """What the vLLM plugin does with --model-loader-extra-config '{"weight_server": ...}': from a server
     started with --engine vllm it takes the server's table (the checkpoint is not opened: its path here
@@ -1003,7 +989,7 @@ def test_the_engine_plugins_fill_from_a_server_for_their_engine_without_the_chec
     for_engine, plain = serve(model, "--engine", "vllm"), serve(model)
     for rank in (0, 1):
         entries = engines.engine_layout(model, rank=rank, engine="vllm", **layout)
-        by_table, by_plan = _module_for(entries), _module_for(entries)
+        by_table, by_plan = engine_module(torch, entries), engine_module(torch, entries)
         filled = engines.fill_rank(by_table, "/no/such/checkpoint", rank, layout, "vllm", weight_server=for_engine.name)
         assert filled["names_from"] == "weight server"
         assert engines.fill_rank(by_plan, model, rank, layout, "vllm", weight_server=plain.name)["names_from"] == \

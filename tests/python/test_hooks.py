@@ -127,19 +127,12 @@ def test_load_into_names_every_mismatch_and_writes_nothing(tiny):
 
 REFILL_SCRIPT = r"""
 import json, sys, torch
+sys.path.insert(0, sys.argv[3])  # this folder: conftest's engine_module
+from conftest import engine_module
 from shardload import engines
 first, second = sys.argv[1], sys.argv[2]
 layout = {"tp": 2, "ep": 2}
-entries = engines.engine_layout(first, rank=1, engine="vllm", **layout)
-named = torch.nn.Module()  # the engine's tensors under its names, zeros
-for e in entries:
-    *path, leaf = e["name"].split(".")
-    node = named
-    for part in path:
-        if not hasattr(node, part):
-            node.add_module(part, torch.nn.Module())
-        node = getattr(node, part)
-    node.register_buffer(leaf, torch.zeros(e["shape"], dtype=engines.torch_dtype(e["dtype"])))
+named = engine_module(torch, engines.engine_layout(first, rank=1, engine="vllm", **layout))
 # Small windows: the rank goes in many, so that a fill straight into the tensors would have written some
 # before the failure.
 first_fill = engines.fill_rank(named, first, 1, layout, "vllm", window_bytes=4096)
@@ -165,8 +158,8 @@ def test_a_refill_whose_read_fails_midway_leaves_the_engines_tensors_as_they_wer
     script.write_text(REFILL_SCRIPT)
     # The first fill reads the rank's bytes once; the refill fails halfway through its own.
     env = {**os.environ, "SHARDLOAD_FAULT": f"read_error_after:{read_bytes + read_bytes // 2}"}
-    result = subprocess.run([sys.executable, str(script), first, second], env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(script), first, second, str(pathlib.Path(__file__).parent)],
+                            env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["outcome"] == "IoError", report
