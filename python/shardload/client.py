@@ -282,7 +282,8 @@ class Client:
 
     def engine_layout(self, rank):
         """The tensors of `rank` under the server's engine's names (`engine`), as
-        shardload.engines.engine_layout lists them: [{name, dtype, shape, source, source_shape, fill}],
+        shardload.engines.engine_layout lists them: [{name, dtype, shape, source, source_shape,
+        source_dtype, fill}],
         `source` the served tensor each is made of (None: every element `fill`). None when the server
         lists no engine. FormatError when the manifest's list is not one (checked against the rank's
         tensors)."""
@@ -795,16 +796,16 @@ def _engine_entry(t, table, where, path):
     if isinstance(fill, bool) or not isinstance(fill, (int, float)):
         raise _manifest_error(path, f"{where}.fill", "a number", found=name)
     out = {"name": name, "dtype": dtype, "shape": list(shape), "source": None, "source_shape": None,
-           "fill": float(fill)}
+           "source_dtype": None, "fill": float(fill)}
     if source is None:
         return out
     served = table.get(source) if isinstance(source, str) else None
     source_shape = t.get("source_shape")
     if served is None or not shape_ok(source_shape) or list(source_shape) != list(served["shape"]) \
-            or math.prod(source_shape) > math.prod(shape):
-        raise _manifest_error(path, f"{where}.source", "a tensor of the rank, its shape, no more elements than "
-                              "the engine's tensor", found=name)
-    out["source"], out["source_shape"] = source, list(source_shape)
+            or t.get("source_dtype") != served["dtype"] or math.prod(source_shape) > math.prod(shape):
+        raise _manifest_error(path, f"{where}.source", "a tensor of the rank, its shape and dtype, no more "
+                              "elements than the engine's tensor", found=name)
+    out["source"], out["source_shape"], out["source_dtype"] = source, list(source_shape), served["dtype"]
     return out
 
 

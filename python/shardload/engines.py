@@ -147,7 +147,9 @@ def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0,
         for e in entries:
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])
-    stats["bytes"] = sum(targets[e["name"]].numel() * targets[e["name"]].element_size() for e in entries)
+    # As fill_from_tensors counts: the tensors filled from the rank (not the constant buffers).
+    stats["bytes"] = sum(targets[e["name"]].numel() * targets[e["name"]].element_size()
+                         for e in entries if e["source"] is not None)
     return stats
 
 
@@ -259,18 +261,17 @@ def fill_rank(module, model_dir, rank, layout, engine, *, weight_server=None, th
             # leaves them partly written, and the engine does not start).
             loaded = fill_from_checkpoint(module, entries, model_dir, rank, layout, threads=threads,
                                           window_bytes=window_bytes, targets=targets)
-            staging = loaded["staging_bytes"]
+            copied, staging = loaded["bytes"], loaded["staging_bytes"]
         else:
             # A refill of a live model: the whole rank read first, so that a failed read leaves every
             # running tensor as it was.
             ranks = _shardload.load(str(model_dir), ranks=[rank], threads=threads, **layout)
-            fill_from_tensors(module, entries, ranks.tensors(rank), where=f"rank {rank} of {model_dir}",
-                              targets=targets)
-            staging = ranks.plan()["ranks"][rank]["bytes"]
+            copied = fill_from_tensors(module, entries, ranks.tensors(rank), where=f"rank {rank} of {model_dir}",
+                                       targets=targets)
+            staging = ranks.stats["bytes_written"]  # the rank buffer
         if check_replaced:
             _remember_filled(module, targets)
-        return {"bytes": sum(targets[e["name"]].numel() * targets[e["name"]].element_size() for e in entries),
-                "seconds": time.perf_counter() - start, "staging_bytes": staging}
+        return {"bytes": copied, "seconds": time.perf_counter() - start, "staging_bytes": staging}
     from .client import connect
 
     with connect(weight_server, rank=rank) as client:

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -27,5 +29,11 @@ struct EngineTensor {
 // The tensors of `rank`'s files for `engine`, in the plan's order with each buffer after the
 // parameter it belongs to. kLayout and kFastdeploy: the exported parameters as they are.
 std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine);
+
+// The same list as data, for the engine hooks (shardload.engines.engine_layout) and the weight
+// server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill}],
+// `source` the planned parameter it is made of (its elements first, the rest `fill`) with its shape
+// and dtype, all three null for a buffer no checkpoint has (every element `fill`).
+nlohmann::json engine_tensors_json(const Plan& plan, const RankPlan& rank, Engine engine);
 
 }  // namespace shardload

@@ -86,19 +86,12 @@ py::dict load_export_dir(const py::object& dir_path, const std::optional<std::ve
 // (shardload.vllm) fill an engine's model from layout.md's tensors: per tensor its engine name, dtype
 // and shape, and the layout tensor it is made of (None: a buffer no checkpoint has, every element
 // `fill`). A plan the engine cannot take is refused here, before anything is read.
-py::list engine_layout(const py::object& model_path, int rank, const std::string& engine_name_arg,
-                       const py::kwargs& layout) {
+py::object engine_layout(const py::object& model_path, int rank, const std::string& engine_name_arg,
+                         const py::kwargs& layout) {
   const Engine engine = engine_arg(engine_name_arg);
   const std::string model = path_arg(model_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
-  py::list out;
-  struct Listed {
-    EngineTensor tensor;
-    std::string source;  // the source's name and shape: the plan dies here
-    Shape source_shape;
-    DType source_dtype = DType::kBF16;
-  };
-  std::vector<Listed> tensors;
+  nlohmann::json tensors;
   {
     py::gil_scoped_release release;
     const Plan plan = make_plan(Checkpoint::open(model), parallel);
@@ -109,27 +102,9 @@ py::list engine_layout(const py::object& model_path, int rank, const std::string
                    .expected = "0 to " + std::to_string(plan.ranks.size() - 1),
                    .found = std::to_string(rank)});
     }
-    for (EngineTensor& t : engine_tensors(plan, plan.ranks[static_cast<size_t>(rank)], engine)) {
-      std::string source = t.param ? t.param->name : std::string();
-      Shape source_shape = t.param ? t.param->shape : Shape{};
-      const DType source_dtype = t.param ? t.param->dtype : t.dtype;
-      t.param = nullptr;
-      tensors.push_back({std::move(t), std::move(source), std::move(source_shape), source_dtype});
-    }
+    tensors = engine_tensors_json(plan, plan.ranks[static_cast<size_t>(rank)], engine);
   }
-  for (const auto& [t, source, source_shape, source_dtype] : tensors) {
-    py::dict entry;
-    entry["name"] = t.name;
-    entry["dtype"] = std::string(dtype_name(t.dtype));
-    entry["shape"] = py::cast(t.shape);
-    entry["source"] = source.empty() ? py::object(py::none()) : py::object(py::str(source));
-    // Its shape: where it holds fewer elements than the engine's tensor, they go first, the rest is fill.
-    entry["source_shape"] = source.empty() ? py::object(py::none()) : py::cast(source_shape);
-    entry["source_dtype"] = source.empty() ? py::object(py::none()) : py::str(dtype_name(source_dtype));
-    entry["fill"] = t.fill;
-    out.append(std::move(entry));
-  }
-  return out;
+  return to_python(tensors);
 }
 
 }  // namespace

@@ -943,8 +943,7 @@ def test_a_server_started_for_an_engine_lists_its_tensors_under_the_engines_name
             for rank in c.rank_ids:
                 listed = c.engine_layout(rank)
                 planned = engines.engine_layout(model, rank=rank, engine=engine, tp=2, ep=2)
-                assert listed == [{k: (float(v) if k == "fill" else v) for k, v in e.items() if k != "source_dtype"}
-                                  for e in planned], (engine, rank)
+                assert listed == [dict(e, fill=float(e["fill"])) for e in planned], (engine, rank)
                 sources = {e["source"] for e in listed if e["source"] is not None}
                 assert sources <= set(c.names(rank))
                 assert any(e["source"] is None for e in listed) == (engine == "vllm")  # vLLM's KV-scale slots
@@ -954,11 +953,12 @@ def test_a_server_started_for_an_engine_lists_its_tensors_under_the_engines_name
 @pytest.mark.parametrize("edit", [
     lambda m: m["engine_ranks"][0]["tensors"][0].update(source="model.no_such.weight"),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(source_shape=[1 << 20, 1 << 20]),
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(source_dtype="F8_E4M3"),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(shape=[-1]),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(fill="1"),
     lambda m: m["engine_ranks"][0].update(rank=1),
     lambda m: m["engine_ranks"].pop(),
-], ids=["unknown_source", "source_shape", "negative_dim", "fill", "rank", "missing_rank"])
+], ids=["unknown_source", "source_shape", "source_dtype", "negative_dim", "fill", "rank", "missing_rank"])
 def test_an_engine_table_that_is_not_one_is_refused(serve, models, edit):
     server = serve(models["first"], "--engine", "vllm")
     _edit_manifest(server.name, edit)
