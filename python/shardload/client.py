@@ -782,7 +782,7 @@ def _manifest_error(path, field, expected, found=""):
 
 def _engine_entry(t, table, where, path):
     """One engine tensor of the manifest, checked: names and dtypes as strings, shapes of bounded
-    non-negative integers, a source that is a tensor of the rank with as many elements or fewer."""
+    non-negative integers, a source that is a tensor of the rank with as many elements, or one (repeated)."""
     def shape_ok(shape):
         return isinstance(shape, list) and len(shape) <= 8 and all(_is_uint(d, 1 << 40) for d in shape)
 
@@ -802,9 +802,9 @@ def _engine_entry(t, table, where, path):
     served = table.get(source) if isinstance(source, str) else None
     source_shape = t.get("source_shape")
     if served is None or not shape_ok(source_shape) or list(source_shape) != list(served["shape"]) \
-            or t.get("source_dtype") != served["dtype"] or math.prod(source_shape) > math.prod(shape):
-        raise _manifest_error(path, f"{where}.source", "a tensor of the rank, its shape and dtype, no more "
-                              "elements than the engine's tensor", found=name)
+            or t.get("source_dtype") != served["dtype"] or math.prod(source_shape) not in (1, math.prod(shape)):
+        raise _manifest_error(path, f"{where}.source", "a tensor of the rank, its shape and dtype, as many "
+                              "elements as the engine's tensor or one", found=name)
     out["source"], out["source_shape"], out["source_dtype"] = source, list(source_shape), served["dtype"]
     return out
 

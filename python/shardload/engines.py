@@ -4,9 +4,11 @@ model in place, from shardload's load of the checkpoint or from a running weight
 
 A rank's engine tensors are listed by `_shardload.engine_layout(model, rank=, engine=, **layout)`: per
 tensor the engine's name, dtype and shape and the layout.md tensor it is made of, with its shape (None: a
-buffer no checkpoint has, every element `fill`; a source of fewer elements fills the first ones, the rest
-is `fill`). Filling checks the whole list against the module first, then
+buffer no checkpoint has, every element `fill`; a source of one element where the tensor holds more, a
+fused FP8 layer's merged scale, goes into every element). Filling checks the whole list against the module
+first, then
 copies: a module that does not match is named in one error and left untouched."""
+import math
 import time
 
 from . import _shardload
@@ -58,6 +60,9 @@ def _check(entries, targets, where):
             problems.append(f"{e['name']}: shape {tuple(e['shape'])} != the module's {tuple(t.shape)}")
         elif t.dtype != torch_dtype(e["dtype"]):
             problems.append(f"{e['name']}: dtype {e['dtype']} != the module's {t.dtype}")
+        elif e["source"] is not None and math.prod(e["source_shape"]) not in (1, t.numel()):
+            problems.append(f"{e['name']}: made of {e['source']} {tuple(e['source_shape'])}, neither its "
+                            "elements nor one")
     if problems:
         raise InvalidArgumentError(f"the engine's model does not hold what {where} holds: " + "; ".join(problems),
                                    field="state_dict", expected="the layout's names, shapes and dtypes",
@@ -89,20 +94,18 @@ def fill_from_tensors(module, entries, sources, *, where="the layout", targets=N
             src = src if isinstance(src, torch.Tensor) else to_torch(src)
             if src.dtype == torch.uint8 and target.dtype != torch.uint8:
                 src = src.view(target.dtype)  # FP8 bytes
-            _copy_entry(target, src, e)
+            _copy_entry(target, src)
             copied += target.numel() * target.element_size()
     return copied
 
 
-def _copy_entry(target, src, entry):
-    """The source into the engine's tensor; a source of fewer elements (one merged FP8 scale where the
-    engines keep one per fused part) fills the first ones, the rest get the entry's fill."""
+def _copy_entry(target, src):
+    """The source into the engine's tensor; a source of one element where the engine's tensor holds more
+    (a fused FP8 layer's merged scale, where the engines keep one per part) goes into every element."""
     if src.numel() == target.numel():
         target.copy_(src.reshape(target.shape))
-        return
-    flat = target.view(-1)
-    flat[:src.numel()].copy_(src.reshape(-1))
-    flat[src.numel():].fill_(entry["fill"])
+    else:  # one element (_check)
+        target.copy_(src.reshape(()).expand(target.shape))
 
 
 def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0, window_bytes=0, targets=None):
@@ -139,11 +142,11 @@ def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0,
     with torch.no_grad():
         for target, dest, e in scratch:
             src = dest.view(target.dtype) if dest.dtype == torch.uint8 and target.dtype != torch.uint8 else dest
-            _copy_entry(target, src, e)
+            _copy_entry(target, src)
         for target, e in again:
             src = loaded[e["source"]]
             src = src.view(target.dtype) if src.dtype == torch.uint8 and target.dtype != torch.uint8 else src
-            _copy_entry(target, src, e)
+            _copy_entry(target, src)
         for e in entries:
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])
@@ -191,7 +194,7 @@ def fill_from_server(module, entries, client, rank, *, targets=None):
     version = client.copy_into(direct, rank=rank)
     with torch.no_grad():
         for target, scratch, e in cast:
-            _copy_entry(target, scratch, e)
+            _copy_entry(target, scratch)
         for e in entries:
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])

@@ -5,7 +5,6 @@
 #include "export/engine_tensors.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -61,13 +60,15 @@ struct Buffers {
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
 constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_scale", "_prob_scale"};
 
-// vLLM and SGLang give a fused FP8 layer one weight (and input) scale per part, initialised to the
-// lowest float32, and requantize the parts to their maximum in their post-processing, through
-// float16, unless the last part's scale is still that initial value: their mark of a layer the
-// checkpoint fused itself, with one scale. A shardload rank is such a layer (requantized once, in
-// float32), so its scale goes first and the other parts keep the mark: the engine's post-processing
-// takes the codes as they are.
-constexpr float kUnsetPartScale = std::numeric_limits<float>::lowest();
+// vLLM and SGLang give a fused FP8 layer one weight (and input) scale per part. A shardload rank
+// holds the layer requantized once (in float32) to one scale, which goes into every part's slot: each
+// branch of the engines' post-processing then holds the rank's weights. The branches that requantize
+// the parts to their maximum (vLLM; SGLang on CPU, ROCm and without cutlass) requantize each part to
+// its own scale again, a round trip through float16 that keeps the codes (tests/engines/); the ones
+// that spread each part's scale over its rows (SGLang's cutlass and Marlin kernels, vLLM's Marlin)
+// spread the same scale. Not the engines' mark of a layer fused on disk (the lowest float32 after the
+// first scale), which only the requantizing branches read: the spreading ones would give the second
+// and third parts' rows that value as their scale.
 
 // An FP8 checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor or
 // block scales, or llm-compressor's compressed-tensors by weight strategy.
@@ -260,8 +261,8 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
            fmt::format("{} MoE layers", plan.model.layers),
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
   }
-  // The engines take a static per-tensor FP8 rank as a checkpoint with fused layers
-  // (kUnsetPartScale), block and channel scales as layout.md cuts them, where the family row says the
+  // The engines take a static per-tensor FP8 rank with its merged scale in every fused part's slot,
+  // block and channel scales as layout.md cuts them, where the family row says the
   // format was checked. FP8 quantized by shardload is not checked (the engines quantize an unquantized
   // checkpoint in their own post-processing: their parameters before it are not FP8).
   if (plan.quantization != Quantization::kNone) {
@@ -333,10 +334,7 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
     const bool per_part_scale = module.post == PostProcess::kFp8Requantize &&
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
                                 (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
-    if (per_part_scale) {
-      tensor.shape = Shape{module.part_rows.size()};
-      tensor.fill = kUnsetPartScale;
-    }
+    if (per_part_scale) tensor.shape = Shape{module.part_rows.size()};  // the one scale, repeated
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =

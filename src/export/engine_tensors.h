@@ -17,9 +17,9 @@ struct EngineTensor {
   std::string name;
   DType dtype = DType::kBF16;
   Shape shape{};
-  // null: a buffer, every element `fill`. Otherwise the parameter's elements first; where `shape`
-  // holds more (the engines' per-part FP8 scales of a fused layer, given one merged scale), the rest is
-  // `fill`.
+  // null: a buffer, every element `fill`. Otherwise the parameter's elements; where `shape` holds
+  // more (the engines' per-part FP8 scales of a fused layer), the parameter has one element (the
+  // layer's merged scale), repeated.
   const PlanParam* param = nullptr;
   float fill = 0;
 };
@@ -32,8 +32,9 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
 
 // The same list as data, for the engine hooks (shardload.engines.engine_layout) and the weight
 // server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill}],
-// `source` the planned parameter it is made of (its elements first, the rest `fill`) with its shape
-// and dtype, all three null for a buffer no checkpoint has (every element `fill`).
+// `source` the planned parameter it is made of (its elements, or its one element repeated where
+// `shape` holds more) with its shape and dtype, all three null for a buffer no checkpoint has (every
+// element `fill`).
 nlohmann::json engine_tensors_json(const Plan& plan, const RankPlan& rank, Engine engine);
 
 }  // namespace shardload

@@ -1,5 +1,6 @@
 // Writes an export as docs/layout.md specifies: vLLM sharded_state file names, per-file metadata,
 // the shardload.json manifest, and the model directory's other top-level files copied unchanged.
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -105,9 +106,17 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     if (from_param != elements || tensor.dtype != tensor.param->dtype) {
       const uint64_t bits = dtype_bits(tensor.dtype);
       std::vector<std::byte>& bytes = made.emplace_back(elements * bits / 8);
-      if (from_param > 0) convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), from_param);
-      const std::vector<float> fill(elements - from_param, tensor.fill);
-      convert(DType::kF32, fill.data(), tensor.dtype, bytes.data() + from_param * bits / 8, fill.size());
+      if (from_param == 0) {
+        const std::vector<float> fill(elements, tensor.fill);
+        convert(DType::kF32, fill.data(), tensor.dtype, bytes.data(), elements);
+      } else {
+        convert(tensor.param->dtype, data.data(), tensor.dtype, bytes.data(), from_param);
+      }
+      // A parameter of fewer elements has one (engine_tensors.h), repeated.
+      const uint64_t element_bytes = bits / 8;
+      for (uint64_t i = from_param; from_param > 0 && i < elements; ++i) {
+        std::memcpy(bytes.data() + i * element_bytes, bytes.data(), element_bytes);
+      }
       data = bytes;
     }
     // A part is closed when the next tensor would take it past the limit, unless it is still empty.

@@ -183,8 +183,13 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 if quant in REQUANTIZED:  # after the engine's post-processing, which requantizes (a) too
                     # Both engines' post-processing (here, without a CPU kernel's packing) holds dense FP8
                     # weights transposed.
+                    # SGLang's quant_method fp8 on an NVIDIA GPU (sglang_ranks.py: OUT-gpu) spreads each
+                    # fused part's scale over its rows where CPU requantizes to one: the same weights.
+                    gpu = [pathlib.Path(f"{p}-gpu") for p in (plugin, served)] if not vllm and quant == "fp8" else []
                     forwards.append((True, ["--transposed", model,
-                                            *(pathlib.Path(f"{p}-post") for p in loads)]))
+                                            *(pathlib.Path(f"{p}-post") for p in loads), *gpu]))
+                    if gpu and ep == 1:  # there, SGLang's own dense model holds the checkpoint's codes and scales
+                        forwards.append((False, ["--transposed", model, pathlib.Path(f"{own}-gpu")]))
                 else:
                     forwards.append((False, [model, *loads]))
             if quant in ("none", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
@@ -311,7 +316,7 @@ def check_forward(forwards):
                 assert got["bitwise_equal_to_first"], f"{name}: logits differ from the engine's own load's"
             assert got["tokens"] == own["tokens"], (
                 f"{name}: greedy tokens {got['tokens']}, the engine's {own['tokens']}")
-        worst = max(got["difference_to_first"] for _, got in loads)
+        worst = max((got["difference_to_first"] for _, got in loads), default=0.0)
         compared = (f"{worst:.2g} from the engine's own after post-processing (relative; the engine's "
                     f"{own['relative_difference']:.2g} from transformers' of the dequantized checkpoint)"
                     if requantized else

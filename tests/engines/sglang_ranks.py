@@ -107,7 +107,9 @@ def rank_main(rank, args, port, errors):
             save_file({k: v.detach().contiguous() for k, v in state.items()},
                       os.path.join(out, f"rank-{rank}.safetensors"))
 
-        loaded = fp8_stand_ins()  # SGLang's loaders post-process: FP8 modules are saved as loaded too
+        # SGLang's loaders post-process: FP8 modules are saved as loaded too, and as an NVIDIA GPU's
+        # branch of the post-processing leaves them.
+        loaded, on_gpu = fp8_stand_ins()
 
         publish(server_args(*args.jobs[0][::2]), role="scheduler", ranks=SpawnRanks(world_rank=rank))
         # PyNccl off: its communicator needs a CUDA device; gloo carries what loading exchanges.
@@ -127,11 +129,14 @@ def rank_main(rank, args, port, errors):
             job_args = server_args(model_dir, load_format)
             publish(job_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
             loaded.clear()
+            on_gpu.clear()
             model = get_model(model_config=ModelConfig.from_server_args(job_args),
                               load_config=load_config(load_format), device_config=DeviceConfig("cpu"))
             if loaded:  # FP8: OUT as the weight loaders left it, OUT-post after SGLang's post-processing
-                save(model, out, as_loaded(model, loaded))
+                save(model, out, as_recorded(model, loaded))
                 save(model, out + "-post")
+                if on_gpu:  # OUT-gpu: the GPU branch's dense FP8 layers (its other modules: OUT-post's)
+                    save(model, out + "-gpu", as_recorded(model, on_gpu))
             else:
                 save(model, out)
             if load_format.startswith("server="):
@@ -150,8 +155,12 @@ def fp8_stand_ins():
     lacks stood in: the static FP8 quantization (float32 x * (1 / scale), clamped to +-448, rounded to
     nearest even; sgl_kernel's op), the AMX check and AMX weight packing of its CPU path (nothing runs
     the layer here: the weight is left as SGLang's CPU path leaves it before packing). Each FP8 method's
-    post-processing first records its module's tensors as loaded. Returns that record
-    ({id(module): {name: tensor}}), which the caller clears per model."""
+    post-processing first records its module's tensors as loaded. A dense per-tensor FP8 layer
+    (quant_method fp8) is also post-processed, on a copy, in the branch SGLang takes on an NVIDIA GPU with
+    FP8 (compute capability 8.9 to 10: cutlass's per-channel kernel), which CPU never takes: every fused
+    part's scale spread over its rows (convert_to_channelwise), the codes kept, the weight transposed.
+    Returns both records ({id(module): {name: tensor}}: as loaded, and as that GPU branch leaves it),
+    which the caller clears per model."""
     from sglang.srt.layers.quantization import fp8, utils
     from sglang.srt.layers.quantization.compressed_tensors import compressed_tensors as ct
     from sglang.srt.layers.quantization.compressed_tensors.schemes import compressed_tensors_w8a8_fp8_moe as ct_moe
@@ -163,19 +172,39 @@ def fp8_stand_ins():
     # compressed-tensors asks the CUDA device's capability when it picks a layer's scheme: answered
     # "supported", as a GPU that runs FP8 would.
     ct.CompressedTensorsConfig._check_scheme_supported = lambda self, min_capability, error=True: True
-    record = {}
+    record, on_gpu = {}, {}
     for cls in (fp8.Fp8LinearMethod, fp8.Fp8MoEMethod, BaseKVCacheMethod, ct.CompressedTensorsLinearMethod,
                 ct.CompressedTensorsFusedMoEMethod):
-        def recorded(self, layer, _original=cls.process_weights_after_loading):
+        def recorded(self, layer, _original=cls.process_weights_after_loading, _cls=cls):
             record[id(layer)] = {k: v.detach().clone() for k, v in layer.state_dict().items()}
+            if _cls is fp8.Fp8LinearMethod and not self.block_quant:
+                on_gpu[id(layer)] = gpu_branch(self, layer, _original, fp8)
             return _original(self, layer)
 
         cls.process_weights_after_loading = recorded
-    return record
+    return record, on_gpu
 
 
-def as_loaded(model, record):
-    """The model's state with every recorded module's tensors as they were before post-processing."""
+def gpu_branch(method, layer, original, fp8):
+    """LAYER's tensors after METHOD's post-processing in its NVIDIA GPU branch (cutlass FP8), run on a copy:
+    SGLang's platform flag says not CPU and the method has cutlass, for that call."""
+    import torch
+
+    copy = torch.nn.Module()
+    for name, tensor in layer.named_parameters(recurse=False):
+        copy.register_parameter(name, torch.nn.Parameter(tensor.detach().clone(), requires_grad=False))
+    copy.logical_widths = layer.logical_widths
+    saved = fp8._is_cpu, method.cutlass_fp8_supported, method.use_marlin
+    fp8._is_cpu, method.cutlass_fp8_supported, method.use_marlin = False, True, False
+    try:
+        original(method, copy)
+    finally:
+        fp8._is_cpu, method.cutlass_fp8_supported, method.use_marlin = saved
+    return {k: v.detach().clone() for k, v in copy.state_dict().items()}
+
+
+def as_recorded(model, record):
+    """The model's state with every recorded module's tensors as the record holds them."""
     state = {}
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""

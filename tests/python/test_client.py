@@ -954,11 +954,14 @@ def test_a_server_started_for_an_engine_lists_its_tensors_under_the_engines_name
     lambda m: m["engine_ranks"][0]["tensors"][0].update(source="model.no_such.weight"),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(source_shape=[1 << 20, 1 << 20]),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(source_dtype="F8_E4M3"),
+    # more elements than a source of several: only a source of one is repeated
+    lambda m: m["engine_ranks"][0]["tensors"][0].update(shape=[1 << 20]),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(shape=[-1]),
     lambda m: m["engine_ranks"][0]["tensors"][0].update(fill="1"),
     lambda m: m["engine_ranks"][0].update(rank=1),
     lambda m: m["engine_ranks"].pop(),
-], ids=["unknown_source", "source_shape", "source_dtype", "negative_dim", "fill", "rank", "missing_rank"])
+], ids=["unknown_source", "source_shape", "source_dtype", "source_repeated", "negative_dim", "fill", "rank",
+        "missing_rank"])
 def test_an_engine_table_that_is_not_one_is_refused(serve, models, edit):
     server = serve(models["first"], "--engine", "vllm")
     _edit_manifest(server.name, edit)

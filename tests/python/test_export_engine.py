@@ -96,13 +96,13 @@ VLLM_KV_SLOTS = {
 @pytest.mark.parametrize("quant", VLLM_KV_SLOTS)
 def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path, quant):
     """Static per-tensor FP8 for vLLM (quant_method fp8, and llm-compressor's compressed-tensors): the
-    layout's codes (requantized once), its one scale of a fused layer first in vLLM's scale per part and the
-    lowest float32 in the others (vLLM's mark of a layer the checkpoint fused itself: its post-processing
-    then keeps the codes), and the attention modules' KV-cache slots of that config."""
+    layout's codes (requantized once), its one scale of a fused layer in each of vLLM's slots per part (not
+    the engines' mark of a layer fused on disk, the lowest float32 after the first: the branches of their
+    post-processing that spread each part's scale over its rows, vLLM's Marlin and SGLang's cutlass, would
+    give the other parts' rows that scale), and the attention modules' KV-cache slots of that config."""
     model = tiny("llama", quant)
     plain = export(model, tmp_path / "plain", "--tp", 2)
     vllm = export(model, tmp_path / "vllm", "--tp", 2, "--engine", "vllm")
-    lowest = struct.pack("<f", -3.4028234663852886e38)
     prefix = "model.layers.1.self_attn.attn."
     for rank in range(2):
         a, b = rank_tensors(plain, rank), rank_tensors(vllm, rank)
@@ -110,7 +110,7 @@ def test_vllm_fp8_one_scale_per_fused_part(tiny, tmp_path, quant):
             for scale in ("weight_scale", "input_scale"):
                 name = f"model.layers.1.{fused}.{scale}"
                 assert a[name][:2] == ("F32", [1])
-                assert b[name] == ("F32", [parts], a[name][2] + lowest * (parts - 1)), name
+                assert b[name] == ("F32", [parts], a[name][2] * parts), name
             assert b[f"model.layers.1.{fused}.weight"] == a[f"model.layers.1.{fused}.weight"]
         assert b["model.layers.1.self_attn.o_proj.weight_scale"] == a["model.layers.1.self_attn.o_proj.weight_scale"]
         slots = {n.removeprefix(prefix): b[n] for n in b if n.startswith(prefix) and not n.startswith(prefix + "_")}
@@ -240,8 +240,8 @@ def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, eng
                 assert e["fill"] == expected, e["name"]
                 continue
             assert e["source_shape"] == layout[e["source"]][1], e["name"]
-            if e["source_shape"] != e["shape"]:  # vLLM's FP8 scale per fused part
-                assert e["fill"] == -3.4028234663852886e38 and e["name"].endswith("_scale"), e["name"]
+            if e["source_shape"] != e["shape"]:  # the engines' FP8 scale per fused part: the merged one, repeated
+                assert e["source_shape"] == [1] and e["name"].endswith("_scale"), e["name"]
 
 
 def test_engine_layout_refuses_what_the_engine_cannot_take(tiny):
