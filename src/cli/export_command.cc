@@ -32,6 +32,7 @@ struct ExportCommandOptions {
   std::string max_file_size = "5G";
   bool overwrite = false;
   std::string engine;
+  bool engine_post_processed = false;
   int threads = 0;
   ReadOptions read;
 };
@@ -67,6 +68,7 @@ void run_export(const ExportCommandOptions& options) {
       as_usage_error([&] { return parse_byte_size(options.max_file_size, "--max-file-size"); });
   export_options.overwrite = options.overwrite;
   if (!options.engine.empty()) export_options.engine = *engine_from_name(options.engine);
+  export_options.engine_post_processed = options.engine_post_processed;
   // What earlier exports to --out left behind: removed when their process is gone, else named.
   export_options.note = [](const std::string& text) { std::cerr << "note: " + text + "\n"; };
   // Where the export goes is checked before the (long) load, and again by export_ranks before it
@@ -78,7 +80,7 @@ void run_export(const ExportCommandOptions& options) {
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
   // What the engine cannot take is said before the (long) load.
-  as_usage_error([&] { check_engine_plan(plan, export_options.engine); });
+  as_usage_error([&] { check_engine_plan(plan, export_options.engine, export_use(export_options)); });
   // Every rank is loaded into memory before the files are written: all of them must fit.
   admit_load(plan, {}, options.threads, IoMode::kAuto);
   LoadOptions load_options;
@@ -117,6 +119,10 @@ void add_export_command(CLI::App& app) {
                   "Write the rank files for this engine's sharded_state loader: its names, buffers "
                   "and dtypes (vllm, sglang; fastdeploy: the layout's own). Default: docs/layout.md")
       ->check(CLI::IsMember(names_of(kEngineNames)));
+  cmd->add_flag("--engine-post-processed", options->engine_post_processed,
+                "With --engine sglang and static per-tensor FP8: the FP8 layers as SGLang's "
+                "post-processing leaves them on NVIDIA GPUs with FP8 (compute capability 8.9 to 10), "
+                "which its sharded_state loader reads");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   add_read_option(*cmd, options->read);

@@ -46,6 +46,8 @@ constexpr KvCacheSlot kVllmCtKvSlots[] = {
     {"v_zero_point", true, true, 0.0f}, {"q_zero_point", true, true, 0.0f}};
 constexpr KvCacheSlot kSglangKvSlots[] = {{"k_scale", false, false, kUnsetKvCacheScale},
                                           {"v_scale", false, false, kUnsetKvCacheScale}};
+// SGLang's post-processing of KV-cache slots a checkpoint left unset (both at -1): 1.
+constexpr float kPostProcessedKvCacheScale = 1.0f;
 
 // A parameter whose name ends with `after` comes with the buffers of an attention module: its name
 // with `after` replaced by `module` + each buffer's name.
@@ -245,6 +247,15 @@ std::string_view fp8_format_name(Fp8Format format) {
 }  // namespace
 
 void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
+  // Only SGLang's sharded_state loader post-processes the empty model before it reads the files;
+  // vLLM's post-processes after, so its export holds the layers as loaded.
+  if (use == EngineUse::kExportPostProcessed && engine != Engine::kSglang) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "--engine-post-processed is SGLang's (its sharded_state loader post-processes the empty "
+                "model, then reads the files); other engines' exports hold the layers as loaded",
+                {.field = "--engine", .expected = "sglang",
+                 .found = engine == Engine::kLayout ? "none" : std::string(engine_name(engine))});
+  }
   if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
   const std::string family(family_name(plan.model.family));
   const EngineFamily* row = find_engine_family(engine, family);
@@ -280,13 +291,24 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
     }
   }
   // SGLang's sharded_state loader runs the post-processing on the empty model and then copies the
-  // files in: they must hold the post-processed FP8 layers (transposed, one scale, packed for the
-  // device's kernels), which the engine makes from the loaded ones. Its hooks fill before it.
+  // files in: they must hold the post-processed FP8 layers, which are the device's. shardload writes
+  // them for NVIDIA GPUs with FP8 and static per-tensor FP8 (kExportPostProcessed); its hooks fill
+  // before the post-processing and take the formats above.
   if (use == EngineUse::kExport && engine == Engine::kSglang && plan.quantization != Quantization::kNone) {
     refuse(engine,
-           "FP8 for SGLang's sharded_state loader: it reads the post-processed layers (transposed, one "
-           "scale, packed for its kernels); shardload.sglang's loader takes FP8",
-           "an unquantized checkpoint", std::string(quantization_name(plan.quantization)));
+           "FP8 for SGLang's sharded_state loader as loaded: it reads the post-processed layers, which "
+           "--engine-post-processed writes for static per-tensor FP8 on NVIDIA GPUs with FP8; "
+           "shardload.sglang's loader takes FP8",
+           "an unquantized checkpoint, or --engine-post-processed",
+           std::string(quantization_name(plan.quantization)));
+  }
+  if (use == EngineUse::kExportPostProcessed && fp8_format(plan) != kFp8Tensor) {
+    const std::optional<Fp8Format> format = fp8_format(plan);
+    refuse(engine,
+           "--engine-post-processed for this checkpoint: its post-processed form is written for static "
+           "per-tensor FP8 (quant_method fp8) only; an unquantized one needs no flag",
+           "fp8 (static per-tensor)",
+           format ? std::string(fp8_format_name(*format)) : std::string(quantization_name(plan.quantization)));
   }
   if (plan.parallel.row_bias != RowBias::kFull) {
     refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
@@ -312,7 +334,47 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   }
 }
 
-std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine) {
+namespace {
+
+// SGLang's post-processing of a static per-tensor FP8 module on an NVIDIA GPU with FP8 (its cutlass
+// branch, fp8.py Fp8LinearMethod / Fp8MoEMethod): a dense layer keeps its codes, transposed to
+// [in, out], each part's weight scale spread over the part's rows ([out, 1]: here the one merged
+// scale everywhere) and one input scale []; routed experts keep their codes, one weight scale per
+// expert (the largest of w13's two, equal in layout.md) and one input scale [] for all of them (the
+// largest).
+void post_process_for_sglang(const PlanModule& module, const PlanParam& param, EngineTensor& tensor) {
+  const bool experts = module.moe_layer >= 0;
+  switch (param.role) {
+    case ParamRole::kData:
+      if (!experts && param.shape.size() == 2) {
+        tensor.shape = Shape{param.shape[1], param.shape[0]};
+        tensor.reduce = EngineReduce::kTranspose;
+      }
+      break;
+    case ParamRole::kWeightScale:
+      if (!experts) {
+        uint64_t rows = 0;
+        for (const uint64_t part : module.part_rows) rows += part;
+        tensor.shape = Shape{rows, 1};  // the one scale, repeated
+      } else if (param.shape.size() == 2) {
+        tensor.shape = Shape{param.shape[0]};
+        tensor.reduce = EngineReduce::kRowMax;
+      }
+      break;
+    case ParamRole::kInputScale:
+      tensor.shape = Shape{};
+      if (experts) tensor.reduce = EngineReduce::kMax;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine,
+                                         EngineUse use) {
+  const bool post_processed = use == EngineUse::kExportPostProcessed;
   const EngineFamily* row =
       engine == Engine::kVllm || engine == Engine::kSglang
           ? find_engine_family(engine, family_name(plan.model.family))
@@ -335,6 +397,9 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
                                 (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
     if (per_part_scale) tensor.shape = Shape{module.part_rows.size()};  // the one scale, repeated
+    if (post_processed && module.post == PostProcess::kFp8Requantize) {
+      post_process_for_sglang(module, param, tensor);
+    }
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =
@@ -347,7 +412,8 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
       const bool compressed = plan.model.quant_format == QuantFormat::kCompressedTensors;
       for (const KvCacheSlot& slot : compressed ? buffers.kv_cache_ct : buffers.kv_cache) {
         out.push_back({prefix + std::string(slot.name), slot.model_dtype ? plan.dtype : DType::kF32,
-                       slot.one_element ? Shape{1} : Shape{}, nullptr, slot.value});
+                       slot.one_element ? Shape{1} : Shape{}, nullptr,
+                       post_processed ? kPostProcessedKvCacheScale : slot.value});
       }
     }
   }

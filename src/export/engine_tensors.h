@@ -10,6 +10,11 @@
 
 namespace shardload {
 
+// How a post-processed export's tensor is made of its parameter's elements (EngineUse::
+// kExportPostProcessed): as they are, a 2-D weight transposed ([rows, cols] to [cols, rows]), the
+// maximum of each row of a float32 [rows, cols] (to [rows]), or the maximum of all (to []).
+enum class EngineReduce { kNone, kTranspose, kRowMax, kMax };
+
 // One tensor of a rank file written for an engine (docs/engines.md): a planned parameter under the
 // name the engine's model gives it, maybe in another dtype, or a buffer the engine's model holds
 // that no checkpoint has (vLLM's attention scales, float32 scalars of value 1).
@@ -22,13 +27,17 @@ struct EngineTensor {
   // layer's merged scale), repeated.
   const PlanParam* param = nullptr;
   float fill = 0;
+  EngineReduce reduce = EngineReduce::kNone;
 };
 
 // check_engine_plan (what an engine can take) is in shardload/export.h.
 
 // The tensors of `rank`'s files for `engine`, in the plan's order with each buffer after the
-// parameter it belongs to. kLayout and kFastdeploy: the exported parameters as they are.
-std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine);
+// parameter it belongs to. kLayout and kFastdeploy: the exported parameters as they are. `use`
+// kExportPostProcessed: SGLang's FP8 layers as its post-processing leaves them (check_engine_plan
+// takes that use for static per-tensor FP8 only).
+std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine,
+                                         EngineUse use = EngineUse::kExport);
 
 // The same list as data, for the engine hooks (shardload.engines.engine_layout) and the weight
 // server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill}],

@@ -28,6 +28,9 @@ struct ExportManifest {
   // The fields each rank file records as well (recorded_layout.h), as its metadata spells them.
   std::map<std::string, std::string> recorded;
   Engine engine = Engine::kLayout;  // "engine", absent in exports of docs/layout.md's names
+  // kExportPostProcessed where "engine_post_processed" is true (an SGLang export of its
+  // post-processed FP8 layers), else kExport.
+  EngineUse engine_use = EngineUse::kExport;
 };
 
 // Checks shardload.json's format, layout and rank list (`file` names it in errors). Throws

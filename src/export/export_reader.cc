@@ -85,14 +85,15 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   });
   // An export written for an engine holds that engine's names (engine_tensors.h); its families have
   // no parameter a checkpoint may lack, so `present` above never needs them.
-  check_engine_plan(plan, manifest.engine);
+  check_engine_plan(plan, manifest.engine, manifest.engine_use);
   std::vector<Copy> copies;
   std::vector<uint64_t> sizes;  // of each rank's buffer
   for (size_t i = 0; i < ranks.size(); ++i) {
     std::vector<const SafetensorsFile*> rank_files;
     for (size_t f = first_file[i]; f < first_file[i + 1]; ++f) rank_files.push_back(&files[f]);
     const RankPlan& rank = plan.ranks[static_cast<size_t>(ranks[i])];
-    check_rank_tensors(rank.rank, engine_tensors(plan, rank, manifest.engine), rank_files);
+    check_rank_tensors(rank.rank, engine_tensors(plan, rank, manifest.engine, manifest.engine_use),
+                       rank_files);
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     LoadedExport::Rank& loaded = out.ranks.emplace_back();

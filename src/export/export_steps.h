@@ -19,14 +19,14 @@ namespace shardload {
 std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options);
 
 // Writes one rank's model-rank-R-part-K.safetensors files into `dir`, with the names, buffers and
-// dtypes of `engine` (engine_tensors.h); returns its manifest entry {"rank": R, "files": [...]}.
+// dtypes of `engine` for `use` (engine_tensors.h); returns its manifest entry {"rank": R, "files": [...]}.
 nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights,
                                 const std::filesystem::path& dir, uint64_t max_file_size,
-                                Engine engine);
+                                Engine engine, EngineUse use = EngineUse::kExport);
 
 // Copies the model's other files, writes the manifest with `manifest_ranks` (every rank, in order)
 // and moves the staged export into place.
-void finish_export(const Checkpoint& checkpoint, const Plan& plan, Engine engine,
+void finish_export(const Checkpoint& checkpoint, const Plan& plan, Engine engine, EngineUse use,
                    const nlohmann::json& manifest_ranks, StagingDir& staging, bool overwrite);
 
 }  // namespace shardload

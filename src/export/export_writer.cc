@@ -1,5 +1,6 @@
 // Writes an export as docs/layout.md specifies: vLLM sharded_state file names, per-file metadata,
 // the shardload.json manifest, and the model directory's other top-level files copied unchanged.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "core/fault_injection.h"
 #include "core/plural.h"
+#include "core/shape_text.h"
 #include "export/engine_tensors.h"
 #include "export/resolved_path.h"
 #include "export/export_steps.h"
@@ -59,10 +61,53 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
   }
 }
 
+// A post-processed export's tensor made of its parameter's bytes `data` (EngineReduce): a weight
+// transposed in tiles (each tile's rows and columns stay in cache), or float32 scales reduced to
+// their maximum by row or whole.
+std::vector<std::byte> reduced(const EngineTensor& tensor, std::span<const std::byte> data) {
+  const PlanParam& param = *tensor.param;
+  const uint64_t rows = param.shape.empty() ? 1 : param.shape[0];
+  const uint64_t cols = rows == 0 ? 0 : shape_numel(param.shape) / rows;
+  if (tensor.reduce == EngineReduce::kTranspose) {
+    const uint64_t size = dtype_bits(param.dtype) / 8;
+    if (param.shape.size() != 2 || size == 0 || data.size() != rows * cols * size) {
+      throw Error(ErrorKind::kInvalidArgument, "only a 2-D weight of whole-byte elements is transposed",
+                  {.tensor = param.name, .expected = "a 2-D tensor", .found = shape_text(param.shape)});
+    }
+    std::vector<std::byte> out(data.size());
+    constexpr uint64_t kTile = 64;
+    for (uint64_t r0 = 0; r0 < rows; r0 += kTile) {
+      for (uint64_t c0 = 0; c0 < cols; c0 += kTile) {
+        for (uint64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
+          for (uint64_t c = c0; c < std::min(cols, c0 + kTile); ++c) {
+            std::memcpy(out.data() + (c * rows + r) * size, data.data() + (r * cols + c) * size, size);
+          }
+        }
+      }
+    }
+    return out;
+  }
+  if (param.dtype != DType::kF32 || data.size() != shape_numel(param.shape) * sizeof(float)) {
+    throw Error(ErrorKind::kInvalidArgument, "only float32 scales are reduced to their maximum",
+                {.tensor = param.name, .expected = "F32", .found = std::string(dtype_name(param.dtype))});
+  }
+  std::vector<float> values(shape_numel(param.shape));
+  std::memcpy(values.data(), data.data(), data.size());
+  const uint64_t group = tensor.reduce == EngineReduce::kRowMax ? cols : values.size();
+  std::vector<float> maxima;
+  for (uint64_t at = 0; group > 0 && at < values.size(); at += group) {
+    maxima.push_back(*std::max_element(values.begin() + static_cast<ptrdiff_t>(at),
+                                       values.begin() + static_cast<ptrdiff_t>(at + group)));
+  }
+  std::vector<std::byte> out(maxima.size() * sizeof(float));
+  std::memcpy(out.data(), maxima.data(), out.size());
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, const fs::path& dir,
-                                uint64_t max_file_size, Engine engine) {
+                                uint64_t max_file_size, Engine engine, EngineUse use) {
   const RankPlan& rank = plan.ranks.at(static_cast<size_t>(weights.rank));
   std::map<std::string, std::string> metadata = {
       {"format", "shardload/1"},
@@ -80,7 +125,7 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
     metadata["attn_tp_size"] = std::to_string(plan.parallel.attention_tp());
     metadata["attn_tp_rank"] = std::to_string(rank.attention_rank);
   }
-  metadata.merge(recorded_layout(manifest_layout(plan, engine)));
+  metadata.merge(recorded_layout(manifest_layout(plan, engine, use)));
   nlohmann::json files = nlohmann::json::array();
   std::vector<TensorToWrite> part;
   uint64_t part_bytes = 0;
@@ -97,12 +142,16 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
   // Bytes an engine's file holds that the rank buffer does not (a tensor in another dtype, a
   // buffer), alive until the rank's last part is written.
   std::deque<std::vector<std::byte>> made;
-  for (const EngineTensor& tensor : engine_tensors(plan, rank, engine)) {
+  for (const EngineTensor& tensor : engine_tensors(plan, rank, engine, use)) {
     std::span<const std::byte> data =
         tensor.param ? weights.buffer.span().subspan(tensor.param->offset, tensor.param->nbytes)
                      : std::span<const std::byte>();
     const uint64_t elements = shape_numel(tensor.shape);
-    const uint64_t from_param = tensor.param ? shape_numel(tensor.param->shape) : 0;
+    uint64_t from_param = tensor.param ? shape_numel(tensor.param->shape) : 0;
+    if (tensor.reduce != EngineReduce::kNone) {
+      data = made.emplace_back(reduced(tensor, data));
+      from_param = data.size() * 8 / dtype_bits(tensor.param->dtype);
+    }
     if (from_param != elements || tensor.dtype != tensor.param->dtype) {
       const uint64_t bits = dtype_bits(tensor.dtype);
       std::vector<std::byte>& bytes = made.emplace_back(elements * bits / 8);
@@ -129,10 +178,10 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
   return {{"rank", rank.rank}, {"files", files}};
 }
 
-void finish_export(const Checkpoint& ckpt, const Plan& plan, Engine engine,
+void finish_export(const Checkpoint& ckpt, const Plan& plan, Engine engine, EngineUse use,
                    const nlohmann::json& manifest_ranks, StagingDir& staging, bool overwrite) {
   const fs::path& out = staging.path();
-  nlohmann::json manifest = manifest_layout(plan, engine);
+  nlohmann::json manifest = manifest_layout(plan, engine, use);
   manifest["ranks"] = manifest_ranks;
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
@@ -172,7 +221,7 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
                   const ExportOptions& options) {
   check_export_target(ckpt.path(), options);
   check_all_ranks(plan, ranks);
-  check_engine_plan(plan, options.engine);
+  check_engine_plan(plan, options.engine, export_use(options));
   // Everything is written into a directory beside --out and moved into place when complete: a
   // failed or interrupted export never leaves a directory a load would take for an export (or for
   // the checkpoint).
@@ -180,9 +229,11 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
     manifest_ranks.push_back(
-        write_rank_files(plan, weights, staging->path(), options.max_file_size, options.engine));
+        write_rank_files(plan, weights, staging->path(), options.max_file_size, options.engine,
+                         export_use(options)));
   }
-  finish_export(ckpt, plan, options.engine, manifest_ranks, *staging, options.overwrite);
+  finish_export(ckpt, plan, options.engine, export_use(options), manifest_ranks, *staging,
+                options.overwrite);
 }
 
 }  // namespace shardload

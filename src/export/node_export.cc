@@ -18,14 +18,15 @@ void export_node_ranks(const Checkpoint& ckpt, const Plan& plan,
   std::unique_ptr<StagingDir> staging;
   run_on_every_node(transport, [&] {
     check_export_target(ckpt.path(), options);
-    check_engine_plan(plan, options.engine);
+    check_engine_plan(plan, options.engine, export_use(options));
     if (first) staging = make_export_staging(options);
   });
   const std::string dir = transport.all_gather(first ? staging->path().string() : "")[0];
   nlohmann::json mine = nlohmann::json::array();
   run_on_every_node(transport, [&] {
     for (const RankWeights& weights : ranks) {
-      mine.push_back(write_rank_files(plan, weights, dir, options.max_file_size, options.engine));
+      mine.push_back(write_rank_files(plan, weights, dir, options.max_file_size, options.engine,
+                                      export_use(options)));
     }
   });
   const std::vector<std::string> lists = transport.all_gather(mine.dump());
@@ -36,7 +37,8 @@ void export_node_ranks(const Checkpoint& ckpt, const Plan& plan,
       for (nlohmann::json& entry : nlohmann::json::parse(list))
         manifest_ranks.push_back(std::move(entry));
     }
-    finish_export(ckpt, plan, options.engine, manifest_ranks, *staging, options.overwrite);
+    finish_export(ckpt, plan, options.engine, export_use(options), manifest_ranks, *staging,
+                  options.overwrite);
   });
 }
 

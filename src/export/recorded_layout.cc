@@ -6,7 +6,7 @@
 
 namespace shardload {
 
-nlohmann::json manifest_layout(const Plan& plan, Engine engine) {
+nlohmann::json manifest_layout(const Plan& plan, Engine engine, EngineUse use) {
   const bool moe = plan.physical_experts > 0;
   nlohmann::json manifest = {
       {"format", "shardload/1"},
@@ -29,6 +29,7 @@ nlohmann::json manifest_layout(const Plan& plan, Engine engine) {
     manifest["scopes"] = scopes_json(plan.parallel);
   }
   if (engine != Engine::kLayout) manifest["engine"] = engine_name(engine);
+  if (use == EngineUse::kExportPostProcessed) manifest["engine_post_processed"] = true;
   return manifest;
 }
 

@@ -31,11 +31,14 @@ Engine engine_arg(const std::optional<std::string>& name) {
 
 py::dict export_model(const py::object& model_path, const py::object& out_path, const py::object& max_file_size,
                       bool overwrite, int threads, const std::optional<std::string>& engine,
-                      const py::kwargs& layout) {
+                      bool engine_post_processed, const py::kwargs& layout) {
   const std::string model = path_arg(model_path);
   const std::string out = path_arg(out_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
-  ExportOptions options{.out = out, .engine = engine_arg(engine), .overwrite = overwrite};
+  ExportOptions options{.out = out,
+                        .engine = engine_arg(engine),
+                        .engine_post_processed = engine_post_processed,
+                        .overwrite = overwrite};
   if (!max_file_size.is_none()) {
     options.max_file_size = py::isinstance<py::str>(max_file_size)
                                 ? parse_byte_size(py::cast<std::string>(max_file_size))
@@ -48,7 +51,7 @@ py::dict export_model(const py::object& model_path, const py::object& out_path, 
     const Checkpoint ckpt = Checkpoint::open(model);
     check_export_target(ckpt.path(), options);  // before the load, as the command line does
     const Plan plan = make_plan(ckpt, parallel);
-    check_engine_plan(plan, options.engine);  // before the load too
+    check_engine_plan(plan, options.engine, export_use(options));  // before the load too
     LoadOptions load_options;
     load_options.threads = threads;
     const std::vector<RankWeights> weights = load_ranks(ckpt, plan, load_options);
@@ -112,16 +115,17 @@ py::object engine_layout(const py::object& model_path, int rank, const std::stri
 void bind_export(py::module_& m) {
   m.def("export", &export_model, py::arg("model"), py::arg("out"), py::kw_only(),
         py::arg("max_file_size") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
-        py::arg("engine") = py::none(),
+        py::arg("engine") = py::none(), py::arg("engine_post_processed") = false,
         "Writes the layout's rank files and shardload.json into `out` (atomically); engine=\"vllm\" or "
-        "\"sglang\" writes them for that engine's sharded_state loader (docs/engines.md)");
+        "\"sglang\" writes them for that engine's sharded_state loader (docs/engines.md); "
+        "engine_post_processed=True (SGLang, static per-tensor FP8): its FP8 layers as SGLang's "
+        "post-processing leaves them on NVIDIA GPUs with FP8");
   m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
         py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
   m.def("engine_layout", &engine_layout, py::arg("model"), py::kw_only(), py::arg("rank"), py::arg("engine"),
-        "What a rank holds under an engine's names: [{name, dtype, shape, source, source_shape, fill}], "
-        "source the layout tensor it is made of (None: a buffer, every element fill; fewer elements than "
-        "shape: they go first, the rest is fill); refuses a plan the engine "
-        "cannot take");
+        "What a rank holds under an engine's names: [{name, dtype, shape, source, source_shape, source_dtype, "
+        "fill}], source the layout tensor it is made of (None: a buffer, every element fill; one element "
+        "where shape holds more: repeated); refuses a plan the engine cannot take");
 }
 
 }  // namespace shardload::python

@@ -159,11 +159,15 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 assert found == str(snapshot), f"huggingface_hub finds {HUB_ID} at {found}, not at {snapshot}"
                 source = HUB_ID
             # SGLang's sharded_state loader post-processes before it reads (its files hold the post-processed
-            # layers): `export --engine sglang` refuses FP8 (test_export_engine.py), its hooks take it.
-            exported = quant == "none" or vllm
+            # layers): `export --engine sglang` takes static per-tensor FP8 with --engine-post-processed, as
+            # on an NVIDIA GPU with FP8 (the harness runs SGLang's post-processing in that branch: "-gpu"),
+            # and refuses the other FP8 formats (test_export_engine.py), which its hooks take.
+            post_processed = not vllm and quant == "fp8"
+            exported = quant == "none" or vllm or post_processed
             export = tmp_path / f"{name}-export"
             if exported:
-                cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export, env=hub_env)
+                cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export,
+                    *(["--engine-post-processed"] if post_processed else []), env=hub_env)
                 # load_export takes what it wrote: the engine's names checked against the export's plan.
                 cli("load", export, "--checksum")
             # The first case's server lists layout.md's names only: the plugin plans the engine's names from
@@ -176,7 +180,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             own, sharded, plugin, served = (tmp_path / f"{name}-{kind}"
                                             for kind in ("own", "sharded", "plugin", "server"))
             jobs += [f"{source}:{own}:auto{suffix}"]
-            jobs += [f"{export}:{sharded}:sharded_state{suffix}"] if exported else []
+            jobs += [f"{export}:{sharded}:sharded_state{'-gpu' if post_processed else ''}{suffix}"] if exported else []
             jobs += [f"{source}:{plugin}:shardload{suffix}", f"{source}:{served}:server={server.name}{suffix}"]
             if arch in FORWARD_FAMILIES:
                 loads = [own] + ([sharded] if exported else []) + [plugin, served]
@@ -204,7 +208,10 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 # other before the engine's post-processing and after it (OUT-post: the harness runs it),
                 # and after it equal to (a)'s but for the differences compare_ranks.py --fp8 names.
                 post = [pathlib.Path(f"{p}-post") for p in (own, sharded, plugin, served)]
-                if exported:
+                if post_processed:  # SGLang's sharded_state holds the files as read after its post-processing
+                    pairs += [post[1], export, post[1], pathlib.Path(f"{plugin}-gpu"),
+                              post[1], pathlib.Path(f"{served}-gpu")]
+                elif exported:
                     pairs += [sharded, export, sharded, plugin, post[1], post[2]]
                 pairs += [plugin, served, post[2], post[3], "--fp8", post[0], post[2]]
         if sync:

@@ -5,15 +5,18 @@ SGLang's `save_sharded_state` sees it (tensors sharing storage reduced to one) t
 
 Run by the engines' PyPI interpreter (SGLang installed with --no-deps over the vLLM environment):
   python sglang_ranks.py --tp T [--ep EP] MODEL:OUT:FORMAT... [--sync SYNC_JSON]
-FORMAT: auto, sharded_state, shardload (shardload.sglang.ShardloadLoader from the checkpoint) or
-server=NAME (the same loader from the weight server NAME); the last two need the shardload package on
-PYTHONPATH. --sync {"port": P, "model": NEW, "out": DIR}: rank 0 asks the weight server (port P) of the
-last server=NAME job to update to NEW, then every rank runs shardload.sglang.sync_weights on that job's
-live model, as SGLang's update_weights_from_tensor runs a --custom-weight-loader, and saves it to DIR.
+FORMAT: auto, sharded_state, sharded_state-gpu (sharded_state with SGLang's FP8 post-processing in the
+branch it takes on an NVIDIA GPU with FP8, for `export --engine-post-processed`), shardload
+(shardload.sglang.ShardloadLoader from the checkpoint) or server=NAME (the same loader from the weight
+server NAME); the last two need the shardload package on PYTHONPATH. --sync {"port": P, "model": NEW,
+"out": DIR}: rank 0 asks the weight server (port P) of the last server=NAME job to update to NEW, then every
+rank runs shardload.sglang.sync_weights on that job's live model, as SGLang's update_weights_from_tensor runs
+a --custom-weight-loader, and saves it to DIR.
 PyNccl is off; sgl_kernel (SGLang's CUDA kernels, no CPU wheel on PyPI) and IPython (notebook display helpers
 sglang.utils imports) are stand-in modules here: loading calls nothing of either.
 """
 import argparse
+import contextlib
 import importlib.machinery
 import json
 import os
@@ -75,6 +78,7 @@ def rank_main(rank, args, port, errors):
         from sglang.srt.server_args import ServerArgs
 
         def server_args(model, load_format):
+            load_format = load_format.removesuffix("-gpu")
             extra = {}
             if load_format.startswith("server="):
                 extra = {"weight_server": load_format[len("server="):]}
@@ -91,7 +95,7 @@ def rank_main(rank, args, port, errors):
 
                 extra = {"weight_server": load_format[len("server="):]} if load_format != "shardload" else {}
                 return LoadConfig(load_format=shardload.sglang.ShardloadLoader, model_loader_extra_config=extra)
-            return LoadConfig(load_format=load_format)
+            return LoadConfig(load_format=load_format.removesuffix("-gpu"))
 
         def save(model, out, state=None):
             state = ShardedStateLoader._filter_subtensors(model.state_dict() if state is None else state)
@@ -130,8 +134,9 @@ def rank_main(rank, args, port, errors):
             publish(job_args, role="scheduler", ranks=SpawnRanks(world_rank=rank))
             loaded.clear()
             on_gpu.clear()
-            model = get_model(model_config=ModelConfig.from_server_args(job_args),
-                              load_config=load_config(load_format), device_config=DeviceConfig("cpu"))
+            with gpu_fp8_branch(load_format.endswith("-gpu")):
+                model = get_model(model_config=ModelConfig.from_server_args(job_args),
+                                  load_config=load_config(load_format), device_config=DeviceConfig("cpu"))
             if loaded:  # FP8: OUT as the weight loaders left it, OUT-post after SGLang's post-processing
                 save(model, out, as_recorded(model, loaded))
                 save(model, out + "-post")
@@ -203,17 +208,36 @@ def gpu_branch(method, layer, original, fp8):
     return {k: v.detach().clone() for k, v in copy.state_dict().items()}
 
 
+@contextlib.contextmanager
+def gpu_fp8_branch(on):
+    """While ON: SGLang's quant_method fp8 layers are made and post-processed as on an NVIDIA GPU with FP8
+    (not CPU, cutlass, no Marlin), the form `export --engine-post-processed` writes for its sharded_state
+    loader, which post-processes the empty model before it reads the files."""
+    if not on:
+        yield
+        return
+    from sglang.srt.layers.quantization import fp8
+
+    saved = fp8._is_cpu, fp8.cutlass_fp8_supported, fp8.can_auto_enable_marlin_fp8
+    fp8._is_cpu, fp8.cutlass_fp8_supported, fp8.can_auto_enable_marlin_fp8 = False, lambda: True, lambda: False
+    try:
+        yield
+    finally:
+        fp8._is_cpu, fp8.cutlass_fp8_supported, fp8.can_auto_enable_marlin_fp8 = saved
+
+
 def as_recorded(model, record):
-    """The model's state with every recorded module's tensors as the record holds them."""
-    state = {}
-    for name, module in model.named_modules():
-        prefix = f"{name}." if name else ""
+    """The model's state dict (its names: a module held twice, as tied embeddings are, under both) with every
+    recorded module's own tensors replaced by the record's."""
+    state = dict(model.state_dict())
+    for name, module in model.named_modules(remove_duplicate=False):
         own = record.get(id(module))
-        if own is not None:
-            state.update({prefix + k: v for k, v in own.items()})
+        if own is None:
             continue
-        state.update({prefix + k: v for k, v in module.state_dict().items()
-                      if "." not in k and prefix + k not in state})
+        prefix = f"{name}." if name else ""
+        for key in [k for k in state if k.startswith(prefix) and "." not in k[len(prefix):]]:
+            del state[key]  # post-processing may have replaced or dropped them
+        state.update({prefix + k: v for k, v in own.items()})
     return state
 
 

@@ -5,14 +5,16 @@ loader syncs a live model in place after the server's update, equal to SGLang's 
 checkpoint. Every family shardload exports for SGLang at tp 2 (expert parallelism 2 for the MoE families; the
 dense ones in the same group), and MoE-TP inside EP at tp 4 x ep 2; static per-tensor, block and
 llm-compressor's compressed-tensors FP8 through its hooks (an FP8 model synced through SGLang's own
-post-processing: shardload.sglang.refill_processed); a forward pass on every load's parameters. make-tiny's
+post-processing: shardload.sglang.refill_processed), static per-tensor FP8 through `export --engine sglang
+--engine-post-processed` too (SGLang's post-processing run as on an NVIDIA GPU with FP8, where it also checks
+the hooks' parameters); a forward pass on every load's parameters. make-tiny's
 Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it
 (tests/python/test_export_engine.py)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
-# Static per-tensor FP8 (make-tiny --quant fp8), compared after SGLang's own FP8 post-processing too: dense,
-# and MoE with expert parallelism (SGLang's DeepSeek per-tensor FP8 is refused: test_export_engine.py); block
+# Static per-tensor FP8 (make-tiny --quant fp8), compared after SGLang's own FP8 post-processing too (and
+# exported post-processed for its sharded_state): dense, and MoE with expert parallelism (SGLang's DeepSeek per-tensor FP8 is refused: test_export_engine.py); block
 # FP8 DeepSeek-V3 (SGLang's other families leave block scales unloaded in its own load: refused).
 FP8 = [(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8"),
                                                           ("deepseek_v3", 2, "fp8-block")]

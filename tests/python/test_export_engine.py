@@ -151,7 +151,15 @@ def test_python_api_engine(tiny, tmp_path):
 @pytest.mark.parametrize("arch,quant,flags,words", [
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
     ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
-    ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "post-processed", "fp8"]),
+    ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
+    # --engine-post-processed: SGLang's, for static per-tensor FP8 only
+    ("llama", "fp8", ["--tp", 2, "--engine", "vllm", "--engine-post-processed"], ["SGLang", "vllm"]),
+    ("llama", "fp8", ["--tp", 2, "--engine-post-processed"], ["SGLang", "none"]),
+    ("llama", "none", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"], ["post-processed", "none"]),
+    ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang", "--engine-post-processed"],
+     ["static per-tensor", "fp8-block"]),
+    ("qwen2", "ct-fp8-tensor", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"],
+     ["static per-tensor", "compressed-tensors tensor"]),
     ("deepseek_v3", "fp8", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["FP8 format of deepseek_v3"]),
     ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang"], ["FP8 format of llama", "fp8-block"]),
     ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["sharded_state", "fp8-block"]),
@@ -175,6 +183,54 @@ def test_what_an_engine_cannot_take_is_refused(tiny, tmp_path, arch, quant, flag
     for word in words:
         assert word in done.stderr, (word, done.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def floats(blob):
+    return [v for (v,) in struct.iter_unpack("<f", blob)]
+
+
+def test_sglang_post_processed_fp8(tiny, tmp_path):
+    """`export --engine sglang --engine-post-processed` of static per-tensor FP8: the FP8 layers as SGLang's
+    post-processing leaves them on an NVIDIA GPU with FP8 (tests/engines/ has SGLang's sharded_state read
+    them): dense weights transposed, the merged weight scale on every row ([out, 1]), one input scale [];
+    experts' codes as they are, one weight scale per expert (w13's largest) and one input scale [] (the
+    largest); the KV-cache slots at 1 (what the post-processing makes of unset ones). Recorded in the manifest
+    and every rank file, which load_export checks."""
+    model = tiny("qwen2_moe", "fp8")
+    flags = ["--tp", 2, "--ep", 2, "--engine", "sglang"]
+    plain = export(model, tmp_path / "plain", "--tp", 2, "--ep", 2)
+    post = export(model, tmp_path / "post", *flags, "--engine-post-processed")
+    assert json.loads((pathlib.Path(post) / "shardload.json").read_text())["engine_post_processed"] is True
+    assert metadata(post, 1)["engine_post_processed"] == "true"
+    for rank in range(2):
+        a, b = rank_tensors(plain, rank), rank_tensors(post, rank)
+        layer = "model.layers.0."
+        for proj in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.shared_expert.gate_up_proj"):
+            dtype, (rows, cols), codes = a[f"{layer}{proj}.weight"]
+            transposed = bytes(codes[r * cols + c] for c in range(cols) for r in range(rows))
+            assert b[f"{layer}{proj}.weight"] == (dtype, [cols, rows], transposed), proj
+            assert b[f"{layer}{proj}.weight_scale"] == ("F32", [rows, 1], a[f"{layer}{proj}.weight_scale"][2] * rows)
+            assert b[f"{layer}{proj}.input_scale"] == ("F32", [], a[f"{layer}{proj}.input_scale"][2])
+        experts = layer + "mlp.experts."
+        assert b[experts + "w13_weight"] == a[experts + "w13_weight"]
+        w13 = floats(a[experts + "w13_weight_scale"][2])
+        assert b[experts + "w13_weight_scale"] == ("F32", [len(w13) // 2],
+                                                   struct.pack(f"<{len(w13) // 2}f", *map(max, w13[::2], w13[1::2])))
+        assert b[experts + "w2_weight_scale"] == a[experts + "w2_weight_scale"]
+        for scale in ("w13_input_scale", "w2_input_scale"):
+            assert b[experts + scale] == ("F32", [], struct.pack("<f", max(floats(a[experts + scale][2])))), scale
+        for slot in ("k_scale", "v_scale"):
+            assert b[f"{layer}self_attn.attn.{slot}"] == ("F32", [], struct.pack("<f", 1.0)), slot
+    assert run_shardload("load", post, "--checksum").returncode == 0
+    api = shardload.export(model, tmp_path / "api", tp=2, ep=2, engine="sglang", engine_post_processed=True)
+    assert all(rank_tensors(api["out"], r) == rank_tensors(post, r) for r in range(2))
+    # The flag edited out of the manifest (the files still record it), or onto another engine's export.
+    edit_manifest(post, lambda m: m.pop("engine_post_processed"))
+    assert run_shardload("load", post, check=False).returncode == 1
+    vllm = export(model, tmp_path / "vllm", "--tp", 2, "--ep", 2, "--engine", "vllm")
+    edit_manifest(vllm, lambda m: m.update(engine_post_processed=True))
+    done = run_shardload("load", vllm, check=False)
+    assert done.returncode == 1 and "engine_post_processed" in done.stderr, done.stderr
 
 
 def edit_manifest(out, edit):
