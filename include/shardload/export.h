@@ -37,23 +37,23 @@ std::optional<Engine> engine_from_name(std::string_view name);
 // post-processing. kExportPostProcessed (export --engine sglang --engine-post-processed): files for
 // a sharded_state loader that runs the engine's post-processing on the empty model before it reads
 // them (SGLang's), holding the FP8 layers as that post-processing leaves them on an NVIDIA GPU with
-// FP8 (compute capability 8.9 to 10; docs/engines.md).
+// FP8 (compute capability 8.9 and 9.0; docs/engines.md).
 enum class EngineUse { kExport, kHooks, kExportPostProcessed };
 
-// Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine` (or, with kHooks, filled
-// into its model): a family whose names that engine's model has not been checked for (tests/engines/),
-// or a layout choice the engine has no load for (an FP8 format not checked, SGLang's FP8 exports
-// other than post-processed static per-tensor FP8: its sharded_state loader post-processes before it
-// reads, divided row biases, data-parallel fields, redundant experts, an expert map other than slot
-// p = expert p); kExportPostProcessed for an engine other than SGLang or a checkpoint that is not
-// static per-tensor FP8. kLayout and kFastdeploy take every plan but kExportPostProcessed. export_ranks
-// checks it; a caller that loads first calls it before the load.
+// Throws Error(kInvalidArgument) when `plan` cannot be exported for `engine` (or, with kHooks,
+// filled into its model): a family whose names that engine's model has not been checked for
+// (tests/engines/), or a layout choice the engine has no load for (an FP8 format not checked,
+// SGLang's FP8 exports but kExportPostProcessed ones: its sharded_state loader post-processes
+// before it reads, divided row biases, data-parallel fields, redundant experts, an expert map other
+// than slot p = expert p); kExportPostProcessed for an engine other than SGLang or an unquantized
+// checkpoint. kLayout and kFastdeploy take every plan but kExportPostProcessed. export_ranks checks
+// it; a caller that loads first calls it before the load.
 void check_engine_plan(const Plan& plan, Engine engine, EngineUse use = EngineUse::kExport);
 
 struct ExportOptions {
   std::string out;
   Engine engine = Engine::kLayout;
-  bool engine_post_processed = false;  // EngineUse::kExportPostProcessed
+  bool engine_post_processed = false;          // EngineUse::kExportPostProcessed
   uint64_t max_file_size = uint64_t{5} << 30;  // a part is closed when the next tensor would pass it
   bool overwrite = false;
   // Told of what earlier exports to `out` left behind: each staging directory removed because its

@@ -80,7 +80,8 @@ void run_export(const ExportCommandOptions& options) {
   print_warnings(ckpt);
   const Plan plan = plan_for_flags(ckpt, parallel);
   // What the engine cannot take is said before the (long) load.
-  as_usage_error([&] { check_engine_plan(plan, export_options.engine, export_use(export_options)); });
+  as_usage_error(
+      [&] { check_engine_plan(plan, export_options.engine, export_use(export_options)); });
   // Every rank is loaded into memory before the files are written: all of them must fit.
   admit_load(plan, {}, options.threads, IoMode::kAuto);
   LoadOptions load_options;
@@ -119,10 +120,11 @@ void add_export_command(CLI::App& app) {
                   "Write the rank files for this engine's sharded_state loader: its names, buffers "
                   "and dtypes (vllm, sglang; fastdeploy: the layout's own). Default: docs/layout.md")
       ->check(CLI::IsMember(names_of(kEngineNames)));
-  cmd->add_flag("--engine-post-processed", options->engine_post_processed,
-                "With --engine sglang and static per-tensor FP8: the FP8 layers as SGLang's "
-                "post-processing leaves them on NVIDIA GPUs with FP8 (compute capability 8.9 to 10), "
-                "which its sharded_state loader reads");
+  cmd->add_flag(
+      "--engine-post-processed", options->engine_post_processed,
+      "With --engine sglang and an FP8 checkpoint: the FP8 layers as SGLang's "
+      "post-processing leaves them on NVIDIA GPUs with FP8 (compute capability 8.9, 9.0), "
+      "which its sharded_state loader reads");
   cmd->add_option("--threads", options->threads, "Loader threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
   add_read_option(*cmd, options->read);

@@ -250,11 +250,13 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   // Only SGLang's sharded_state loader post-processes the empty model before it reads the files;
   // vLLM's post-processes after, so its export holds the layers as loaded.
   if (use == EngineUse::kExportPostProcessed && engine != Engine::kSglang) {
-    throw Error(ErrorKind::kInvalidArgument,
-                "--engine-post-processed is SGLang's (its sharded_state loader post-processes the empty "
-                "model, then reads the files); other engines' exports hold the layers as loaded",
-                {.field = "--engine", .expected = "sglang",
-                 .found = engine == Engine::kLayout ? "none" : std::string(engine_name(engine))});
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        "--engine-post-processed is SGLang's (its sharded_state loader post-processes the empty "
+        "model, then reads the files); other engines' exports hold the layers as loaded",
+        {.field = "--engine",
+         .expected = "sglang",
+         .found = engine == Engine::kLayout ? "none" : std::string(engine_name(engine))});
   }
   if (engine == Engine::kLayout || engine == Engine::kFastdeploy) return;
   const std::string family(family_name(plan.model.family));
@@ -291,24 +293,24 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
     }
   }
   // SGLang's sharded_state loader runs the post-processing on the empty model and then copies the
-  // files in: they must hold the post-processed FP8 layers, which are the device's. shardload writes
-  // them for NVIDIA GPUs with FP8 and static per-tensor FP8 (kExportPostProcessed); its hooks fill
-  // before the post-processing and take the formats above.
+  // files in: they must hold the post-processed FP8 layers, which are the device's. shardload
+  // writes them as on NVIDIA GPUs with FP8 (kExportPostProcessed, the formats above); its hooks
+  // fill before the post-processing.
   if (use == EngineUse::kExport && engine == Engine::kSglang && plan.quantization != Quantization::kNone) {
     refuse(engine,
-           "FP8 for SGLang's sharded_state loader as loaded: it reads the post-processed layers, which "
-           "--engine-post-processed writes for static per-tensor FP8 on NVIDIA GPUs with FP8; "
-           "shardload.sglang's loader takes FP8",
+           "FP8 for SGLang's sharded_state loader as loaded: it reads the post-processed layers, "
+           "which "
+           "--engine-post-processed writes as on NVIDIA GPUs with FP8; shardload.sglang's loader "
+           "takes FP8 as loaded",
            "an unquantized checkpoint, or --engine-post-processed",
            std::string(quantization_name(plan.quantization)));
   }
-  if (use == EngineUse::kExportPostProcessed && fp8_format(plan) != kFp8Tensor) {
-    const std::optional<Fp8Format> format = fp8_format(plan);
+  // The format itself was checked against the family's row above.
+  if (use == EngineUse::kExportPostProcessed && !fp8_format(plan)) {
     refuse(engine,
-           "--engine-post-processed for this checkpoint: its post-processed form is written for static "
-           "per-tensor FP8 (quant_method fp8) only; an unquantized one needs no flag",
-           "fp8 (static per-tensor)",
-           format ? std::string(fp8_format_name(*format)) : std::string(quantization_name(plan.quantization)));
+           "--engine-post-processed for this checkpoint: only an FP8 checkpoint's layers are "
+           "post-processed; export without the flag",
+           "an FP8 checkpoint", std::string(quantization_name(plan.quantization)));
   }
   if (plan.parallel.row_bias != RowBias::kFull) {
     refuse(engine, "divided row biases (the engine adds a row-parallel bias once)", "--row-bias full",
@@ -336,29 +338,35 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
 
 namespace {
 
-// SGLang's post-processing of a static per-tensor FP8 module on an NVIDIA GPU with FP8 (its cutlass
-// branch, fp8.py Fp8LinearMethod / Fp8MoEMethod): a dense layer keeps its codes, transposed to
-// [in, out], each part's weight scale spread over the part's rows ([out, 1]: here the one merged
-// scale everywhere) and one input scale []; routed experts keep their codes, one weight scale per
+// SGLang's post-processing of an FP8 layer on an NVIDIA GPU with FP8 before Blackwell's block-scale
+// requantization (fp8.py Fp8LinearMethod / Fp8MoEMethod in their cutlass / Triton / DeepGEMM
+// branches, compressed_tensors' W8A8Fp8 schemes). Dense layers: weights of per-tensor and
+// per-channel formats transposed to [in, out]; quant_method fp8's per-tensor weight scale spread
+// over the rows ([out, 1]: here the one merged scale everywhere), compressed-tensors' reduced to
+// one []; one input scale []. Routed experts keep their codes, one per-tensor weight scale per
 // expert (the largest of w13's two, equal in layout.md) and one input scale [] for all of them (the
-// largest).
-void post_process_for_sglang(const PlanModule& module, const PlanParam& param, EngineTensor& tensor) {
+// largest). Block formats keep codes and scale grids as loaded.
+void post_process_for_sglang(Fp8Format format, const PlanModule& module, const PlanParam& param,
+                             EngineTensor& tensor) {
   const bool experts = module.moe_layer >= 0;
+  const bool block = format == kFp8Block || format == kCtBlock;
   switch (param.role) {
     case ParamRole::kData:
-      if (!experts && param.shape.size() == 2) {
+      if (!experts && !block && param.dtype == DType::kF8E4M3 && param.shape.size() == 2) {
         tensor.shape = Shape{param.shape[1], param.shape[0]};
         tensor.reduce = EngineReduce::kTranspose;
       }
       break;
     case ParamRole::kWeightScale:
-      if (!experts) {
+      if (experts && (format == kFp8Tensor || format == kCtTensor) && param.shape.size() == 2) {
+        tensor.shape = Shape{param.shape[0]};
+        tensor.reduce = EngineReduce::kRowMax;
+      } else if (!experts && format == kFp8Tensor) {
         uint64_t rows = 0;
         for (const uint64_t part : module.part_rows) rows += part;
         tensor.shape = Shape{rows, 1};  // the one scale, repeated
-      } else if (param.shape.size() == 2) {
-        tensor.shape = Shape{param.shape[0]};
-        tensor.reduce = EngineReduce::kRowMax;
+      } else if (!experts && format == kCtTensor) {
+        tensor.shape = Shape{};
       }
       break;
     case ParamRole::kInputScale:
@@ -397,9 +405,7 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
                                 (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
     if (per_part_scale) tensor.shape = Shape{module.part_rows.size()};  // the one scale, repeated
-    if (post_processed && module.post == PostProcess::kFp8Requantize) {
-      post_process_for_sglang(module, param, tensor);
-    }
+    if (post_processed) post_process_for_sglang(*fp8_format(plan), module, param, tensor);
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =

@@ -34,8 +34,8 @@ struct EngineTensor {
 
 // The tensors of `rank`'s files for `engine`, in the plan's order with each buffer after the
 // parameter it belongs to. kLayout and kFastdeploy: the exported parameters as they are. `use`
-// kExportPostProcessed: SGLang's FP8 layers as its post-processing leaves them (check_engine_plan
-// takes that use for static per-tensor FP8 only).
+// kExportPostProcessed: SGLang's FP8 layers as its post-processing leaves them on an NVIDIA GPU
+// with FP8 (check_engine_plan takes that use for SGLang's FP8 plans only).
 std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine,
                                          EngineUse use = EngineUse::kExport);
 

@@ -199,7 +199,8 @@ ExportManifest check_manifest(const nlohmann::json& manifest, const std::string&
   if (const auto post = manifest.find("engine_post_processed"); post != manifest.end()) {
     if (!post->is_boolean() || !post->get<bool>() || out.engine != Engine::kSglang) {
       throw manifest_error("engine_post_processed is only true, in an export for sglang", file,
-                           "engine_post_processed", "true, with \"engine\": \"sglang\"", shown(*post));
+                           "engine_post_processed", "true, with \"engine\": \"sglang\"",
+                           shown(*post));
     }
     out.engine_use = EngineUse::kExportPostProcessed;
   }

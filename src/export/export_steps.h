@@ -19,7 +19,8 @@ namespace shardload {
 std::unique_ptr<StagingDir> make_export_staging(const ExportOptions& options);
 
 // Writes one rank's model-rank-R-part-K.safetensors files into `dir`, with the names, buffers and
-// dtypes of `engine` for `use` (engine_tensors.h); returns its manifest entry {"rank": R, "files": [...]}.
+// dtypes of `engine` for `use` (engine_tensors.h); returns its manifest entry {"rank": R, "files":
+// [...]}.
 nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights,
                                 const std::filesystem::path& dir, uint64_t max_file_size,
                                 Engine engine, EngineUse use = EngineUse::kExport);

@@ -9,20 +9,19 @@
 #include <memory>
 
 #include <fmt/format.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/fault_injection.h"
 #include "core/plural.h"
 #include "core/shape_text.h"
 #include "export/engine_tensors.h"
-#include "export/resolved_path.h"
 #include "export/export_steps.h"
 #include "export/recorded_layout.h"
+#include "export/resolved_path.h"
 #include "export/staging_dir.h"
+#include "shardload/convert.h"
 #include "shardload/error.h"
 #include "shardload/export.h"
-#include "shardload/convert.h"
 #include "shardload/safetensors.h"
 
 namespace shardload {
@@ -71,8 +70,9 @@ std::vector<std::byte> reduced(const EngineTensor& tensor, std::span<const std::
   if (tensor.reduce == EngineReduce::kTranspose) {
     const uint64_t size = dtype_bits(param.dtype) / 8;
     if (param.shape.size() != 2 || size == 0 || data.size() != rows * cols * size) {
-      throw Error(ErrorKind::kInvalidArgument, "only a 2-D weight of whole-byte elements is transposed",
-                  {.tensor = param.name, .expected = "a 2-D tensor", .found = shape_text(param.shape)});
+      throw Error(
+          ErrorKind::kInvalidArgument, "only a 2-D weight of whole-byte elements is transposed",
+          {.tensor = param.name, .expected = "a 2-D tensor", .found = shape_text(param.shape)});
     }
     std::vector<std::byte> out(data.size());
     constexpr uint64_t kTile = 64;
@@ -80,7 +80,8 @@ std::vector<std::byte> reduced(const EngineTensor& tensor, std::span<const std::
       for (uint64_t c0 = 0; c0 < cols; c0 += kTile) {
         for (uint64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
           for (uint64_t c = c0; c < std::min(cols, c0 + kTile); ++c) {
-            std::memcpy(out.data() + (c * rows + r) * size, data.data() + (r * cols + c) * size, size);
+            std::memcpy(out.data() + (c * rows + r) * size, data.data() + (r * cols + c) * size,
+                        size);
           }
         }
       }
@@ -88,8 +89,9 @@ std::vector<std::byte> reduced(const EngineTensor& tensor, std::span<const std::
     return out;
   }
   if (param.dtype != DType::kF32 || data.size() != shape_numel(param.shape) * sizeof(float)) {
-    throw Error(ErrorKind::kInvalidArgument, "only float32 scales are reduced to their maximum",
-                {.tensor = param.name, .expected = "F32", .found = std::string(dtype_name(param.dtype))});
+    throw Error(
+        ErrorKind::kInvalidArgument, "only float32 scales are reduced to their maximum",
+        {.tensor = param.name, .expected = "F32", .found = std::string(dtype_name(param.dtype))});
   }
   std::vector<float> values(shape_numel(param.shape));
   std::memcpy(values.data(), data.data(), data.size());
@@ -228,9 +230,8 @@ void export_ranks(const Checkpoint& ckpt, const Plan& plan, const std::vector<Ra
   const std::unique_ptr<StagingDir> staging = make_export_staging(options);
   nlohmann::json manifest_ranks = nlohmann::json::array();
   for (const RankWeights& weights : ranks) {
-    manifest_ranks.push_back(
-        write_rank_files(plan, weights, staging->path(), options.max_file_size, options.engine,
-                         export_use(options)));
+    manifest_ranks.push_back(write_rank_files(plan, weights, staging->path(), options.max_file_size,
+                                              options.engine, export_use(options)));
   }
   finish_export(ckpt, plan, options.engine, export_use(options), manifest_ranks, *staging,
                 options.overwrite);

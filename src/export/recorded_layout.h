@@ -15,9 +15,15 @@ namespace shardload {
 // the rest). Each rank file records them too, so that an edit of shardload.json, or a rank file of
 // another export, shows on load even where it changes no tensor's shape (an expert map with two
 // experts swapped, row biases divided). The expert map is recorded by its XXH3-64 only.
-inline constexpr std::string_view kRecordedLayoutKeys[] = {
-    "quantization", "row_bias",  "no_split_shared_experts", "redundant_experts",
-    "physical_to_logical_map_xxh3", "dp_style", "scopes", "engine", "engine_post_processed"};
+inline constexpr std::string_view kRecordedLayoutKeys[] = {"quantization",
+                                                           "row_bias",
+                                                           "no_split_shared_experts",
+                                                           "redundant_experts",
+                                                           "physical_to_logical_map_xxh3",
+                                                           "dp_style",
+                                                           "scopes",
+                                                           "engine",
+                                                           "engine_post_processed"};
 
 // The key whose presence in a rank file's metadata says that it records them: rank files of
 // exports written before they were recorded have none, and load as before.

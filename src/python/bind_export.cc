@@ -29,9 +29,10 @@ Engine engine_arg(const std::optional<std::string>& name) {
   return *engine;
 }
 
-py::dict export_model(const py::object& model_path, const py::object& out_path, const py::object& max_file_size,
-                      bool overwrite, int threads, const std::optional<std::string>& engine,
-                      bool engine_post_processed, const py::kwargs& layout) {
+py::dict export_model(const py::object& model_path, const py::object& out_path,
+                      const py::object& max_file_size, bool overwrite, int threads,
+                      const std::optional<std::string>& engine, bool engine_post_processed,
+                      const py::kwargs& layout) {
   const std::string model = path_arg(model_path);
   const std::string out = path_arg(out_path);
   const ParallelConfig parallel = layout_from_kwargs(layout);
@@ -113,19 +114,22 @@ py::object engine_layout(const py::object& model_path, int rank, const std::stri
 }  // namespace
 
 void bind_export(py::module_& m) {
-  m.def("export", &export_model, py::arg("model"), py::arg("out"), py::kw_only(),
-        py::arg("max_file_size") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
-        py::arg("engine") = py::none(), py::arg("engine_post_processed") = false,
-        "Writes the layout's rank files and shardload.json into `out` (atomically); engine=\"vllm\" or "
-        "\"sglang\" writes them for that engine's sharded_state loader (docs/engines.md); "
-        "engine_post_processed=True (SGLang, static per-tensor FP8): its FP8 layers as SGLang's "
-        "post-processing leaves them on NVIDIA GPUs with FP8");
+  m.def(
+      "export", &export_model, py::arg("model"), py::arg("out"), py::kw_only(),
+      py::arg("max_file_size") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
+      py::arg("engine") = py::none(), py::arg("engine_post_processed") = false,
+      "Writes the layout's rank files and shardload.json into `out` (atomically); "
+      "engine=\"vllm\" or \"sglang\" writes them for that engine's sharded_state loader "
+      "(docs/engines.md); engine_post_processed=True (SGLang, FP8): its FP8 layers as SGLang's "
+      "post-processing leaves them on NVIDIA GPUs with FP8");
   m.def("load_export", &load_export_dir, py::arg("dir"), py::kw_only(), py::arg("ranks") = py::none(),
         py::arg("threads") = 0, "An export's rank tensors, {rank: {name: Tensor}}, sharing one buffer per rank");
-  m.def("engine_layout", &engine_layout, py::arg("model"), py::kw_only(), py::arg("rank"), py::arg("engine"),
-        "What a rank holds under an engine's names: [{name, dtype, shape, source, source_shape, source_dtype, "
-        "fill}], source the layout tensor it is made of (None: a buffer, every element fill; one element "
-        "where shape holds more: repeated); refuses a plan the engine cannot take");
+  m.def("engine_layout", &engine_layout, py::arg("model"), py::kw_only(), py::arg("rank"),
+        py::arg("engine"),
+        "What a rank holds under an engine's names: [{name, dtype, shape, source, source_shape, "
+        "source_dtype, fill}], source the layout tensor it is made of (None: a buffer, every "
+        "element fill; one element where shape holds more: repeated); refuses a plan the engine "
+        "cannot take");
 }
 
 }  // namespace shardload::python

@@ -159,10 +159,10 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 assert found == str(snapshot), f"huggingface_hub finds {HUB_ID} at {found}, not at {snapshot}"
                 source = HUB_ID
             # SGLang's sharded_state loader post-processes before it reads (its files hold the post-processed
-            # layers): `export --engine sglang` takes static per-tensor FP8 with --engine-post-processed, as
-            # on an NVIDIA GPU with FP8 (the harness runs SGLang's post-processing in that branch: "-gpu"),
-            # and refuses the other FP8 formats (test_export_engine.py), which its hooks take.
-            post_processed = not vllm and quant == "fp8"
+            # layers): `export --engine sglang` takes FP8 with --engine-post-processed, as on an NVIDIA GPU
+            # with FP8 (its sharded_state job runs SGLang's post-processing in that branch: "-gpu"); without
+            # the flag it refuses FP8 (test_export_engine.py).
+            post_processed = not vllm and quant != "none"
             exported = quant == "none" or vllm or post_processed
             export = tmp_path / f"{name}-export"
             if exported:
@@ -182,23 +182,33 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             jobs += [f"{source}:{own}:auto{suffix}"]
             jobs += [f"{export}:{sharded}:sharded_state{'-gpu' if post_processed else ''}{suffix}"] if exported else []
             jobs += [f"{source}:{plugin}:shardload{suffix}", f"{source}:{served}:server={server.name}{suffix}"]
+            # SGLang's quant_method fp8 on an NVIDIA GPU (sglang_ranks.py: OUT-gpu) spreads each fused part's
+            # scale over its rows where CPU requantizes to one; its other FP8 post-processing is the CPU's.
+            gpu = [pathlib.Path(f"{p}-gpu" if quant == "fp8" else f"{p}-post") for p in (plugin, served)]
             if arch in FORWARD_FAMILIES:
-                loads = [own] + ([sharded] if exported else []) + [plugin, served]
                 if quant in REQUANTIZED:  # after the engine's post-processing, which requantizes (a) too
                     # Both engines' post-processing (here, without a CPU kernel's packing) holds dense FP8
                     # weights transposed.
-                    # SGLang's quant_method fp8 on an NVIDIA GPU (sglang_ranks.py: OUT-gpu) spreads each
-                    # fused part's scale over its rows where CPU requantizes to one: the same weights.
-                    gpu = [pathlib.Path(f"{p}-gpu") for p in (plugin, served)] if not vllm and quant == "fp8" else []
-                    forwards.append((True, ["--transposed", model,
-                                            *(pathlib.Path(f"{p}-post") for p in loads), *gpu]))
-                    if gpu and ep == 1:  # there, SGLang's own dense model holds the checkpoint's codes and scales
+                    loads = [own] + ([sharded] if exported else []) + [plugin, served]
+                    forwards.append((True, ["--transposed", model, *(pathlib.Path(f"{p}-post") for p in loads),
+                                            *(gpu if quant == "fp8" and not vllm else [])]))
+                    if quant == "fp8" and not vllm and ep == 1:  # there, SGLang's own dense model holds the
+                        # checkpoint's codes and scales
                         forwards.append((False, ["--transposed", model, pathlib.Path(f"{own}-gpu")]))
                 else:
-                    forwards.append((False, [model, *loads]))
+                    forwards.append((False, [model, own, *([sharded] if exported and not post_processed else []),
+                                             plugin, served]))
+                    if post_processed:  # SGLang's post-processed block and channel FP8: (c) and (b) after it
+                        forwards.append((False, [*([] if quant.endswith("block") else ["--transposed"]), model,
+                                                 pathlib.Path(f"{plugin}-post"), pathlib.Path(f"{sharded}-post")]))
+            if post_processed:  # SGLang's sharded_state holds the files as read after its post-processing
+                pairs += [f"{sharded}-post", export, f"{sharded}-post", gpu[0], f"{sharded}-post", gpu[1]]
+                if arch.startswith("deepseek"):  # and the MLA tensors it derives after reading them
+                    pairs += [f"{sharded}-post-derived", f"{plugin}-post-derived"]
             if quant in ("none", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
                 # block and channel FP8: the checkpoint's codes and scales, cut
-                pairs += ([own, sharded, own, export] if exported else []) + [own, plugin, own, served]
+                pairs += ([own, sharded, own, export] if exported and not post_processed else [])
+                pairs += [own, plugin, own, served]
                 if quant != "none" and not vllm:  # SGLang post-processes block FP8 on load: after it too
                     pairs += [pathlib.Path(f"{own}-post"), pathlib.Path(f"{plugin}-post")]
             else:
@@ -208,10 +218,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 # other before the engine's post-processing and after it (OUT-post: the harness runs it),
                 # and after it equal to (a)'s but for the differences compare_ranks.py --fp8 names.
                 post = [pathlib.Path(f"{p}-post") for p in (own, sharded, plugin, served)]
-                if post_processed:  # SGLang's sharded_state holds the files as read after its post-processing
-                    pairs += [post[1], export, post[1], pathlib.Path(f"{plugin}-gpu"),
-                              post[1], pathlib.Path(f"{served}-gpu")]
-                elif exported:
+                if exported and not post_processed:
                     pairs += [sharded, export, sharded, plugin, post[1], post[2]]
                 pairs += [plugin, served, post[2], post[3], "--fp8", post[0], post[2]]
         if sync:

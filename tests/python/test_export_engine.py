@@ -152,14 +152,12 @@ def test_python_api_engine(tiny, tmp_path):
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
     ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
-    # --engine-post-processed: SGLang's, for static per-tensor FP8 only
+    # --engine-post-processed: SGLang's, for the FP8 formats its hooks take
     ("llama", "fp8", ["--tp", 2, "--engine", "vllm", "--engine-post-processed"], ["SGLang", "vllm"]),
     ("llama", "fp8", ["--tp", 2, "--engine-post-processed"], ["SGLang", "none"]),
-    ("llama", "none", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"], ["post-processed", "none"]),
-    ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang", "--engine-post-processed"],
-     ["static per-tensor", "fp8-block"]),
-    ("qwen2", "ct-fp8-tensor", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"],
-     ["static per-tensor", "compressed-tensors tensor"]),
+    ("llama", "none", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"], ["FP8 checkpoint", "none"]),
+    ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"],
+     ["FP8 format of llama", "fp8-block"]),
     ("deepseek_v3", "fp8", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["FP8 format of deepseek_v3"]),
     ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang"], ["FP8 format of llama", "fp8-block"]),
     ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["sharded_state", "fp8-block"]),
@@ -231,6 +229,27 @@ def test_sglang_post_processed_fp8(tiny, tmp_path):
     edit_manifest(vllm, lambda m: m.update(engine_post_processed=True))
     done = run_shardload("load", vllm, check=False)
     assert done.returncode == 1 and "engine_post_processed" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("arch,quant,flags,proj,transposed,scale_shape", [
+    ("qwen2", "ct-fp8-tensor", ["--tp", 2], "self_attn.qkv_proj", True, []),  # one scale (requantized)
+    ("llama", "ct-fp8-channel", ["--tp", 2], "mlp.gate_up_proj", True, None),  # per row, as loaded
+    ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2], "self_attn.o_proj", False, None),  # as loaded
+])
+def test_sglang_post_processed_formats(tiny, tmp_path, arch, quant, flags, proj, transposed, scale_shape):
+    """The other formats SGLang's hooks take, post-processed: compressed-tensors' per-tensor scale reduced to
+    one [], per-channel weights transposed with their [out, 1] scales, block formats as loaded."""
+    model = tiny(arch, quant)
+    plain = rank_tensors(export(model, tmp_path / "plain", *flags), 1)
+    post = rank_tensors(export(model, tmp_path / "post", *flags, "--engine", "sglang", "--engine-post-processed"), 1)
+    weight = f"model.layers.1.{proj}.weight"
+    dtype, (rows, cols), codes = plain[weight]
+    if transposed:
+        codes = bytes(codes[r * cols + c] for c in range(cols) for r in range(rows))
+    assert post[weight] == (dtype, [cols, rows] if transposed else [rows, cols], codes)
+    scale = weight + ("_scale_inv" if quant == "fp8-block" else "_scale")
+    want = plain[scale] if scale_shape is None else (plain[scale][0], scale_shape, plain[scale][2])
+    assert post[scale] == want
 
 
 def edit_manifest(out, edit):
