@@ -25,10 +25,15 @@ struct TinyOptions {
   // "fp8" only: "static" (the default when empty: an input_scale per projection) or "dynamic". Any
   // value with another quant is refused.
   std::string activation_scheme = {};
+  // Every decoder layer MoE (no mlp_only_layers, first_k_dense_replace 0), as real Qwen3-MoE
+  // checkpoints are: some engines' models (SGLang's Qwen3-MoE) hold no dense layer. Refused for a
+  // dense family.
+  bool every_layer_moe = false;
   // A real model's config.json (make-tiny --config): the checkpoint gets that model's tensor names
   // and full shapes (family from architectures[0], sizes, counts, quantization_config), shards of
   // about 5 GB as on the Hub, and that file byte for byte as its config.json (no tokenizer files).
-  // Needs sparse; refused with arch, layers, experts, size_bytes, quant or activation_scheme.
+  // Needs sparse; refused with arch, layers, experts, size_bytes, quant, activation_scheme or
+  // every_layer_moe.
   std::string config = {};
   // Write the safetensors headers and the index only: every shard's data section is a hole (reads
   // as zeros, takes no disk blocks), so that plan and inspect run on a real model's geometry.

@@ -57,15 +57,20 @@ void add_make_tiny_command(CLI::App& app) {
   CLI::Option* scheme = cmd->add_option(
       "--activation-scheme", options->activation_scheme,
       "With --quant fp8 or ct-fp8-tensor: static (default; an input_scale per projection) or dynamic");
+  CLI::Option* every_layer_moe = cmd->add_flag(
+      "--every-layer-moe", options->every_layer_moe,
+      "MoE families: every decoder layer MoE (no dense layers), as real Qwen3-MoE checkpoints are");
   CLI::Option* sparse = cmd->add_flag(
       "--sparse", options->sparse,
       "Write headers and index only: tensor data are holes (zeros, no disk blocks), for planning");
   CLI::Option* config = cmd->add_option(
       "--config", options->config,
       "A real model's config.json: its family, full shapes and quantization, in ~5 GB shards; "
-      "needs --sparse, excludes --arch/--layers/--experts/--size/--quant/--activation-scheme");
+      "needs --sparse, excludes --arch/--layers/--experts/--size/--quant/--activation-scheme/"
+      "--every-layer-moe");
   config->needs(sparse);
-  for (CLI::Option* sizing : {arch, layers, experts, size, quant, scheme}) config->excludes(sizing);
+  for (CLI::Option* sizing : {arch, layers, experts, size, quant, scheme, every_layer_moe})
+    config->excludes(sizing);
   cmd->callback([options, arch, config] {
     if (arch->count() == 0 && config->count() == 0) {
       throw UsageError("make-tiny needs --arch or --config");

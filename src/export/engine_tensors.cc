@@ -102,8 +102,7 @@ struct EngineFamily {
   // post-processing, not one per part (its own load of a compressed-tensors one fails), and its
   // post_load_weights fails on per-channel kv_b_proj scales on CPU; its other families leave a
   // quant_method fp8 block checkpoint's weight_scale_inv unloaded (at their initial value) in its own
-  // load; its Qwen3-MoE FP8 is not checked (make-tiny's has a dense layer, which SGLang's model
-  // cannot hold).
+  // load.
   unsigned fp8 = kEveryFp8Format;
 };
 
@@ -176,7 +175,7 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
     {Engine::kSglang, "mixtral", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2_moe", {}, kSglangAttention, false, kSglangFp8},
-    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, /*fp8=*/0},
+    {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, kSglangFp8},
     {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
     {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
 };

@@ -208,6 +208,14 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
   tiny::TinyModel model = tiny::is_block_quant(quant) ? tiny::block_fp8_model(*family)
                                                       : tiny::default_model(*family);
   tiny::apply_counts(model, options.layers, options.experts);
+  if (options.every_layer_moe) {
+    if (model.experts == 0) {
+      throw Error(ErrorKind::kInvalidArgument, "a dense family has no MoE layers",
+                  {.field = "every-layer-moe", .expected = "an MoE family", .found = std::string(family->name)});
+    }
+    model.mlp_only_layers.clear();
+    model.first_moe_layer = 0;
+  }
   if (options.size_bytes > kMaxSizeBytes) {
     throw Error(ErrorKind::kInvalidArgument, "size too large",
                 {.field = "size",
@@ -239,6 +247,7 @@ tiny::TinyModel model_from_config(const TinyOptions& options, std::string& text)
       {!options.arch.empty(), "arch"},    {options.layers != -1, "layers"},
       {options.experts != -1, "experts"}, {options.size_bytes > 0, "size"},
       {options.quant != "none", "quant"}, {!options.activation_scheme.empty(), "activation-scheme"},
+      {options.every_layer_moe, "every-layer-moe"},
   };
   for (const auto& [given, name] : conflicts) {
     if (!given) continue;

@@ -150,7 +150,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             name = f"{arch}-{quant}-ep{ep}"
             model = tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
             if not model.exists():
-                cli("make-tiny", "--arch", arch, "--quant", quant, "--out", model)
+                cli("make-tiny", "--arch", arch, "--quant", quant, "--out", model, *tiny_flags(engine, arch))
             source = model  # what the engine, the export and the server are given
             if hub and i == 0:
                 snapshot = put_in_hub_cache(model, tmp_path / "hub", HUB_ID)
@@ -227,7 +227,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             # FP8: both refills post-process again (shardload.vllm.refill_processed, shardload.sglang's).
             assert quant in ("none", *REQUANTIZED), "the sync goes on with an unquantized or per-tensor FP8 model"
             second = tmp_path / f"{arch}-second"
-            cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second)
+            cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second,
+                *tiny_flags(engine, arch))
             sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
             last_own = f"{model}:{own}:auto{suffix}"  # the loop's last suffix: the last case's
             jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
@@ -286,6 +287,12 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
     compared = len([p for p in pairs if p != "--fp8"]) // 2
     assert len(lines) >= compared and not differences, "\n".join(differences)
     return output + "".join(f"{line}\n" for line in allowed) + check_forward(forwards)
+
+
+def tiny_flags(engine, arch):
+    """make-tiny's flags for ENGINE's checkpoints of ARCH: SGLang's Qwen3-MoE holds no dense layer (it reads
+    no mlp_only_layers), so its checkpoints have every layer MoE, as real Qwen3-MoE checkpoints do."""
+    return ["--every-layer-moe"] if engine == "sglang" and arch == "qwen3_moe" else []
 
 
 # The families forward_ranks.py computes.

@@ -9,29 +9,34 @@ post-processing: shardload.sglang.refill_processed), static per-tensor FP8 throu
 --engine-post-processed` too (SGLang's post-processing run as on an NVIDIA GPU with FP8, where it also checks
 the hooks' parameters); a forward pass on every load's parameters. make-tiny's
 Qwen3-MoE has a dense first layer, which SGLang's Qwen3-MoE cannot hold: `--engine sglang` refuses it
-(tests/python/test_export_engine.py)."""
+(tests/python/test_export_engine.py); its checkpoints here have every layer MoE (make-tiny --every-layer-moe),
+as real Qwen3-MoE checkpoints do."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
 # Static per-tensor FP8 (make-tiny --quant fp8), compared after SGLang's own FP8 post-processing too (and
-# exported post-processed for its sharded_state): dense, and MoE with expert parallelism (SGLang's DeepSeek per-tensor FP8 is refused: test_export_engine.py); block
-# FP8 DeepSeek-V3 (SGLang's other families leave block scales unloaded in its own load: refused).
-FP8 = [(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [("mixtral", 2, "fp8"), ("qwen2_moe", 2, "fp8"),
-                                                          ("deepseek_v3", 2, "fp8-block")]
+# exported post-processed for its sharded_state): dense, and MoE with expert parallelism (SGLang's DeepSeek
+# per-tensor FP8 is refused: test_export_engine.py); block FP8 DeepSeek-V3 (SGLang's other families leave block
+# scales unloaded in its own load: refused).
+FP8 = ([(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [(a, 2, "fp8") for a in ["mixtral", "qwen2_moe",
+                                                                                        "qwen3_moe"]]
+       + [("deepseek_v3", 2, "fp8-block")])
 # llm-compressor's compressed-tensors FP8 (make-tiny --quant ct-fp8-*): per-tensor, per-channel and block
 # weights. SGLang's DeepSeek takes block only (its own load of per-tensor fails on the fused q_a / kv_a
 # scale, its post_load_weights of per-channel kv_b_proj on CPU: refused).
 COMPRESSED = [("qwen2", 1, "ct-fp8-tensor"), ("qwen2_moe", 2, "ct-fp8-tensor"), ("llama", 1, "ct-fp8-channel"),
-              ("mixtral", 2, "ct-fp8-channel"), ("llama", 1, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")]
+              ("mixtral", 2, "ct-fp8-channel"), ("llama", 1, "ct-fp8-block"), ("qwen3_moe", 2, "ct-fp8-block"),
+              ("deepseek_v3", 2, "ct-fp8-block")]
 
 
 def test_sglang_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "sglang", 2, [(a, 1) for a in ["llama", "qwen2", "qwen3"]] + FP8 + COMPRESSED +
-                       [(a, 2) for a in ["mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"]], sync=True, hub=True))
+                       [(a, 2) for a in ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"]], sync=True,
+                       hub=True))
 
 
 def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
     # The last, llm-compressor's FP8 Mixtral, is synced: its refill post-processed by SGLang again.
-    print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("deepseek_v3", 2), ("qwen2_moe", 2, "fp8"),
-                                               ("mixtral", 2, "ct-fp8-tensor")], sync=True))
+    print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("qwen3_moe", 2), ("deepseek_v3", 2),
+                                               ("qwen2_moe", 2, "fp8"), ("mixtral", 2, "ct-fp8-tensor")], sync=True))

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,29 @@ TEST(TinyOptions, ExpertsForADenseFamilyAreAnInvalidArgument) {
     EXPECT_EQ(kind_of({.arch = arch, .out = out, .experts = 8}), ErrorKind::kInvalidArgument)
         << arch;
   }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// --every-layer-moe: no dense layer in the config or the tensors (real Qwen3-MoE checkpoints;
+// SGLang's Qwen3-MoE holds none); a dense family is refused and nothing is written.
+TEST(TinyOptions, EveryLayerMoeLeavesNoDenseLayer) {
+  for (const auto& [arch, field, none] :
+       {std::tuple{"qwen3_moe", "mlp_only_layers", json::array()},
+        std::tuple{"deepseek_v3", "first_k_dense_replace", json(0)}}) {
+    TempDir dir;
+    make_tiny({.arch = arch, .out = dir.path().string(), .every_layer_moe = true});
+    const json config = json::parse(testing::read_file(dir.file("config.json")));
+    EXPECT_EQ(config.at(field), none) << arch;
+    const json index = json::parse(testing::read_file(dir.file("model.safetensors.index.json")));
+    bool layer0_experts = false;
+    for (const auto& [name, file] : index.at("weight_map").items()) {
+      layer0_experts |= name.starts_with("model.layers.0.mlp.experts.");
+    }
+    EXPECT_TRUE(layer0_experts) << arch;
+  }
+  TempDir dir;
+  const std::string out = (dir.path() / "m").string();
+  EXPECT_EQ(kind_of({.arch = "llama", .out = out, .every_layer_moe = true}), ErrorKind::kInvalidArgument);
   EXPECT_FALSE(fs::exists(out));
 }
 
