@@ -72,7 +72,11 @@ class Checkpoint {
 // id's snapshot folder in the local Hugging Face cache (src/checkpoint/hub_cache.h: where
 // huggingface_hub downloads to; nothing is downloaded), or `arg` when it is not there either
 // (Checkpoint::open then says where it looked). Throws Error(kIo) for a cache entry that is not one.
-std::string resolve_model_path(const std::string& arg);
+// With a `revision` (a branch, tag or commit hash, as `hf download --revision` takes): the id's
+// snapshot at that revision, which must be in the cache (Error(kIo) saying where it looked
+// otherwise); Error(kInvalidArgument) when `arg` is a path or not a model id, or `revision` not a
+// revision name.
+std::string resolve_model_path(const std::string& arg, const std::string& revision = {});
 
 // Whether a directory is a shardload export (has shardload.json with format shardload/1). Here,
 // not in export.h's module, because Checkpoint::open refuses one: its rank files are not a

@@ -4,7 +4,7 @@ weights (python3 -m shardload.verify). docs/python.md shows each."""
 
 from . import engines, errors
 from ._shardload import (Checkpoint, LiveModel, LoadedModel, Tensor, cuda_unavailable_reason, export, load,
-                         load_export, plan)
+                         load_export, plan, resolve_model_path)
 from .client import Client, connect
 from .errors import (CancelledError, ConfigError, ConflictError, DeviceError, Error, FormatError,
                      InvalidArgumentError, IoError, StaleReadError)

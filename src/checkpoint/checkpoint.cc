@@ -227,10 +227,29 @@ void warn_other_towers(const nlohmann::json& config, const std::vector<std::stri
 
 }  // namespace
 
-std::string resolve_model_path(const std::string& arg) {
+std::string resolve_model_path(const std::string& arg, const std::string& revision) {
   std::error_code ec;
-  if (fs::exists(fs::status(arg, ec)) || !checkpoint::looks_like_hub_id(arg)) return arg;
-  return checkpoint::hub_snapshot(arg).value_or(arg);
+  const bool path = fs::exists(fs::status(arg, ec)) || !checkpoint::looks_like_hub_id(arg);
+  if (revision.empty()) return path ? arg : checkpoint::hub_snapshot(arg).value_or(arg);
+  if (path) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "a revision names a version of a Hugging Face model id, and this is a path",
+                {.file = arg,
+                 .field = "revision",
+                 .expected = "a model id such as org/name",
+                 .found = "a path"});
+  }
+  std::optional<std::string> snapshot = checkpoint::hub_snapshot(arg, revision);
+  if (!snapshot) {
+    throw Error(ErrorKind::kIo, "this revision of the model is not in the local Hugging Face cache",
+                {.file = checkpoint::hub_repo_dir(arg),
+                 .field = "revision",
+                 .expected = fmt::format("refs/{0} or snapshots/{0} (shardload reads local files "
+                                         "only: `hf download {1} --revision {0}`)",
+                                         revision, arg),
+                 .found = "neither"});
+  }
+  return *std::move(snapshot);
 }
 
 Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {

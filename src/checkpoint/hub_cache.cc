@@ -29,6 +29,12 @@ bool valid_part(std::string_view part) {
   return !edge(part.front()) && !edge(part.back());
 }
 
+bool is_commit_hash(std::string_view text) {
+  return text.size() == 40 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 }  // namespace
 
 bool looks_like_hub_id(std::string_view arg) {
@@ -57,10 +63,37 @@ std::string hub_repo_dir(std::string_view id) {
   return (fs::path(hub_cache_dir()) / folder).string();
 }
 
-std::optional<std::string> hub_snapshot(std::string_view id) {
+bool valid_revision(std::string_view revision) {
+  if (revision.empty() || revision.size() > 256) return false;
+  size_t start = 0;
+  while (start <= revision.size()) {
+    const size_t end = std::min(revision.find('/', start), revision.size());
+    const std::string_view part = revision.substr(start, end - start);
+    if (part.empty() || part.front() == '.' ||
+        !std::all_of(part.begin(), part.end(), name_char)) {
+      return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+std::optional<std::string> hub_snapshot(std::string_view id, std::string_view revision) {
+  if (!valid_revision(revision)) {
+    // Never the text itself: it came from a command line or a request.
+    throw Error(ErrorKind::kInvalidArgument, "not a revision name",
+                {.field = "revision",
+                 .expected = "a branch, tag or commit hash ([A-Za-z0-9._-] parts separated by '/')",
+                 .found = std::to_string(revision.size()) + " characters"});
+  }
   const fs::path repo = hub_repo_dir(id);
-  const fs::path ref = repo / "refs" / "main";
   std::error_code ec;
+  if (is_commit_hash(revision)) {
+    const fs::path snapshot = repo / "snapshots" / std::string(revision);
+    if (!fs::is_directory(snapshot, ec)) return std::nullopt;
+    return snapshot.string();
+  }
+  const fs::path ref = repo / "refs" / std::string(revision);
   if (!fs::is_regular_file(ref, ec)) return std::nullopt;
   std::ifstream in(ref, std::ios::binary);
   char buffer[128] = {};
@@ -70,12 +103,9 @@ std::optional<std::string> hub_snapshot(std::string_view id) {
          (commit.back() == '\n' || commit.back() == '\r' || commit.back() == ' ')) {
     commit.pop_back();
   }
-  const bool hash = commit.size() == 40 && std::all_of(commit.begin(), commit.end(), [](char c) {
-                      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                    });
-  if (!hash) {
+  if (!is_commit_hash(commit)) {
     // Never the file's bytes: only that they are not a commit.
-    throw Error(ErrorKind::kIo, "the Hugging Face cache's main revision is not a commit hash",
+    throw Error(ErrorKind::kIo, "the Hugging Face cache's revision is not a commit hash",
                 {.file = ref.string(),
                  .expected = "40 lowercase hex digits",
                  .found = "other content (" + std::to_string(commit.size()) + " bytes)"});

@@ -23,9 +23,16 @@ std::string hub_cache_dir();
 // The cache's folder of `id`: <cache>/models--org--name.
 std::string hub_repo_dir(std::string_view id);
 
-// The snapshot folder of `id` at its main revision
-// (<cache>/models--org--name/snapshots/<refs/main>), or nullopt when it is not in the cache. Throws
-// Error(kIo) for a cache entry that is not one (refs/main not a commit hash).
-std::optional<std::string> hub_snapshot(std::string_view id);
+// Whether `revision` can name a revision of the cache: a branch or tag (refs/<revision>, which may
+// hold '/', as "pr/1" does) or a commit hash. It becomes part of a path, so it is refused with a
+// part that is empty, "." or "..", or that starts with '.', and with characters other than
+// [A-Za-z0-9._-/] (at most 256).
+bool valid_revision(std::string_view revision);
+
+// The snapshot folder of `id` at `revision`: a commit hash names <repo>/snapshots/<hash>; a branch
+// or tag, the snapshot its <repo>/refs/<revision> names (<repo>: <cache>/models--org--name). Nullopt
+// when that is not in the cache. Throws Error(kInvalidArgument) for a revision that is not one
+// (valid_revision), Error(kIo) for a ref that is not a commit hash.
+std::optional<std::string> hub_snapshot(std::string_view id, std::string_view revision = "main");
 
 }  // namespace shardload::checkpoint

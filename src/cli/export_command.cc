@@ -8,6 +8,7 @@
 #include "cli/export_note.h"
 #include "cli/load_admission.h"
 #include "cli/distributed_load.h"
+#include "cli/model_revision.h"
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
 #include "cli/read_options.h"
@@ -27,6 +28,7 @@ namespace {
 
 struct ExportCommandOptions {
   std::string model;
+  std::string revision;
   ParallelOptions parallel;
   std::string out;
   std::string max_file_size = "5G";
@@ -106,6 +108,7 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();
+  add_revision_option(*cmd, options->revision);
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option(
          "--out", options->out,
@@ -129,7 +132,10 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   add_read_option(*cmd, options->read);
   add_stall_timeout_option(*cmd);
-  cmd->callback([options] { run_export(*options); });
+  cmd->callback([options] {
+    options->model = model_at_revision(options->model, options->revision);
+    run_export(*options);
+  });
 }
 
 }  // namespace shardload::cli

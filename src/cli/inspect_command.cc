@@ -12,6 +12,7 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
+#include "cli/model_revision.h"
 #include "core/plural.h"
 #include "core/shape_text.h"
 #include "model/config_fields.h"
@@ -24,6 +25,7 @@ namespace {
 
 struct InspectOptions {
   std::string path;
+  std::string revision;
   bool json = false;
   bool summary = false;
 };
@@ -196,9 +198,13 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("path", options->path,
                   "A .safetensors file, a model directory, or a Hugging Face model id in the local cache")
       ->required();
+  add_revision_option(*cmd, options->revision);
   cmd->add_flag("--json", options->json, "Print JSON instead of text");
   cmd->add_flag("--summary", options->summary, "Print totals only, not every tensor");
-  cmd->callback([options] { run_inspect(*options); });
+  cmd->callback([options] {
+    options->path = model_at_revision(options->path, options->revision);
+    run_inspect(*options);
+  });
 }
 
 }  // namespace shardload::cli

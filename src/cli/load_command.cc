@@ -18,6 +18,7 @@
 #include "cli/distributed_load.h"
 #include "cli/load_admission.h"
 #include "cli/commands.h"
+#include "cli/model_revision.h"
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
 #include "cli/read_options.h"
@@ -37,6 +38,7 @@ namespace {
 
 struct LoadCommandOptions {
   std::string model;
+  std::string revision;
   ParallelOptions parallel;
   int rank = -1;
   bool checksum = false;
@@ -308,6 +310,7 @@ void add_load_command(CLI::App& app) {
   cmd->add_option("model", options->model,
                   "Model directory, Hugging Face model id in the local cache, or shardload export")
       ->required();
+  add_revision_option(*cmd, options->revision);
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option("--rank", options->rank, "Load only this rank")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--checksum", options->checksum,
@@ -339,7 +342,10 @@ void add_load_command(CLI::App& app) {
   cmd->add_flag("--json", options->json,
                 "Print the summary as JSON (under mpirun: every node's bytes read, sent, received, "
                 "written and GB/s per stage)");
-  cmd->callback([options] { run_load(*options); });
+  cmd->callback([options] {
+    options->model = model_at_revision(options->model, options->revision);
+    run_load(*options);
+  });
 }
 
 }  // namespace shardload::cli

@@ -7,9 +7,10 @@
 #include "cli/checkpoint_warnings.h"
 #include "cli/commands.h"
 #include "cli/export_note.h"
-#include "core/plural.h"
+#include "cli/model_revision.h"
 #include "cli/parallel_options.h"
 #include "cli/read_options.h"
+#include "core/plural.h"
 #include "shardload/checkpoint.h"
 #include "shardload/distributed.h"
 #include "shardload/plan.h"
@@ -19,6 +20,7 @@ namespace {
 
 struct PlanOptions {
   std::string model;
+  std::string revision;
   ParallelOptions parallel;
   int nodes = 1;
   ReadOptions read;
@@ -87,6 +89,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();
+  add_revision_option(*cmd, options->revision);
   add_parallel_options(*cmd, options->parallel);
   cmd->add_option("--nodes", options->nodes,
                   "Also plan a load over this many nodes (node n holds ranks n*T/N to (n+1)*T/N - 1): "
@@ -94,7 +97,10 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1, kMaxNodes));
   add_read_option(*cmd, options->read);
   cmd->add_flag("--json", options->json, "Print the whole plan as JSON (every piece and byte run)");
-  cmd->callback([options] { run_plan(*options); });
+  cmd->callback([options] {
+    options->model = model_at_revision(options->model, options->revision);
+    run_plan(*options);
+  });
 }
 
 }  // namespace shardload::cli

@@ -1,6 +1,8 @@
 // Opening and inspecting a checkpoint, and planning a layout, from Python.
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include <memory>
 
 #include "python/bindings.h"
@@ -58,9 +60,14 @@ void bind_checkpoint(py::module_& m) {
       });
 
   m.def(
-      "resolve_model_path", [](const py::object& model) { return resolve_model_path(path_arg(model)); },
-      py::arg("model"),
-      "The folder a model argument names: itself, or a Hugging Face model id's snapshot in the local cache");
+      "resolve_model_path",
+      [](const py::object& model, const std::optional<std::string>& revision) {
+        return resolve_model_path(path_arg(model), revision.value_or(""));
+      },
+      py::arg("model"), py::kw_only(), py::arg("revision") = py::none(),
+      "The folder a model argument names: itself, or a Hugging Face model id's snapshot in the "
+      "local cache (revision: a branch, tag or commit hash there; default main); pass it to load, "
+      "plan, export or serve");
 
   m.def(
       "plan",

@@ -72,6 +72,12 @@ UpdateRequest parse_update_request(std::string_view body) {
                        "at least one substring (omit it to update everything)", *filter);
     }
   }
+  if (const nlohmann::json* revision = optional_member(json, "revision")) {
+    if (!revision->is_string() || revision->get_ref<const std::string&>().empty()) {
+      throw bad_member("revision", "a branch, tag or commit hash", *revision);
+    }
+    request.revision = revision->get<std::string>();
+  }
   if (const nlohmann::json* format = optional_member(json, "load_format")) {
     if (!format->is_string() || format->get_ref<const std::string&>() != "auto") {
       throw bad_member("load_format", "\"auto\" (the only format supported)", *format);

@@ -10,11 +10,13 @@
 
 namespace shardload::serve {
 
-// POST /update_weights_from_disk {model_path, weight_name_filter?, load_format?}; other members
-// (SGLang sends flags such as flush_cache) are ignored.
+// POST /update_weights_from_disk {model_path, weight_name_filter?, load_format?, revision?}; other
+// members (SGLang sends flags such as flush_cache) are ignored. revision: with a model id, the
+// branch, tag or commit hash of the local Hugging Face cache to read (resolve_model_path).
 struct UpdateRequest {
   std::string model_path;
   WeightFilter filter;
+  std::string revision;
 };
 
 // POST /rebalance: exactly one of {physical_to_logical_map} or {expert_load}.

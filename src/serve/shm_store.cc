@@ -542,8 +542,9 @@ void ShmStore::remove_stale_dirs() const {
   }
 }
 
-std::string absolute_model_path(const std::string& arg) {
-  const std::string path = resolve_model_path(arg);  // a model id: its snapshot in the HF cache
+std::string absolute_model_path(const std::string& arg, const std::string& revision) {
+  // A model id: its snapshot in the HF cache (at `revision`, else main).
+  const std::string path = resolve_model_path(arg, revision);
   std::error_code error;
   const fs::path full = fs::absolute(path, error);
   if (error) return path;

@@ -18,9 +18,10 @@ namespace shardload::serve {
 // The model path as the server records it (manifest, /get_model_info): absolute, normalized,
 // without a trailing slash, so that a reader or a restart in another directory finds the same
 // checkpoint; a Hugging Face model id in the local cache, its snapshot folder (resolve_model_path).
-// Used for the start-up path and for every update's model_path alike. A path that cannot be made
-// absolute (no working directory) is returned as given; opening it then fails and says so.
-std::string absolute_model_path(const std::string& arg);
+// Used for the start-up path and for every update's model_path alike (with an update's revision:
+// resolve_model_path's errors). A path that cannot be made absolute (no working directory) is
+// returned as given; opening it then fails and says so.
+std::string absolute_model_path(const std::string& arg, const std::string& revision = {});
 
 // The served model in shared memory: the locked directory shm_dir(NAME), one mapped file per rank
 // whose tensor area is the live rank buffer, and the manifest kept in step with the live model. On

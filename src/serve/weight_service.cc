@@ -140,7 +140,7 @@ Reply WeightService::update_weights_from_disk(std::string_view body) {
   try {
     request = parse_update_request(body);
     // A relative model_path is taken from the server's working directory, as the start-up path is.
-    request.model_path = absolute_model_path(request.model_path);
+    request.model_path = absolute_model_path(request.model_path, request.revision);
   } catch (const Error& e) {
     return failure(e.what(), published_version());
   }

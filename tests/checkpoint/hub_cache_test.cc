@@ -151,5 +151,100 @@ TEST_F(HubCacheTest, AMainRefThatIsNotACommitIsRefusedWithoutItsBytes) {
   }
 }
 
+// A second version of a cached model: `model`'s files as the snapshot of `commit` (copied; the
+// first version's blobs stay), named by refs/`ref` when given.
+void add_version(const fs::path& model, const fs::path& repo, const std::string& commit,
+                 const std::string& ref) {
+  const fs::path snapshot = repo / "snapshots" / commit;
+  fs::create_directories(snapshot);
+  for (const auto& entry : fs::directory_iterator(model)) {
+    fs::copy_file(entry.path(), snapshot / entry.path().filename());
+  }
+  if (ref.empty()) return;
+  fs::create_directories((repo / "refs" / ref).parent_path());
+  write_file((repo / "refs" / ref).string(), commit + "\n");
+}
+
+constexpr char kSecondCommit[] = "89abcdef0123456789abcdef0123456789abcdef";
+
+// --revision / revision=: a branch or tag (refs/<revision>, "pr/1" as the Hub names pull requests)
+// or a commit hash picks that snapshot; main stays the default.
+TEST_F(HubCacheTest, ARevisionPicksItsSnapshot) {
+  TempDir dir;
+  make_tiny({.arch = "llama", .out = (dir.path() / "v1").string()});
+  make_tiny({.arch = "qwen3", .out = (dir.path() / "v2").string()});
+  const fs::path repo = dir.path() / "hub" / "models--someorg--tiny";
+  const fs::path first =
+      put_in_cache(dir.path() / "v1", dir.path() / "hub", "models--someorg--tiny");
+  add_version(dir.path() / "v2", repo, kSecondCommit, "step-1200");
+  fs::create_directories(repo / "refs" / "pr");
+  write_file((repo / "refs" / "pr" / "1").string(), std::string(kSecondCommit));
+  setenv("HF_HUB_CACHE", (dir.path() / "hub").c_str(), 1);
+
+  const std::string second = (repo / "snapshots" / kSecondCommit).string();
+  EXPECT_EQ(resolve_model_path("someorg/tiny"), first.string());
+  EXPECT_EQ(resolve_model_path("someorg/tiny", "main"), first.string());
+  EXPECT_EQ(resolve_model_path("someorg/tiny", "step-1200"), second);
+  EXPECT_EQ(resolve_model_path("someorg/tiny", "pr/1"), second);
+  EXPECT_EQ(resolve_model_path("someorg/tiny", kSecondCommit), second);
+  EXPECT_EQ(resolve_model_path("someorg/tiny", kCommit), first.string());
+  const Checkpoint at = Checkpoint::open(resolve_model_path("someorg/tiny", "step-1200"));
+  EXPECT_EQ(at.config().at("architectures").at(0), "Qwen3ForCausalLM");
+}
+
+TEST_F(HubCacheTest, ARevisionNotInTheCacheSaysWhereItLooked) {
+  TempDir dir;
+  make_tiny({.arch = "llama", .out = (dir.path() / "model").string()});
+  put_in_cache(dir.path() / "model", dir.path() / "hub", "models--someorg--tiny");
+  setenv("HF_HUB_CACHE", (dir.path() / "hub").c_str(), 1);
+  for (const char* revision : {"v9", "0000000000000000000000000000000000000000"}) {
+    try {
+      resolve_model_path("someorg/tiny", revision);
+      FAIL() << revision;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo);
+      EXPECT_EQ(e.file(), (dir.path() / "hub" / "models--someorg--tiny").string());
+      EXPECT_NE(e.expected().find(std::string("hf download someorg/tiny --revision ") + revision),
+                std::string::npos)
+          << e.expected();
+    }
+  }
+  // A revision is a version of a model id: a path given one is refused.
+  try {
+    resolve_model_path((dir.path() / "model").string(), "main");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+// A revision comes from a command line or a request, and becomes a path under refs/: one that
+// would leave the repository's folder, or is not a name, is refused without being echoed (a file
+// it would reach is there, so that only the refusal keeps it out).
+TEST_F(HubCacheTest, ARevisionThatIsNotANameIsRefused) {
+  TempDir dir;
+  make_tiny({.arch = "llama", .out = (dir.path() / "model").string()});
+  const fs::path repo = dir.path() / "hub" / "models--someorg--tiny";
+  put_in_cache(dir.path() / "model", dir.path() / "hub", "models--someorg--tiny");
+  write_file((repo / "escaped").string(), std::string(kCommit));
+  setenv("HF_HUB_CACHE", (dir.path() / "hub").c_str(), 1);
+  for (const char* revision : {"../escaped", "a/../../escaped", "/etc/passwd", ".hidden", "a//b",
+                               "a/", "a b", "a\nb", "", "main\\x"}) {
+    EXPECT_FALSE(checkpoint::valid_revision(revision)) << revision;
+    try {
+      checkpoint::hub_snapshot("someorg/tiny", revision);
+      FAIL() << revision;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << revision;
+      for (const char* word : {"escaped", "passwd", "hidden"}) {
+        EXPECT_EQ(std::string(e.what()).find(word), std::string::npos) << e.what();
+      }
+    }
+  }
+  for (const char* revision : {"main", "v1.0", "pr/1", "refs-like_name", kCommit}) {
+    EXPECT_TRUE(checkpoint::valid_revision(revision)) << revision;
+  }
+}
+
 }  // namespace
 }  // namespace shardload

@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import torch
 
+import shardload
+
 from conftest import engine_module, read_safetensors, run_shardload, shardload_bin
 from shardload import client as shl
 from shardload import engines
@@ -1003,3 +1005,60 @@ def test_the_engine_plugins_fill_from_a_server_for_their_engine_without_the_chec
         assert any(t.abs().sum() > 0 for t in planned.values())
         # The KV-cache scale slots vLLM holds and no checkpoint has: their constant.
         assert all(float(t) == 1.0 for n, t in by_table.named_buffers() if n.endswith("attn._k_scale"))
+
+
+# -- a Hugging Face model id at a revision ---------------------------------------------------------
+
+def put_versions_in_hub(hub, folder, versions):
+    """A Hugging Face cache holding `versions` ({ref: (commit, model dir)}) of one repository, as
+    huggingface_hub lays downloads out: each snapshot's files links to blobs, refs/REF the commit."""
+    repo = hub / folder
+    for ref, (commit, model) in versions.items():
+        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        (repo / "blobs").mkdir(exist_ok=True)
+        for file in sorted(pathlib.Path(model).iterdir()):
+            blob = f"{commit[:8]}-{file.name}"
+            (repo / "blobs" / blob).write_bytes(file.read_bytes())
+            (snapshot / file.name).symlink_to(f"../../blobs/{blob}")
+    return repo
+
+
+def test_a_model_id_at_a_revision(serve, models, exports, tmp_path, monkeypatch):
+    """--revision (load, serve, ...), an update's "revision" and resolve_model_path(revision=) read that
+    snapshot of the local Hugging Face cache: the RL loop's checkpoints pushed as branches of one
+    repository. A revision that is not a name, or not in the cache, changes nothing and says why."""
+    first, second = "a" * 40, "b" * 40
+    repo = put_versions_in_hub(tmp_path / "hub", "models--someorg--tiny-moe",
+                               {"main": (first, models["first"]), "step-2": (second, models["second"])})
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    model = "someorg/tiny-moe"
+    assert shardload.resolve_model_path(model, revision="step-2") == str(repo / "snapshots" / second)
+    assert shardload.resolve_model_path(model, revision=second) == str(repo / "snapshots" / second)
+
+    def checksums(*args):
+        done = run_shardload("load", *args, "--tp", "2", "--ep", "2", "--checksum")
+        return [line for line in done.stdout.splitlines() if "\t" in line]
+
+    assert checksums(model, "--revision", "step-2") == checksums(models["second"])
+    assert checksums(model, "--revision", "step-2") != checksums(model)
+    done = run_shardload("plan", models["first"], "--revision", "main", check=False)
+    assert done.returncode == 2 and "revision" in done.stderr, done.stderr
+    done = run_shardload("plan", model, "--revision", "v9", check=False)
+    assert done.returncode == 1 and f"hf download {model} --revision v9" in done.stderr, done.stderr
+
+    server = serve(model, "--revision", "step-2")
+    with shl.connect(server.name) as c:
+        assert {name: raw(c.tensor(0, name)) for name in c.names(0)} == exports(models["second"])[0]
+    for body, words in (({"revision": "../escaped"}, "not a revision name"), ({"revision": "v9"}, "hf download")):
+        status, reply = server.post("/update_weights_from_disk", {"model_path": model, **body})
+        assert status != 200 and words in reply["message"] and "escaped" not in reply["message"], reply
+    status, reply = server.post("/update_weights_from_disk", {"model_path": model, "revision": "main"})
+    assert status == 200 and reply["version"] == 1, reply
+    with shl.connect(server.name) as c:
+        assert c.manifest["model_path"] == str(repo / "snapshots" / first)
+        assert {name: raw(c.tensor(1, name)) for name in c.names(1)} == exports(models["first"])[1]
+    assert server.stop() == 0, server.output()
+

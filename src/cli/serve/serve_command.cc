@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/model_revision.h"
 #include "cli/parallel_options.h"
 #include "cli/process_transport.h"
 #include "cli/read_options.h"
@@ -32,6 +33,7 @@ namespace {
 
 struct ServeCommandOptions {
   std::string model;
+  std::string revision;
   ParallelOptions parallel;
   std::string name;
   int port = 30000;
@@ -286,6 +288,7 @@ void add_serve_options(CLI::App& cmd) {
   cmd.add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();
+  add_revision_option(cmd, options->revision);
   add_parallel_options(cmd, options->parallel);
   cmd.add_option("--name", options->name, "Shared-memory name: /dev/shm/shardload-NAME")
       ->required()
@@ -344,7 +347,10 @@ void add_serve_options(CLI::App& cmd) {
           return fmt::format("{} (expected {}, found {})", e.message(), e.expected(), e.found());
         }
       });
-  cmd.callback([options] { run_serve(*options); });
+  cmd.callback([options] {
+    options->model = model_at_revision(options->model, options->revision);
+    run_serve(*options);
+  });
 }
 
 }  // namespace shardload::cli
