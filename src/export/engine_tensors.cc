@@ -65,10 +65,10 @@ constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_sca
 // vLLM and SGLang give a fused FP8 layer one weight (and input) scale per part. A shardload rank
 // holds the layer requantized once (in float32) to one scale, which goes into every part's slot: each
 // branch of the engines' post-processing then holds the rank's weights. The branches that requantize
-// the parts to their maximum (vLLM; SGLang on CPU, ROCm and without cutlass) requantize each part to
-// its own scale again, a round trip through float16 that keeps the codes (tests/engines/); the ones
-// that spread each part's scale over its rows (SGLang's cutlass and Marlin kernels, vLLM's Marlin)
-// spread the same scale. Not the engines' mark of a layer fused on disk (the lowest float32 after the
+// the parts to their maximum (vLLM; SGLang on CPU, ROCm and without cutlass) requantize each part
+// from that scale to the same one, a round trip through float16 that keeps the codes
+// (tests/engines/); the ones that spread each part's scale over its rows (SGLang's cutlass and
+// Marlin kernels, vLLM's Marlin) spread the same scale. Not the engines' mark of a layer fused on disk (the lowest float32 after the
 // first scale), which only the requantizing branches read: the spreading ones would give the second
 // and third parts' rows that value as their scale.
 
@@ -298,9 +298,8 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   if (use == EngineUse::kExport && engine == Engine::kSglang && plan.quantization != Quantization::kNone) {
     refuse(engine,
            "FP8 for SGLang's sharded_state loader as loaded: it reads the post-processed layers, "
-           "which "
-           "--engine-post-processed writes as on NVIDIA GPUs with FP8; shardload.sglang's loader "
-           "takes FP8 as loaded",
+           "which --engine-post-processed writes as on NVIDIA GPUs with FP8; shardload.sglang's "
+           "loader takes FP8 as loaded",
            "an unquantized checkpoint, or --engine-post-processed",
            std::string(quantization_name(plan.quantization)));
   }
@@ -404,7 +403,8 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
                                 (param.role == ParamRole::kWeightScale || param.role == ParamRole::kInputScale);
     if (per_part_scale) tensor.shape = Shape{module.part_rows.size()};  // the one scale, repeated
-    if (post_processed) post_process_for_sglang(*fp8_format(plan), module, param, tensor);
+    const std::optional<Fp8Format> format = fp8_format(plan);
+    if (post_processed && format) post_process_for_sglang(*format, module, param, tensor);
     for (const Buffers& buffers : row->buffers) {
       if (!param.name.ends_with(buffers.after)) continue;
       const std::string prefix =

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fault_injection.h"
+#include "core/parallel_for.h"
 #include "core/plural.h"
 #include "core/shape_text.h"
 #include "export/engine_tensors.h"
@@ -60,32 +61,46 @@ void check_all_ranks(const Plan& plan, const std::vector<RankWeights>& ranks) {
   }
 }
 
+// `in` [rows, cols] of T transposed into `out` [cols, rows], in bands of rows over the cores and in
+// tiles within a band (each tile's rows and columns stay in cache).
+template <class T>
+void transpose(const std::byte* in, std::byte* out, uint64_t rows, uint64_t cols) {
+  constexpr uint64_t kTile = 64;
+  const uint64_t bands = (rows + kTile - 1) / kTile;
+  parallel_for(static_cast<size_t>(bands), 0, [&](size_t band, int) {
+    const uint64_t r0 = band * kTile;
+    const uint64_t r1 = std::min(rows, r0 + kTile);
+    for (uint64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const uint64_t c1 = std::min(cols, c0 + kTile);
+      for (uint64_t r = r0; r < r1; ++r) {
+        for (uint64_t c = c0; c < c1; ++c) {
+          T value;
+          std::memcpy(&value, in + (r * cols + c) * sizeof(T), sizeof(T));
+          std::memcpy(out + (c * rows + r) * sizeof(T), &value, sizeof(T));
+        }
+      }
+    }
+  });
+}
+
 // A post-processed export's tensor made of its parameter's bytes `data` (EngineReduce): a weight
-// transposed in tiles (each tile's rows and columns stay in cache), or float32 scales reduced to
-// their maximum by row or whole.
+// transposed, or float32 scales reduced to their maximum by row or whole.
 std::vector<std::byte> reduced(const EngineTensor& tensor, std::span<const std::byte> data) {
   const PlanParam& param = *tensor.param;
   const uint64_t rows = param.shape.empty() ? 1 : param.shape[0];
   const uint64_t cols = rows == 0 ? 0 : shape_numel(param.shape) / rows;
   if (tensor.reduce == EngineReduce::kTranspose) {
     const uint64_t size = dtype_bits(param.dtype) / 8;
-    if (param.shape.size() != 2 || size == 0 || data.size() != rows * cols * size) {
+    if (param.shape.size() != 2 || (size != 1 && size != 2 && size != 4) ||
+        data.size() != rows * cols * size) {
       throw Error(
-          ErrorKind::kInvalidArgument, "only a 2-D weight of whole-byte elements is transposed",
+          ErrorKind::kInvalidArgument, "only a 2-D weight of 1, 2 or 4-byte elements is transposed",
           {.tensor = param.name, .expected = "a 2-D tensor", .found = shape_text(param.shape)});
     }
     std::vector<std::byte> out(data.size());
-    constexpr uint64_t kTile = 64;
-    for (uint64_t r0 = 0; r0 < rows; r0 += kTile) {
-      for (uint64_t c0 = 0; c0 < cols; c0 += kTile) {
-        for (uint64_t r = r0; r < std::min(rows, r0 + kTile); ++r) {
-          for (uint64_t c = c0; c < std::min(cols, c0 + kTile); ++c) {
-            std::memcpy(out.data() + (c * rows + r) * size, data.data() + (r * cols + c) * size,
-                        size);
-          }
-        }
-      }
-    }
+    if (size == 1) transpose<uint8_t>(data.data(), out.data(), rows, cols);
+    if (size == 2) transpose<uint16_t>(data.data(), out.data(), rows, cols);
+    if (size == 4) transpose<uint32_t>(data.data(), out.data(), rows, cols);
     return out;
   }
   if (param.dtype != DType::kF32 || data.size() != shape_numel(param.shape) * sizeof(float)) {

@@ -25,8 +25,8 @@ FP8 = ([(a, 1, "fp8") for a in ["llama", "qwen2", "qwen3"]] + [(a, 2, "fp8") for
 # weights. SGLang's DeepSeek takes block only (its own load of per-tensor fails on the fused q_a / kv_a
 # scale, its post_load_weights of per-channel kv_b_proj on CPU: refused).
 COMPRESSED = [("qwen2", 1, "ct-fp8-tensor"), ("qwen2_moe", 2, "ct-fp8-tensor"), ("llama", 1, "ct-fp8-channel"),
-              ("mixtral", 2, "ct-fp8-channel"), ("llama", 1, "ct-fp8-block"), ("qwen3_moe", 2, "ct-fp8-block"),
-              ("deepseek_v3", 2, "ct-fp8-block")]
+              ("qwen3", 1, "ct-fp8-channel"), ("mixtral", 2, "ct-fp8-channel"), ("llama", 1, "ct-fp8-block"),
+              ("qwen3_moe", 2, "ct-fp8-block"), ("deepseek_v2", 2, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")]
 
 
 def test_sglang_tp2(tmp_path):

@@ -13,15 +13,18 @@ pytestmark = needs_engines
 DENSE = ["llama", "qwen2", "qwen3"]
 # The last is synced (and rebalanced): DeepSeek-V3, whose MLA tensors vLLM derives again from kv_b_proj.
 MOE = ["mixtral", "qwen2_moe", "deepseek_v2", "qwen3_moe", "deepseek_v3"]
-# Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed) for every
-# family, dense, with MoE-TP and with expert parallelism; block FP8 (DeepSeek-V3's format): dense, MoE-TP, EP.
+# Static per-tensor FP8 (make-tiny --quant fp8: AutoFP8's format, routers unquantized and listed) and block
+# FP8 (DeepSeek-V3's format) for every family, dense, with MoE-TP and with expert parallelism.
 FP8 = ([(a, 1, "fp8") for a in DENSE] + [("qwen3_moe", 1, "fp8")] + [(a, 2, "fp8") for a in MOE] +
-       [("llama", 1, "fp8-block"), ("qwen3_moe", 1, "fp8-block"), ("deepseek_v3", 2, "fp8-block")])
+       [(a, 1, "fp8-block") for a in DENSE] + [("qwen3_moe", 1, "fp8-block")] +
+       [(a, 2, "fp8-block") for a in ["mixtral", "qwen2_moe", "deepseek_v3"]])
 # llm-compressor's compressed-tensors FP8 (make-tiny --quant ct-fp8-*: its names, BF16 scales, one input scale
-# per input as its observers give): per-tensor, per-channel and block weights, dense, MoE-TP and EP.
-COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen3_moe", 1, "ct-fp8-tensor"), ("deepseek_v3", 2, "ct-fp8-tensor"),
-               ("mixtral", 2, "ct-fp8-tensor"), ("qwen3_moe", 2, "ct-fp8-channel"), ("qwen3_moe", 1, "ct-fp8-block"),
-               ("deepseek_v3", 2, "ct-fp8-block")])
+# per input as its observers give): per-tensor, per-channel and block weights, dense, MoE-TP and EP, every
+# family in one of them at least.
+COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen2", 1, "ct-fp8-channel"), ("qwen3", 1, "ct-fp8-block"),
+               ("qwen3_moe", 1, "ct-fp8-tensor"), ("deepseek_v3", 2, "ct-fp8-tensor"), ("mixtral", 2, "ct-fp8-tensor"),
+               ("qwen2_moe", 2, "ct-fp8-tensor"), ("qwen3_moe", 2, "ct-fp8-channel"), ("qwen3_moe", 1, "ct-fp8-block"),
+               ("deepseek_v2", 2, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")])
 
 
 def test_vllm_tp2(tmp_path):
