@@ -11,12 +11,16 @@
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "tiny_case.h"
 
 namespace shardload {
 namespace {
 
+using ::shardload::testing::make_tiny_case;
 using ::shardload::testing::run_shardload;
 using ::shardload::testing::TempDir;
+using ::shardload::testing::tiny_case_name;
+using ::shardload::testing::TinyCase;
 
 #define SKIP_WITHOUT_GPU()                                    \
   do {                                                        \
@@ -24,36 +28,16 @@ using ::shardload::testing::TempDir;
     if (!why.empty()) GTEST_SKIP() << "needs a GPU: " << why; \
   } while (false)
 
-struct Case {
-  std::string arch;
-  std::string quant;
-  std::string scheme;
-  int tp;
-  int ep;
-};
+// The models' values (make-tiny --seed).
+constexpr uint64_t kSeed = 3;
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
-}
-
-std::string make_model(const TempDir& dir, const Case& c) {
-  TinyOptions options;
-  options.arch = c.arch;
-  options.out = dir.file(c.arch + "-" + c.quant + c.scheme);
-  options.seed = 3;
-  options.quant = c.quant;
-  options.activation_scheme = c.scheme;
-  make_tiny(options);
-  return options.out;
-}
-
-class DeviceFamilies : public ::testing::TestWithParam<Case> {};
+class DeviceFamilies : public ::testing::TestWithParam<TinyCase> {};
 
 TEST_P(DeviceFamilies, DeviceRanksAreByteIdenticalToTheHostLoad) {
   SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
+  const TinyCase& c = GetParam();
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, c));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, c, kSeed));
   ParallelConfig parallel;
   parallel.tp = c.tp;
   parallel.ep = c.ep;
@@ -77,30 +61,25 @@ TEST_P(DeviceFamilies, DeviceRanksAreByteIdenticalToTheHostLoad) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, DeviceFamilies,
-    ::testing::Values(Case{"qwen3_moe", "none", "", 1, 1}, Case{"qwen3_moe", "none", "", 4, 2},
-                      Case{"llama", "fp8", "", 1, 1}, Case{"qwen3_moe", "fp8", "", 4, 2},
-                      Case{"qwen3_moe", "fp8", "dynamic", 4, 2},
-                      Case{"deepseek_v3", "fp8-block", "", 1, 1},
-                      Case{"deepseek_v3", "fp8-block", "", 4, 2},
-                      Case{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
-                      Case{"deepseek_v3", "ct-fp8-block", "", 4, 2},
-                      Case{"llama", "ct-fp8-tensor", "", 2, 1}),
-    [](const auto& info) {
-      const Case& c = info.param;
-      std::string quant = c.quant;
-      std::erase(quant, '-');
-      return c.arch + "_" + quant +
-             c.scheme + "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
-    });
+INSTANTIATE_TEST_SUITE_P(Families, DeviceFamilies,
+                         ::testing::Values(TinyCase{"qwen3_moe", "none", "", 1, 1},
+                                           TinyCase{"qwen3_moe", "none", "", 4, 2},
+                                           TinyCase{"llama", "fp8", "", 1, 1},
+                                           TinyCase{"qwen3_moe", "fp8", "", 4, 2},
+                                           TinyCase{"qwen3_moe", "fp8", "dynamic", 4, 2},
+                                           TinyCase{"deepseek_v3", "fp8-block", "", 1, 1},
+                                           TinyCase{"deepseek_v3", "fp8-block", "", 4, 2},
+                                           TinyCase{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
+                                           TinyCase{"deepseek_v3", "ct-fp8-block", "", 4, 2},
+                                           TinyCase{"llama", "ct-fp8-tensor", "", 2, 1}),
+                         [](const auto& info) { return tiny_case_name(info.param); });
 
 // The command line: --checksum of a GPU load hashes the bytes copied back from the GPUs; they match
 // the host load's, for a model and for its export.
 TEST(LoadCommand, DeviceChecksumsEqualTheHostLoad) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
-  const std::string model = make_model(dir, {"qwen3_moe", "fp8", "", 4, 2});
+  const std::string model = make_tiny_case(dir, {"qwen3_moe", "fp8", "", 4, 2}, kSeed);
   const auto checksums = [](std::vector<std::string> args) {
     const auto r = run_shardload(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -122,7 +101,8 @@ TEST(LoadCommand, DeviceChecksumsEqualTheHostLoad) {
 TEST(DeviceLoad, PartialLoadInPlaceMatchesLoadInto) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
-  const Checkpoint first = Checkpoint::open(make_model(dir, {"qwen3_moe", "fp8", "", 4, 2}));
+  const Checkpoint first =
+      Checkpoint::open(make_tiny_case(dir, {"qwen3_moe", "fp8", "", 4, 2}, kSeed));
   TinyOptions other;
   other.arch = "qwen3_moe";
   other.quant = "fp8";

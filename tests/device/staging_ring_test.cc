@@ -16,35 +16,18 @@
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "tiny_case.h"
 
 namespace shardload {
 namespace {
 
+using ::shardload::testing::make_tiny_case;
 using ::shardload::testing::TempDir;
+using ::shardload::testing::tiny_case_name;
+using ::shardload::testing::TinyCase;
 
-struct Case {
-  std::string arch;
-  std::string quant;
-  std::string scheme;
-  int tp;
-  int ep;
-};
-
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
-}
-
-std::string make_model(const TempDir& dir, const Case& c) {
-  TinyOptions options;
-  options.arch = c.arch;
-  options.out = dir.file(c.arch + "-" + c.quant + c.scheme);
-  options.seed = 11;
-  options.quant = c.quant;
-  options.activation_scheme = c.scheme;
-  options.overwrite = true;
-  make_tiny(options);
-  return options.out;
-}
+// The models' values (make-tiny --seed).
+constexpr uint64_t kSeed = 11;
 
 // Loads through the ring into host buffers; returns them with their processed flags.
 std::vector<RankWeights> ring_load(const Checkpoint& ckpt, const Plan& plan, uint64_t window_bytes,
@@ -75,12 +58,12 @@ std::vector<RankWeights> ring_load(const Checkpoint& ckpt, const Plan& plan, uin
   return out;
 }
 
-class RingFamilies : public ::testing::TestWithParam<Case> {};
+class RingFamilies : public ::testing::TestWithParam<TinyCase> {};
 
 TEST_P(RingFamilies, RanksAreByteIdenticalToTheHostLoad) {
-  const Case& c = GetParam();
+  const TinyCase& c = GetParam();
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, c));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, c, kSeed));
   ParallelConfig parallel;
   parallel.tp = c.tp;
   parallel.ep = c.ep;
@@ -102,29 +85,24 @@ TEST_P(RingFamilies, RanksAreByteIdenticalToTheHostLoad) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, RingFamilies,
-    ::testing::Values(Case{"llama", "none", "", 1, 1}, Case{"llama", "none", "", 4, 1},
-                      Case{"qwen3_moe", "none", "", 4, 2}, Case{"llama", "fp8", "", 2, 1},
-                      Case{"qwen3_moe", "fp8", "dynamic", 4, 2},
-                      Case{"deepseek_v3", "fp8-block", "", 1, 1},
-                      Case{"deepseek_v3", "fp8-block", "", 4, 2},
-                      Case{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
-                      Case{"deepseek_v3", "ct-fp8-block", "", 4, 2},
-                      Case{"llama", "ct-fp8-tensor", "", 2, 1}),
-    [](const auto& info) {
-      const Case& c = info.param;
-      std::string quant = c.quant;
-      std::erase(quant, '-');
-      return c.arch + "_" + quant +
-             c.scheme + "_tp" + std::to_string(c.tp) + "ep" + std::to_string(c.ep);
-    });
+INSTANTIATE_TEST_SUITE_P(Families, RingFamilies,
+                         ::testing::Values(TinyCase{"llama", "none", "", 1, 1},
+                                           TinyCase{"llama", "none", "", 4, 1},
+                                           TinyCase{"qwen3_moe", "none", "", 4, 2},
+                                           TinyCase{"llama", "fp8", "", 2, 1},
+                                           TinyCase{"qwen3_moe", "fp8", "dynamic", 4, 2},
+                                           TinyCase{"deepseek_v3", "fp8-block", "", 1, 1},
+                                           TinyCase{"deepseek_v3", "fp8-block", "", 4, 2},
+                                           TinyCase{"qwen3_moe", "ct-fp8-channel", "", 4, 2},
+                                           TinyCase{"deepseek_v3", "ct-fp8-block", "", 4, 2},
+                                           TinyCase{"llama", "ct-fp8-tensor", "", 2, 1}),
+                         [](const auto& info) { return tiny_case_name(info.param); });
 
 // O_DIRECT reads (the cold path) through many windows: the readers, kept across windows, give the
 // same bytes.
 TEST(StagingRing, ColdReadsGiveTheSameBytes) {
   TempDir dir;
-  const std::string model = make_model(dir, {"deepseek_v3", "fp8-block", "", 4, 2});
+  const std::string model = make_tiny_case(dir, {"deepseek_v3", "fp8-block", "", 4, 2}, kSeed);
   const Checkpoint ckpt = Checkpoint::open(model);
   const int fd = load::open_direct(ckpt.files()[0].path());
   if (fd < 0) GTEST_SKIP() << "this file system refuses O_DIRECT";
@@ -145,8 +123,8 @@ TEST(StagingRing, ColdReadsGiveTheSameBytes) {
 // checkpoint, every other module's bytes kept, exactly as load_into gives on the host.
 TEST(StagingRing, PartialLoadInPlaceMatchesLoadInto) {
   TempDir dir;
-  Case a{"qwen3_moe", "fp8", "", 4, 2};
-  const Checkpoint first = Checkpoint::open(make_model(dir, a));
+  TinyCase a{"qwen3_moe", "fp8", "", 4, 2};
+  const Checkpoint first = Checkpoint::open(make_tiny_case(dir, a, kSeed));
   TinyOptions other;
   other.arch = "qwen3_moe";
   other.quant = "fp8";
@@ -191,7 +169,8 @@ TEST(StagingRing, PartialLoadInPlaceMatchesLoadInto) {
 
 TEST(PlanWindows, TileEachRankWithWholeModules) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "none", "", 4, 2}));
+  const Checkpoint ckpt =
+      Checkpoint::open(make_tiny_case(dir, {"qwen3_moe", "none", "", 4, 2}, kSeed));
   ParallelConfig parallel;
   parallel.tp = 4;
   parallel.ep = 2;
@@ -235,7 +214,7 @@ TEST(PlanWindows, TileEachRankWithWholeModules) {
 
 TEST(StagingRing, UploadPastTheDestinationIsAnErrorNotACrash) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"llama", "none", "", 1, 1}));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, {"llama", "none", "", 1, 1}, kSeed));
   const Plan plan = make_plan(ckpt, ParallelConfig{});
   AlignedBuffer small(4096);
   device::HostUploader uploader({small.span()});
@@ -276,7 +255,7 @@ TEST(DeviceOptions, DeviceMapsParseAndFit) {
 TEST(DeviceLoad, WithoutAGpuIsADeviceError) {
   if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is usable here";
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"llama", "none", "", 1, 1}));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, {"llama", "none", "", 1, 1}, kSeed));
   const Plan plan = make_plan(ckpt, ParallelConfig{});
   try {
     load_ranks_to_device(ckpt, plan);

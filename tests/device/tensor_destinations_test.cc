@@ -16,36 +16,19 @@
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "tiny_case.h"
 
 namespace shardload {
 namespace {
 
+using ::shardload::testing::make_tiny_case;
 using ::shardload::testing::TempDir;
+using ::shardload::testing::TinyCase;
 
 constexpr std::byte kUnwritten{0xA5};
 
-struct DestinationCase {
-  std::string arch;
-  std::string quant;
-  std::string scheme;
-  int tp;
-  int ep;
-};
-
-void PrintTo(const DestinationCase& c, std::ostream* os) {
-  *os << c.arch << " " << c.quant << " " << c.scheme << " tp " << c.tp << " ep " << c.ep;
-}
-
-std::string make_model(const TempDir& dir, const DestinationCase& c) {
-  TinyOptions options;
-  options.arch = c.arch;
-  options.out = dir.file("model");
-  options.seed = 23;
-  options.quant = c.quant;
-  options.activation_scheme = c.scheme;
-  make_tiny(options);
-  return options.out;
-}
+// The models' values (make-tiny --seed).
+constexpr uint64_t kSeed = 23;
 
 Plan plan_of(const Checkpoint& ckpt, int tp, int ep) {
   ParallelConfig parallel;
@@ -75,12 +58,12 @@ bool same_bytes(const std::vector<std::byte>& tensor, const RankWeights& rank,
   return std::memcmp(tensor.data(), rank.buffer.data() + param.offset, param.nbytes) == 0;
 }
 
-class TensorDestinations : public ::testing::TestWithParam<DestinationCase> {};
+class TensorDestinations : public ::testing::TestWithParam<TinyCase> {};
 
 TEST_P(TensorDestinations, EveryParameterIsTheHostLoadsBytesThroughSmallWindows) {
-  const DestinationCase& c = GetParam();
+  const TinyCase& c = GetParam();
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, c));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, c, kSeed));
   const Plan plan = plan_of(ckpt, c.tp, c.ep);
   const std::vector<RankWeights> reference = load_ranks(ckpt, plan);
   for (const RankPlan& rank : plan.ranks) {
@@ -109,18 +92,19 @@ TEST_P(TensorDestinations, EveryParameterIsTheHostLoadsBytesThroughSmallWindows)
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TensorDestinations,
-                         ::testing::Values(DestinationCase{"qwen3_moe", "none", "", 4, 2},
-                                           DestinationCase{"qwen3_moe", "fp8", "", 2, 2},
-                                           DestinationCase{"mixtral", "fp8", "dynamic", 2, 1},
-                                           DestinationCase{"deepseek_v3", "fp8-block", "", 2, 2},
-                                           DestinationCase{"llama", "ct-fp8-tensor", "", 2, 1},
-                                           DestinationCase{"qwen3", "none", "", 4, 1}));
+                         ::testing::Values(TinyCase{"qwen3_moe", "none", "", 4, 2},
+                                           TinyCase{"qwen3_moe", "fp8", "", 2, 2},
+                                           TinyCase{"mixtral", "fp8", "dynamic", 2, 1},
+                                           TinyCase{"deepseek_v3", "fp8-block", "", 2, 2},
+                                           TinyCase{"llama", "ct-fp8-tensor", "", 2, 1},
+                                           TinyCase{"qwen3", "none", "", 4, 1}));
 
 // Some parameters only (an engine's scratch for the others): those are written, the others' bytes
 // are neither needed nor touched.
 TEST(TensorDestinationsSome, AParameterWithoutADestinationIsLeftAlone) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "fp8", "", 2, 2}));
+  const Checkpoint ckpt =
+      Checkpoint::open(make_tiny_case(dir, {"qwen3_moe", "fp8", "", 2, 2}, kSeed));
   const Plan plan = plan_of(ckpt, 2, 2);
   const std::vector<RankWeights> reference = load_ranks(ckpt, plan);
   const RankPlan& rank = plan.ranks[1];
@@ -156,7 +140,8 @@ ErrorKind refused(const Checkpoint& ckpt, const Plan& plan, int rank,
 // Each destination that does not fit is named, and nothing is written (every check comes first).
 TEST(TensorDestinationsSome, ADestinationThatDoesNotFitIsRefusedBeforeAnythingIsWritten) {
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "none", "", 2, 1}));
+  const Checkpoint ckpt =
+      Checkpoint::open(make_tiny_case(dir, {"qwen3_moe", "none", "", 2, 1}, kSeed));
   const Plan plan = plan_of(ckpt, 2, 1);
   const RankPlan& rank = plan.ranks[0];
   auto tensors = tensors_of(rank);
@@ -199,7 +184,8 @@ TEST(TensorDestinationsSome, GpuDestinationsHoldTheHostLoadsBytes) {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "needs a GPU: " << why;
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"qwen3_moe", "fp8", "", 2, 2}));
+  const Checkpoint ckpt =
+      Checkpoint::open(make_tiny_case(dir, {"qwen3_moe", "fp8", "", 2, 2}, kSeed));
   const Plan plan = plan_of(ckpt, 2, 2);
   const std::vector<RankWeights> reference = load_ranks(ckpt, plan);
   const RankPlan& rank = plan.ranks[1];
@@ -223,7 +209,7 @@ TEST(TensorDestinationsSome, GpuDestinationsHoldTheHostLoadsBytes) {
 TEST(TensorDestinationsSome, GpuDestinationsWithoutCudaAreADeviceError) {
   if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "CUDA is usable here";
   TempDir dir;
-  const Checkpoint ckpt = Checkpoint::open(make_model(dir, {"llama", "none", "", 2, 1}));
+  const Checkpoint ckpt = Checkpoint::open(make_tiny_case(dir, {"llama", "none", "", 2, 1}, kSeed));
   const Plan plan = plan_of(ckpt, 2, 1);
   auto tensors = tensors_of(plan.ranks[0]);
   std::vector<TensorDestination> gpu = host_destinations(tensors);
