@@ -31,8 +31,8 @@ map=$(build/shardload plan "$work/second" --tp 2 --ep 2 --json | /usr/bin/python
 import json, sys
 rows = json.load(sys.stdin)["physical_to_logical_map"]
 print(json.dumps([row[::-1] for row in rows]))')
-sync=$(printf '{"port": %s, "model": "%s", "out": "%s", "own": "%s", "rebalance": {"map": %s, "out": "%s", "own": "%s"}}' \
-  "$port" "$work/second" "$work/synced" "$work/own-reloaded" "$map" "$work/rebalanced" "$work/own-rebalanced")
+sync=$(printf '{"port": %s, "api_key": "%s", "model": "%s", "out": "%s", "own": "%s", "rebalance": {"map": %s, "out": "%s", "own": "%s"}}' \
+  "$port" "$(cat "/dev/shm/shardload-$name/api-key")" "$work/second" "$work/synced" "$work/own-reloaded" "$map" "$work/rebalanced" "$work/own-rebalanced")
 echo "Qwen3-MoE, make-tiny --size $size ($(du -sh "$work/first" | cut -f1) on disk), tp 2 x ep 2, $(nproc) cores"
 # Each load three times, interleaved (the first of each pays for the engine's first model and the pages'
 # first touch); then vLLM's own load of the second checkpoint and of the first again: --sync goes on with it.

@@ -42,15 +42,16 @@ for mode in double single; do
   for _ in $(seq 600); do grep -q "listening on" "$work/serve.log" && break; sleep 0.5; done
   port=$(grep -o 'listening on [^ ]*' "$work/serve.log" | sed 's/.*://')
   [[ -n "$port" ]] || { cat "$work/serve.log" >&2; exit 1; }
+  auth="Authorization: Bearer $(cat "/dev/shm/shardload-bench-update-$$/api-key")"
   : > "$work/runs"
   # One update first, not measured: the staging area or the second slot, and the memory the VM backs
   # lazily, are faulted in once, as on a server that has run for a while.
-  curl -s "localhost:$port/update_weights_from_disk" \
+  curl -s -H "$auth" "localhost:$port/update_weights_from_disk" \
     -d "{\"model_path\": \"$a\", \"weight_name_filter\": [\"mlp.experts.\"]}" > /dev/null
   build/bench/memcpy_limit --bytes 1000000000 --prime
   for run in $(seq 0 $((runs - 1))); do
     model=$([[ $((run % 2)) == 0 ]] && echo "$b" || echo "$a")
-    reply=$(curl -s -w ' %{time_total}' "localhost:$port/update_weights_from_disk" \
+    reply=$(curl -s -H "$auth" -w ' %{time_total}' "localhost:$port/update_weights_from_disk" \
       -d "{\"model_path\": \"$model\", \"weight_name_filter\": [\"mlp.experts.\"]}")
     seconds=${reply##* }
     bytes=$(grep -o '(\([0-9]*\) bytes)' <<< "$reply" | tr -dc 0-9)

@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     shardload::fuzz::check(manifest.has_value() != !why.empty());
     if (!manifest) return;
     (void)shardload::serve::manifest_expert_map(*manifest);
-    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", {});
-    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", node);
+    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", {}, {});
+    (void)shardload::serve::reuse_obstacle(*manifest, {}, plan, "/model", {}, node);
   });
   return 0;
 }

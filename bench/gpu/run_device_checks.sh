@@ -186,8 +186,8 @@ else
   for _ in $(seq 1 300); do grep -q waiting "$WORK/client.out" && break; sleep 0.1; done
   body="{\"model_path\": \"$m2\"}"
   exec 3<>"/dev/tcp/127.0.0.1/$port"
-  printf 'POST /update_weights_from_disk HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-    "${#body}" "$body" >&3
+  printf 'POST /update_weights_from_disk HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$(cat "$dir/api-key")" "${#body}" "$body" >&3
   answer=$(cat <&3)
   exec 3>&-
   echo "$answer" >>"$LOG"

@@ -17,6 +17,18 @@ namespace checkpoint {
 struct WeightMap;
 }
 
+// What a checkpoint was when it was opened, before any tensor byte was read: its path with every
+// link resolved, each safetensors file's identity and config.json's hash. Bytes read from two opens
+// with equal identities are the same bytes (short of a file rewritten with its size, header and
+// modification time restored); a link pointed elsewhere, a file replaced or rewritten in place
+// changes it.
+struct CheckpointIdentity {
+  std::string resolved_path;
+  std::vector<std::pair<std::string, FileIdentity>> files;  // file name (relative to the path), identity
+  uint64_t config_xxh3 = 0;  // XXH3-64 of config.json as parsed (0: no config)
+  bool operator==(const CheckpointIdentity&) const = default;
+};
+
 // A Hugging Face checkpoint: a directory with config.json and either one model.safetensors or shards named by
 // model.safetensors.index.json, or a single .safetensors file. Opening validates every file header, the index
 // (every weight_map tensor exists in the file it names, no tensor in two files) and collects warnings (e.g. a
@@ -41,6 +53,7 @@ class Checkpoint {
   const nlohmann::json& config() const;
   const std::vector<SafetensorsFile>& files() const { return files_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
+  const CheckpointIdentity& identity() const { return identity_; }
 
   // All tensors, sorted by name.
   const std::vector<std::string>& tensor_names() const { return names_; }
@@ -59,6 +72,7 @@ class Checkpoint {
   std::shared_ptr<const nlohmann::json> config_;
   std::vector<SafetensorsFile> files_;
   std::vector<std::string> warnings_;
+  CheckpointIdentity identity_;
   std::vector<std::string> names_;
   // Keys view the names in files_' headers (heap storage that stays put when the vector moves).
   struct NameHash {

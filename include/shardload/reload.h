@@ -87,6 +87,9 @@ struct UpdateResult {
   double seconds_commit = 0;  // copy staging to live, all groups (double buffering: the swap)
   uint64_t synced_bytes = 0;  // double buffering: bytes of the last change copied into the spare first
   double max_pause_seconds = 0;  // longest single commit group (begin_commit to end_commit)
+  // update_weights: the checkpoint as opened, before its bytes were read (what a weight server
+  // records to tell, at a restart, whether the path still holds those bytes).
+  CheckpointIdentity source{};
 };
 
 // Loads every rank of `parallel` for `model_path` into new buffers (version 0).

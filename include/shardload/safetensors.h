@@ -63,6 +63,17 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix, ui
 enum class IoBackend { kPread, kMmap };
 
 // An open, validated safetensors file.
+// What an opened file was when it was opened: enough to tell later whether its name still holds
+// the bytes that were read (a file replaced, rewritten in place or truncated since).
+struct FileIdentity {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t header_xxh3 = 0;  // XXH3-64 of the 8-byte length and the header JSON
+  bool operator==(const FileIdentity&) const = default;
+};
+
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::string& path, IoBackend backend = IoBackend::kPread);
@@ -75,6 +86,8 @@ class SafetensorsFile {
   uint64_t file_size() const { return file_size_; }
   int fd() const { return fd_; }
   IoBackend backend() const { return backend_; }
+  // Taken when the file was opened, before any tensor byte was read.
+  const FileIdentity& identity() const { return identity_; }
 
   // Reads bytes [offset, offset + dst.size()) of the tensor's data into dst. Throws Error(kIo) with the tensor
   // name on a short read or failure, Error(kInvalidArgument) when the range is outside the tensor.
@@ -91,6 +104,7 @@ class SafetensorsFile {
   std::string path_;
   SafetensorsHeader header_;
   uint64_t file_size_ = 0;
+  FileIdentity identity_;
   int fd_ = -1;
   IoBackend backend_ = IoBackend::kPread;
   const std::byte* map_ = nullptr;

@@ -42,6 +42,20 @@ inline constexpr uint64_t shm_slot_bytes(uint64_t rank_bytes) {
   return (rank_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
 }
 inline constexpr std::string_view kShmDoubleBufferFormat = "shardload-shm/2";
+// DIR/server.lock: a running server holds an exclusive flock on it for its whole life (the kernel
+// drops it when the server dies), so that two servers never share a NAME. Mode 0600 whatever
+// --shm-group: no other user can open it, so no reader can delay or deny a server's start.
+inline constexpr std::string_view kShmServerLockName = "server.lock";
+// DIR/server.alive: how readers tell a running server. The server holds a shared open-file-description
+// lock (fcntl F_OFD_SETLK, F_RDLCK) on it for its whole life; a reader asks with F_OFD_GETLK whether a
+// write lock would conflict, which takes no lock, sees the server from another PID namespace too, and
+// cannot be turned into a refusal: a read lock never conflicts with the server's, and a reader cannot
+// open it for writing. The directory's file mode (0600, or 0640 with --shm-group).
+inline constexpr std::string_view kShmServerAliveName = "server.alive";
+// DIR/api-key: the key every HTTP request but /health must carry ("Authorization: Bearer KEY"), made
+// at start unless --api-key gives one or --insecure-no-api-key opens the API; readable by the
+// directory's readers only (0600, or 0640 with --shm-group).
+inline constexpr std::string_view kShmApiKeyName = "api-key";
 
 // /dev/shm/shardload-NAME. Throws Error(kInvalidArgument) unless NAME is 1-100 of [A-Za-z0-9._-]
 // and not "." or "..", so that it can never name a path outside /dev/shm.
@@ -80,10 +94,15 @@ struct ServeOptions {
   std::string shm_group;
 
   // HTTP access. `host`: the address to listen on (a numeric IPv4 or IPv6 address, or "localhost").
-  // `api_key`: when not empty, every request but GET/HEAD /health must carry
-  // "Authorization: Bearer API_KEY" and is answered 401 otherwise.
+  // `api_key`: every request but GET/HEAD /health must carry "Authorization: Bearer API_KEY" and
+  // is answered 401 otherwise. Empty: a key is made at start (32 random bytes, hex). Either way it
+  // is written to DIR/api-key (kShmApiKeyName), which only the directory's readers (this user, and
+  // the --shm-group) can read: by default only they can change the weights, whatever the address.
+  // `insecure_no_api_key` (with an empty api_key): no key, every local user (every client that can
+  // reach `host`) can change the weights.
   std::string host = "127.0.0.1";
   std::string api_key;
+  bool insecure_no_api_key = false;
 
   // Several nodes (one process each, e.g. under mpirun): the transport between them (not owned;
   // nullptr or one node: a single-node server). Every node holds its block of ranks (node_ranks)

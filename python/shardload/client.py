@@ -46,6 +46,7 @@ import os
 import pwd
 import re
 import stat
+import struct
 import time
 import warnings
 
@@ -88,18 +89,32 @@ _DTYPES = {
     "F8_E4M3": (np.uint8, torch.uint8),
     "F8_E5M2": (np.uint8, torch.uint8),
 }
+SERVER_ALIVE = "server.alive"  # kShmServerAliveName: a running server holds a read lock on it
+API_KEY_FILE = "api-key"  # kShmApiKeyName: the HTTP API's key, readable by the directory's readers
+_MAX_KEY_BYTES = 4096
+_F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)  # Linux's number, for Pythons that do not name it
+
+
 def _held_by_a_server(dir_fd):
-    """Whether a running server holds the directory: every server holds an exclusive flock on its
-    directory for its whole life, and the kernel drops it when the server exits or dies, so a
-    shared lock that can be taken means no server is there."""
+    """Whether a running server holds the directory: every server holds a shared open-file-description
+    lock on DIR/server.alive for its whole life, and the kernel drops it when the server exits or
+    dies. The probe asks (F_OFD_GETLK) whether a write lock would conflict: it takes no lock, so no
+    reader can delay or deny a server's start, and it sees a server in another PID namespace."""
     try:
-        fcntl.flock(dir_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        fd = os.open(SERVER_ALIVE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return False
-    fcntl.flock(dir_fd, fcntl.LOCK_UN)
-    return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        # struct flock {short l_type, l_whence; off_t l_start, l_len; pid_t l_pid;}, native layout.
+        query = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = fcntl.fcntl(fd, _F_OFD_GETLK, query)
+        return struct.unpack("@hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def connect(name, *, rank=None, root=SHM_ROOT, owner=None, retries=DEFAULT_RETRIES, timeout=DEFAULT_TIMEOUT):
@@ -266,6 +281,40 @@ class Client:
         """True while an update (or a load) may be rewriting bytes of any rank."""
         return any(m.stamp()[2] for m in self._maps)
 
+    def api_key(self):
+        """The key of the server's HTTP API (DIR/api-key: made at start unless `--api-key` gave one,
+        readable by this user and the --shm-group only), or None when the server runs with
+        `--insecure-no-api-key`. On several nodes only node 0's directory holds it. Send it as
+        `auth_headers()` does."""
+        dir_fd = self._open_dir()
+        try:
+            try:
+                os.stat(API_KEY_FILE, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise IoError(f"cannot stat: {e.strerror}", file=os.path.join(self.path, API_KEY_FILE)) from None
+            fd = self._open_own(dir_fd, API_KEY_FILE, os.O_RDONLY)
+        finally:
+            os.close(dir_fd)
+        try:
+            data = os.read(fd, _MAX_KEY_BYTES + 1)
+        except OSError as e:
+            raise IoError(f"cannot read: {e.strerror}", file=os.path.join(self.path, API_KEY_FILE)) from None
+        finally:
+            os.close(fd)
+        key = data[:-1] if data.endswith(b"\n") else data
+        # Never echoed: a wrong file's bytes are not for an error message.
+        if not key or len(key) > _MAX_KEY_BYTES or any(c < 0x21 or c > 0x7E for c in key):
+            raise FormatError("the API key file does not hold a key", file=os.path.join(self.path, API_KEY_FILE),
+                              expected=f"1 to {_MAX_KEY_BYTES} visible ASCII characters")
+        return key.decode("ascii")
+
+    def auth_headers(self):
+        """{"Authorization": "Bearer KEY"} for the server's HTTP API ({} when it has no key)."""
+        key = self.api_key()
+        return {} if key is None else {"Authorization": f"Bearer {key}"}
+
     def names(self, rank):
         """The tensor names of `rank`, in manifest order."""
         return list(self._tables[self._index(rank)])
@@ -365,8 +414,11 @@ class Client:
         With `rank`, `targets` is {name: tensor} of that rank; without, it is {rank: {name: tensor}},
         copied as one snapshot over all those ranks. Every target is checked against the manifest
         first (a tensor of the rank, the same shape, the matching dtype: BF16 -> bfloat16, FP8 ->
-        uint8 or torch's float8, not inside the mapping) and every mismatch is named in one
-        InvalidArgumentError before anything is copied. The copy is retried while an update is in
+        uint8 or torch's float8, not inside the mapping, in writable memory, not a meta tensor, no
+        two elements at one address as expand() makes, no two targets sharing memory) and every
+        mismatch is named in one InvalidArgumentError before anything is copied. (A tensor made by
+        torch.from_numpy of a read-only array cannot be told from a writable one: torch keeps no such
+        flag and warns when it is made.) The copy is retried while an update is in
         progress or the words moved; after `retries` tries or `timeout` seconds (the client's by
         default) StaleReadError names the rank that stayed busy. ConflictError when the server
         replaced or removed a rank file (restart or stop: `refresh()`)."""
@@ -489,6 +541,7 @@ class Client:
                 if target.dtype != view_dtype:
                     target = target.view(view_dtype)  # a float8 target takes the FP8 bytes as they are
                 pairs.append((target, name))
+        problems.extend(_shared_targets(plan))
         if problems:
             raise InvalidArgumentError(f"{len(problems)} target(s) do not match the manifest: "
                                        + "; ".join(p for _, p in problems),
@@ -499,9 +552,17 @@ class Client:
         entry = self._tables[self._index(rank)].get(name) if isinstance(name, str) else None
         if entry is None:
             return "no such tensor in the manifest"
+        if isinstance(target, np.ndarray):
+            ro = "" if target.flags.writeable else "a read-only one (flags.writeable is False), and "
+            return f"a NumPy array: {ro}targets are torch tensors"
         if not isinstance(target, torch.Tensor):
             return f"not a torch.Tensor but {type(target).__name__}"
+        if target.device.type == "meta":
+            return "a meta tensor (it has no memory to copy into)"
         problems = []
+        if _overlaps_itself(target):
+            problems.append("its elements share memory (an expanded or stride-0 view): it cannot hold "
+                            "the tensor")
         if tuple(target.shape) != tuple(entry["shape"]):
             problems.append(f"shape {list(target.shape)}, expected {entry['shape']}")
         accepted = [_DTYPES[entry["dtype"]][1]]
@@ -690,6 +751,71 @@ class Client:
         except BaseException:
             os.close(fd)
             raise
+
+
+def _overlaps_itself(tensor):
+    """Whether two elements of the tensor are the same memory (expand(), a stride 0, as_strided)."""
+    dims = sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1)
+    if any(stride == 0 for stride, _ in dims):
+        return True
+    # Dims in stride order, each stride past everything the smaller ones reach: no two elements meet
+    # (every contiguous tensor and view of one). Otherwise compare every element's offset.
+    reach = 0
+    for stride, size in dims:
+        if stride <= reach:
+            offsets = torch.zeros((), dtype=torch.int64)
+            for size_, stride_ in zip(tensor.shape, tensor.stride()):
+                offsets = offsets.unsqueeze(-1) + torch.arange(size_, dtype=torch.int64) * stride_
+            return offsets.unique().numel() < tensor.numel()
+        reach += (size - 1) * stride
+    return False
+
+
+def _span(tensor):
+    """(first byte, end byte) of the memory a tensor's elements lie in."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.data_ptr(), tensor.data_ptr() + extent * tensor.element_size()
+
+
+def _mark(mask, tensor, base, unit):
+    """The view of `mask` (one entry per `unit` bytes from address `base`) over the tensor's bytes."""
+    per = tensor.element_size() // unit
+    return mask.as_strided(tuple(tensor.shape) + (per,), tuple(st * per for st in tensor.stride()) + (1,),
+                           (tensor.data_ptr() - base) // unit)
+
+
+def _share_memory(a, b):
+    """Whether any byte of tensor `a` is a byte of tensor `b` (both on one device, spans overlapping).
+    Two dense tensors whose spans overlap do; strided ones (two column blocks of one matrix) are
+    compared element by element on a mask of the bytes they span."""
+    if a.is_contiguous() and b.is_contiguous():
+        return True
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    base = min(a0, b0)
+    unit = math.gcd(a.element_size(), b.element_size(), a0 - base, b0 - base)
+    mask = torch.zeros((max(a1, b1) - base) // unit, dtype=torch.bool)
+    _mark(mask, a, base, unit).fill_(True)
+    return bool(_mark(mask, b, base, unit).any())
+
+
+def _shared_targets(plan):
+    """One problem line for each pair of targets that share memory (a copy into one would overwrite
+    the other), found by sorting the targets' spans per device."""
+    spans = []
+    for r, pairs in plan.items():
+        for target, name in pairs:
+            if target.numel() > 0 and target.device.type != "meta":
+                spans.append((str(target.device), *_span(target), r, name, target))
+    spans.sort(key=lambda s: s[:2])
+    problems = []
+    for i, (device, begin, end, r, name, target) in enumerate(spans):
+        for other in spans[i + 1:]:
+            if other[0] != device or other[1] >= end:
+                break
+            if _share_memory(target, other[5]):
+                problems.append((name, f"rank {r} '{name}' and rank {other[3]} '{other[4]}': they share memory, so "
+                                 "one would not hold its tensor"))
+    return problems
 
 
 class _WritableMemory:

@@ -37,8 +37,13 @@ class Error(Exception):
         if self.field:
             out += self.field + ": "
         out += self.message
-        if self.expected or self.found:
-            out += f" (expected {self.expected or '-'}, found {self.found or '-'})"
+        # Only what is known, as the C++ errors say it: a "-" for the other half reads as a value.
+        if self.expected and self.found:
+            out += f" (expected {self.expected}, found {self.found})"
+        elif self.expected:
+            out += f" (expected {self.expected})"
+        elif self.found:
+            out += f" (found {self.found})"
         return out
 
     def __reduce__(self):

@@ -6,6 +6,8 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "checkpoint/hub_cache.h"
 #include "checkpoint/weight_map.h"
@@ -252,6 +254,26 @@ std::string resolve_model_path(const std::string& arg, const std::string& revisi
   return *std::move(snapshot);
 }
 
+namespace {
+
+CheckpointIdentity identity_of(const std::string& path, const std::vector<SafetensorsFile>& files,
+                               const nlohmann::json* config) {
+  CheckpointIdentity identity;
+  std::error_code ec;
+  const fs::path resolved = fs::canonical(path, ec);
+  identity.resolved_path = ec ? path : resolved.string();
+  for (const SafetensorsFile& file : files) {
+    identity.files.emplace_back(fs::path(file.path()).filename().string(), file.identity());
+  }
+  if (config != nullptr && !config->is_null()) {
+    const std::string text = config->dump();
+    identity.config_xxh3 = XXH3_64bits(text.data(), text.size());
+  }
+  return identity;
+}
+
+}  // namespace
+
 Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
   Checkpoint ckpt;
   const std::string path = resolve_model_path(arg);
@@ -288,6 +310,7 @@ Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
     shards.paths.push_back(path);
   }
   ckpt.files_ = open_headers(shards, backend);
+  ckpt.identity_ = identity_of(path, ckpt.files_, ckpt.config_.get());
 
   // The name table: every tensor's file and, below, its place in tensor_names().
   size_t tensor_count = 0;

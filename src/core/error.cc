@@ -46,9 +46,13 @@ std::string format_message(const std::string& message, const Error::Details& d) 
   if (!d.tensor.empty()) out += fmt::format("tensor '{}': ", d.tensor);
   if (!d.field.empty()) out += d.field + ": ";
   out += message;
-  if (!d.expected.empty() || !d.found.empty()) {
-    out += fmt::format(" (expected {}, found {})", d.expected.empty() ? "-" : d.expected,
-                       d.found.empty() ? "-" : d.found);
+  // Only what is known: a "-" in place of the other half reads as a value.
+  if (!d.expected.empty() && !d.found.empty()) {
+    out += fmt::format(" (expected {}, found {})", d.expected, d.found);
+  } else if (!d.expected.empty()) {
+    out += fmt::format(" (expected {})", d.expected);
+  } else if (!d.found.empty()) {
+    out += fmt::format(" (found {})", d.found);
   }
   // One line, always: file content may carry newlines into a message.
   for (char& c : out) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "format/length_prefix.h"
 #include "format/posix_io.h"
@@ -34,12 +35,18 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, IoBackend backend
   if (::fstat(file.fd_, &st) != 0) throw format::io_error("cannot stat", errno, {.file = path});
   if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kIo, "not a regular file", {.file = path});
   file.file_size_ = static_cast<uint64_t>(st.st_size);
+  file.identity_ = {.device = static_cast<uint64_t>(st.st_dev),
+                    .inode = static_cast<uint64_t>(st.st_ino),
+                    .size = file.file_size_,
+                    .mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 +
+                                st.st_mtim.tv_nsec};
 
   if (backend == IoBackend::kMmap && file.file_size_ >= kLengthBytes) {
     void* map = ::mmap(nullptr, file.file_size_, PROT_READ, MAP_SHARED, file.fd_, 0);
     if (map == MAP_FAILED) throw format::io_error("cannot mmap", errno, {.file = path});
     file.map_ = static_cast<const std::byte*>(map);
     file.header_ = parse_safetensors_header({file.map_, file.file_size_}, file.file_size_, path);
+    file.identity_.header_xxh3 = XXH3_64bits(file.map_, file.header_.data_start);
     return file;
   }
 
@@ -56,6 +63,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, IoBackend backend
     }
   }
   file.header_ = parse_safetensors_header(prefix, file.file_size_, path);
+  file.identity_.header_xxh3 = XXH3_64bits(prefix.data(), file.header_.data_start);
   return file;
 }
 
@@ -63,6 +71,7 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
     : path_(std::move(other.path_)),
       header_(std::move(other.header_)),
       file_size_(std::exchange(other.file_size_, 0)),
+      identity_(other.identity_),
       fd_(std::exchange(other.fd_, -1)),
       backend_(other.backend_),
       map_(std::exchange(other.map_, nullptr)) {}
@@ -73,6 +82,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     path_ = std::move(other.path_);
     header_ = std::move(other.header_);
     file_size_ = std::exchange(other.file_size_, 0);
+    identity_ = other.identity_;
     fd_ = std::exchange(other.fd_, -1);
     backend_ = other.backend_;
     map_ = std::exchange(other.map_, nullptr);

@@ -2,6 +2,9 @@
 // (EPLB), whose tensors keep their addresses: a torch tensor taken before an update sees the new bytes.
 #include <pybind11/stl.h>
 
+#include <fmt/format.h>
+
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -47,8 +50,31 @@ py::dict result_dict(const UpdateResult& r) {
                .found = found});
 }
 
+// What a person passed, for an error: the type, and the value when it is short (never a long one).
+std::string describe(const py::handle& value) {
+  const std::string type = py::str(py::type::handle_of(value).attr("__name__"));
+  const std::string text = py::repr(value);
+  return text.size() <= 60 ? fmt::format("{} {}", type, text) : type;
+}
+
+[[noreturn]] void bad_filter(const std::string& field, const std::string& expected, const py::handle& found) {
+  throw Error(ErrorKind::kInvalidArgument, "bad update filter",
+              {.field = field, .expected = expected, .found = describe(found)});
+}
+
+// A list or tuple (not a str, bytes or other iterable: a str would be taken letter by letter).
+py::sequence sequence_of(const py::handle& value, const std::string& field, const std::string& expected) {
+  if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value)) bad_filter(field, expected, value);
+  return py::reinterpret_borrow<py::sequence>(value);
+}
+
 std::vector<std::string> substrings_from(const py::handle& value, const std::string& field) {
-  std::vector<std::string> out = py::cast<std::vector<std::string>>(value);
+  constexpr const char* kExpected = "a list of non-empty str";
+  std::vector<std::string> out;
+  for (const py::handle item : sequence_of(value, field, kExpected)) {
+    if (!py::isinstance<py::str>(item)) bad_filter(field, kExpected, item);
+    out.push_back(py::cast<std::string>(item));
+  }
   if (out.empty()) empty_filter(field, "[]");
   for (const std::string& s : out) {
     if (s.empty()) empty_filter(field, "an empty substring (it is in every name)");
@@ -56,9 +82,34 @@ std::vector<std::string> substrings_from(const py::handle& value, const std::str
   return out;
 }
 
+// A layer or expert number: a Python int (bool is not one here, though Python says it is) in
+// [0, 2^31).
+int index_from(const py::handle& value, const std::string& field) {
+  constexpr const char* kExpected = "[layer, expert] pairs of int from 0 to 2147483647";
+  if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value)) bad_filter(field, kExpected, value);
+  const py::int_ number = py::reinterpret_borrow<py::int_>(value);
+  if (number < py::int_(0) || number > py::int_(std::numeric_limits<int>::max())) {
+    bad_filter(field, kExpected, value);
+  }
+  return number.cast<int>();
+}
+
+std::vector<std::pair<int, int>> experts_from(const py::handle& value) {
+  constexpr const char* kExpected = "a list of [layer, expert] pairs";
+  std::vector<std::pair<int, int>> out;
+  for (const py::handle pair : sequence_of(value, "filter.experts", kExpected)) {
+    const py::sequence items = sequence_of(pair, "filter.experts", kExpected);
+    if (items.size() != 2) bad_filter("filter.experts", kExpected, pair);
+    out.emplace_back(index_from(items[0], "filter.experts"), index_from(items[1], "filter.experts"));
+  }
+  if (out.empty()) empty_filter("filter.experts", "[]");
+  return out;
+}
+
 // filter: None (everything), a str or list of str (substrings), or a dict with "substrings", "regex"
 // and "experts" ([[layer, expert], ...]), as /update_weights_from_disk takes them. Anything given
 // must select by itself: "", [], [""], {} and a key with an empty value are errors, not everything.
+// Every other type or value is a shardload.InvalidArgumentError naming the field, before any I/O.
 WeightFilter filter_from(const py::object& filter) {
   WeightFilter out;
   if (filter.is_none()) return out;
@@ -69,24 +120,23 @@ WeightFilter filter_from(const py::object& filter) {
     const py::dict d = py::reinterpret_borrow<py::dict>(filter);
     if (d.empty()) empty_filter("filter", "{}");
     for (const auto& [key, value] : d) {
-      const std::string name = py::cast<std::string>(key);
+      const std::string name = py::isinstance<py::str>(key) ? py::cast<std::string>(key) : std::string();
       if (name == "substrings") {
         out.substrings = substrings_from(value, "filter.substrings");
       } else if (name == "regex") {
+        if (!py::isinstance<py::str>(value)) bad_filter("filter.regex", "a str", value);
         out.regex = py::cast<std::string>(value);
         if (out.regex.empty()) empty_filter("filter.regex", "\"\"");
       } else if (name == "experts") {
-        for (const auto& pair : py::cast<std::vector<std::vector<int>>>(value)) {
-          if (pair.size() != 2) throw py::value_error("experts are [layer, expert] pairs");
-          out.experts.emplace_back(pair[0], pair[1]);
-        }
-        if (out.experts.empty()) empty_filter("filter.experts", "[]");
+        out.experts = experts_from(value);
       } else {
-        throw py::type_error("unknown filter key '" + name + "' (substrings, regex, experts)");
+        bad_filter("filter", "the keys substrings, regex, experts", key);
       }
     }
-  } else {
+  } else if (py::isinstance<py::list>(filter) || py::isinstance<py::tuple>(filter)) {
     out.substrings = substrings_from(filter, "filter");
+  } else {
+    bad_filter("filter", "None, a str, a list of str, or a dict of substrings, regex, experts", filter);
   }
   return out;
 }

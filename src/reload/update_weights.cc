@@ -181,6 +181,7 @@ UpdateResult update_weights(LiveModel& live, const std::string& model_path,
   };
   UpdateResult result = reload::run_update(live, &checkpoint, plan, units, stage, options);
   live.model_path = model_path;
+  result.source = checkpoint.identity();
   result.seconds_stage = std::max(0.0, seconds_since(start) - result.seconds_commit);
   return result;
 }

@@ -164,7 +164,7 @@ nlohmann::json cluster_rebalance(ShmStore& store, const std::vector<std::vector<
   const CommitResult commit = commit_on_every_node(store, *staging, units, [&](bool complete) {
     live.plan = std::move(moves.plan);
     // Slots moved on some nodes only: no map describes the bytes, and a restart must reload.
-    if (!complete) store.record_source(live.model_path, {}, false);
+    if (!complete) store.record_source(live.model_path, {}, false, nullptr);
   });
   if (staging) staging->keep(live);
   uint64_t tensors = 0;

@@ -71,7 +71,7 @@ nlohmann::json cluster_update(ShmStore& store, const std::string& model_path,
   // checkpoint whose bytes they describe.
   const CommitResult commit = commit_on_every_node(store, *staging, units, [&](bool complete) {
     live.model_path = model_path;
-    store.record_source(model_path, filter, complete);
+    store.record_source(model_path, filter, complete, complete ? &checkpoint->identity() : nullptr);
   });
   if (staging) staging->keep(live);
   uint64_t tensors = 0;

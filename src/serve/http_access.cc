@@ -2,10 +2,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
+#include <fmt/format.h>
 
+#include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <string>
 
+#include "shardload/error.h"
 #include "shardload/serve.h"
 
 namespace shardload {
@@ -57,6 +63,22 @@ bool bearer_matches(std::string_view authorization, std::string_view key) {
     difference |= guess ^ static_cast<unsigned char>(key[i]);
   }
   return difference == 0;
+}
+
+std::string random_api_key() {
+  std::array<unsigned char, 32> bytes{};
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::getrandom(bytes.data() + got, bytes.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw Error(ErrorKind::kIo, fmt::format("no random bytes for the API key: {}", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::string key;
+  for (const unsigned char b : bytes) key += fmt::format("{:02x}", b);
+  return key;
 }
 
 }  // namespace serve

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +13,13 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "serve/errno_error.h"
 #include "shardload/error.h"
+#include "shardload/serve.h"
 
 namespace shardload::serve {
 namespace {
@@ -178,6 +181,59 @@ void ShmDir::apply_file_access(int fd, const std::string& name) const {
   if (::fchmod(fd, group_ ? kGroupFileMode : kPrivateFileMode) != 0) {
     throw errno_error("chmod", file_path(name));
   }
+}
+
+int ShmDir::lock_server(std::chrono::milliseconds wait) const {
+  const std::string name(kShmServerLockName);
+  const int fd = ::openat(fd_, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kPrivateFileMode);
+  if (fd < 0) throw errno_error("create the server lock", file_path(name));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 ||
+      ::fchmod(fd, kPrivateFileMode) != 0) {
+    ::close(fd);
+    throw Error(ErrorKind::kIo, "the server lock is not a regular file of this user",
+                {.file = file_path(name)});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const Error error = errno_error("flock", file_path(name));
+      ::close(fd);
+      throw error;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return fd;
+}
+
+int ShmDir::mark_alive() const {
+  const std::string name(kShmServerAliveName);
+  const int fd = ::openat(fd_, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kPrivateFileMode);
+  if (fd < 0) throw errno_error("create", file_path(name));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
+    ::close(fd);
+    throw Error(ErrorKind::kIo, "not a regular file of this user", {.file = file_path(name)});
+  }
+  try {
+    apply_file_access(fd, name);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  struct flock shared {};
+  shared.l_type = F_RDLCK;
+  shared.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_OFD_SETLK, &shared) != 0) {
+    const Error error = errno_error("fcntl(F_OFD_SETLK)", file_path(name));
+    ::close(fd);
+    throw error;
+  }
+  return fd;
 }
 
 void ShmDir::unlink(const std::string& name) const {

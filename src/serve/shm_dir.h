@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ class ShmDir {
   // Sets the mode (0600, or 0640 with the group) of a file of this directory explicitly, whatever
   // the umask or an earlier server left. Throws Error(kIo).
   void apply_file_access(int fd, const std::string& name) const;
+  // Takes the server's lock (kShmServerLockName, created 0600 and owned by this user, never
+  // through a link) and returns its descriptor, or -1 when another process still holds it after
+  // `wait` (a server starting or stopping beside this one: a short wait, not a refusal). Throws
+  // Error(kIo) when the file cannot be made or is not this user's own.
+  int lock_server(std::chrono::milliseconds wait) const;
+  // Marks the directory as held by a running server (kShmServerAliveName, with the mode of the
+  // directory's files, a shared F_OFD_SETLK lock held on it) and returns the descriptor to keep.
+  // Throws Error(kIo).
+  int mark_alive() const;
   // Unlinks NAME (not what it may point to); an absent one is fine. Throws Error(kIo).
   void unlink(const std::string& name) const;
   // The names of the directory's entries ("." and ".." left out).

@@ -7,6 +7,7 @@
 
 #include "serve/manifest.h"
 #include "serve/shm_layout.h"
+#include "serve/source_identity.h"
 #include "shardload/error.h"
 #include "shardload/serve.h"
 
@@ -45,7 +46,8 @@ std::optional<std::vector<std::vector<int>>> manifest_expert_map(const nlohmann:
 }
 
 std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<ShmRankFile>& files,
-                           const Plan& plan, const std::string& model_path, const NodeScope& scope) {
+                           const Plan& plan, const std::string& model_path,
+                           const CheckpointIdentity& identity, const NodeScope& scope) {
   for (size_t i = 0; i < files.size(); ++i) {
     const size_t r = static_cast<size_t>(scope.held.first) + i;
     if (!has_magic(files[i].header())) return fmt::format("rank {} has no {} header", r, kShmMagic);
@@ -60,6 +62,9 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
   const auto in_progress = manifest.find("update_in_progress");
   if (in_progress != manifest.end() && (!in_progress->is_boolean() || in_progress->get<bool>())) {
     return "the manifest says an update was in progress when the server stopped";
+  }
+  if (member_equals(manifest, "format", kShmDoubleBufferFormat)) {
+    return "the directory holds a double-buffered server's two slots per rank (this server keeps one)";
   }
   if (!member_equals(manifest, "format", kShmManifestFormat)) {
     return fmt::format("manifest format is not {}", kShmManifestFormat);
@@ -89,6 +94,10 @@ std::string reuse_obstacle(const nlohmann::json& manifest, const std::vector<Shm
     if (source.contains("incomplete")) {
       return "an update of the live bytes stopped between its commit groups";
     }
+    // The same path may name other bytes today: a link pointed elsewhere (latest -> step-N), a
+    // file replaced or rewritten in place.
+    const std::string changed = identity_difference(source, identity);
+    if (!changed.empty()) return "the checkpoint is not the one the live bytes were read from: " + changed;
   }
   if (!member_equals(manifest, "tp_size", plan.parallel.tp) ||
       !member_equals(manifest, "ep_size", plan.parallel.ep)) {

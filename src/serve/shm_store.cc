@@ -11,15 +11,19 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "core/fault_injection.h"
 #include "core/parallel_copy.h"
 #include "core/plural.h"
+#include "format/posix_io.h"
+#include "load/file_access.h"
 #include "serve/engine_manifest.h"
 #include "serve/manifest.h"
 #include "serve/requests.h"
 #include "serve/shm_layout.h"
 #include "serve/shm_reuse.h"
+#include "serve/source_identity.h"
 #include "shardload/checkpoint.h"
 #include "shardload/error.h"
 
@@ -27,6 +31,9 @@ namespace shardload::serve {
 namespace {
 
 namespace fs = std::filesystem;
+
+// How long a start waits for the NAME's lock before saying another server uses the name.
+constexpr std::chrono::milliseconds kServerLockWait{3000};
 
 // N when `name` is "rank-N.bin".
 std::optional<size_t> rank_of_file(const std::string& name) {
@@ -87,7 +94,9 @@ std::vector<int> nodes_on_this_host(Transport* transport, int node) {
 void remove_if_unheld(const std::string& path) {
   try {
     const ShmDir dir = ShmDir::open(path, "");
-    if (::flock(dir.fd(), LOCK_EX | LOCK_NB) == 0) dir.remove_all();
+    load::UniqueFd lock;
+    lock.reset(dir.lock_server(std::chrono::milliseconds(0)));
+    if (lock.get() >= 0) dir.remove_all();
   } catch (const Error&) {
     // Not ours to remove (someone else's, a link): left as it is.
   }
@@ -126,8 +135,10 @@ ShmStore::ShmStore(const ServeOptions& options)
     }
   }
   // The kernel drops the lock when its holder dies, even by SIGKILL, so a crash never blocks a
-  // restart.
-  bool locked = ::flock(dir_.fd(), LOCK_EX | LOCK_NB) == 0;
+  // restart. Readers never take it; the wait covers a server of this user stopping (or cleaning up
+  // a stale node directory) as this one starts.
+  server_lock_.reset(dir_.lock_server(kServerLockWait));
+  bool locked = server_lock_.get() >= 0;
   // One lock covers the NAME in all its forms on this host: the directory shm_dir(NAME), held by a
   // server on one node and, on several, by the lowest node of each host. So a server on one node
   // and one on several never share a NAME here, nor two servers on several nodes.
@@ -136,7 +147,8 @@ ShmStore::ShmStore(const ServeOptions& options)
   if (locked && scope_.nodes > 1 && host_nodes_.front() == scope_.node) {
     try {
       name_dir_ = ShmDir::open(shm_dir(name_), options.shm_group);
-      locked = ::flock(name_dir_.fd(), LOCK_EX | LOCK_NB) == 0;
+      name_lock_.reset(name_dir_.lock_server(kServerLockWait));
+      locked = name_lock_.get() >= 0;
     } catch (const Error& e) {
       why_refused = e.what();
     }
@@ -154,12 +166,14 @@ ShmStore::ShmStore(const ServeOptions& options)
       }
     });
   } catch (const Error&) {
-    ::flock(dir_.fd(), LOCK_UN);
+    server_lock_.reset();
+    name_lock_.reset();
     name_dir_ = ShmDir();
     throw;
   }
   try {
     dir_.apply_access();
+    alive_.reset(dir_.mark_alive());
     remove_stale_dirs();
     open_or_load(options);
   } catch (...) {
@@ -183,7 +197,10 @@ void ShmStore::on_every_node(const std::function<void()>& step) {
 ShmStore::Found ShmStore::examine(const Checkpoint& checkpoint, Plan plan,
                                   const ServeOptions& options, const std::string& model_path) {
   Found found;
-  if (dir_.names().empty()) {
+  const std::vector<std::string> names = dir_.names();
+  if (std::all_of(names.begin(), names.end(), [](const std::string& name) {
+        return name == kShmServerLockName || name == kShmServerAliveName || name == kShmApiKeyName;
+      })) {
     found.empty = true;
     found.why = "nothing to reuse";
     found.plan = std::move(plan);
@@ -217,7 +234,7 @@ ShmStore::Found ShmStore::examine(const Checkpoint& checkpoint, Plan plan,
     }
   }
   found.plan = candidate.ranks.empty() ? std::move(plan) : std::move(candidate);
-  found.why = reuse_obstacle(*manifest, files_, found.plan, model_path, scope_);
+  found.why = reuse_obstacle(*manifest, files_, found.plan, model_path, checkpoint.identity(), scope_);
   return found;
 }
 
@@ -260,10 +277,11 @@ bool ShmStore::agree_on_reuse(Found& found) {
   return reuse;
 }
 
-void ShmStore::adopt(Found found, const std::string& model_path) {
+void ShmStore::adopt(Found found, const std::string& model_path, const CheckpointIdentity& identity) {
   live_.model_path = model_path;
-  // Reused only when every source is this checkpoint, whole: the bytes are its own.
-  sources_ = nlohmann::json::array({{{"model_path", model_path}}});
+  // Reused only when every source is this checkpoint as it is now, whole: the bytes are its own.
+  sources_ = nlohmann::json::array();
+  record_source(model_path, {}, true, &identity);
   live_.version = found.seen.value_or(0);
   live_.plan = std::move(found.plan);
   for (size_t i = 0; i < files_.size(); ++i) {
@@ -289,11 +307,11 @@ void ShmStore::open_or_load(const ServeOptions& options) {
     found = examine(*checkpoint, std::move(plan), options, model_path);
   });
   if (transport_ != nullptr) check_same_plan(*transport_, found.plan);
-  // A double-buffered directory is loaded again at each start: its spare slot's state is not
-  // recorded anywhere a restart could trust.
-  if (double_buffer_ && found.why.empty()) found.why = "a double-buffered server loads at each start";
+  // A double-buffered server loads at each start: its spare slot's state is not recorded anywhere
+  // a restart could trust. That is the reason it reloads, whatever else the directory shows.
+  if (double_buffer_ && !found.empty) found.why = "a double-buffered server loads at each start";
   if (agree_on_reuse(found)) {
-    on_every_node([&] { adopt(std::move(found), model_path); });
+    on_every_node([&] { adopt(std::move(found), model_path, checkpoint->identity()); });
     return;
   }
   // Reloaded under the checkpoint's own placement (or --expert-map), as a new server would: a map
@@ -338,6 +356,9 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
       }
       set_update_in_progress(file.header());
       begin_sequence(file.header());
+      // Every header word is this load's: a file reused in place may hold another server's words
+      // (a double-buffered one's active slot at slot 1), which readers would follow into the bytes.
+      store_active_slot(file.header(), 0);
       ranks.push_back({rank, double_buffer_ ? file.map_slot(0, bytes) : file.map_data(), {}});
       // The loader writes every tensor byte but leaves padding as it finds it: zero in a new
       // buffer.
@@ -361,7 +382,8 @@ void ShmStore::load(const Checkpoint& checkpoint, Plan plan, const std::string& 
   // Manifest first, headers last: a server killed in between leaves odd words and set flags, and a
   // restart reloads.
   on_every_node([&] {
-    sources_ = nlohmann::json::array({{{"model_path", model_path}}});
+    sources_ = nlohmann::json::array();
+    record_source(model_path, {}, true, &checkpoint.identity());
     serve::write_manifest(dir_, manifest(false));
     for (ShmRankFile& file : files_) end_sequence(file.header());
     for (ShmRankFile& file : files_) publish_version(file.header(), live_.version);
@@ -501,12 +523,31 @@ std::string ShmStore::publish_change() noexcept {
 }
 
 void ShmStore::record_source(const std::string& model_path, const WeightFilter& filter,
-                             bool complete) {
-  nlohmann::json source = {{"model_path", model_path}};
+                             bool complete, const CheckpointIdentity* identity) {
+  nlohmann::json source = identity != nullptr ? identity_json(*identity) : nlohmann::json::object();
+  source["model_path"] = model_path;
   if (!filter.selects_all()) source["filter"] = describe_filter(filter);
   if (!complete) source["incomplete"] = true;
   if (filter.selects_all() && complete) sources_ = nlohmann::json::array();
   sources_.push_back(std::move(source));
+}
+
+void ShmStore::write_api_key(const std::string& key) const {
+  const std::string name(kShmApiKeyName);
+  if (key.empty()) {
+    dir_.unlink(name);
+    return;
+  }
+  // A new file: a reader holding the old one open never reads a key half written.
+  const int fd = dir_.create_file(name, /*replace=*/true);
+  const std::string text = key + "\n";
+  try {
+    format::write_exact(fd, std::as_bytes(std::span(text)), {.file = dir_.file_path(name)});
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
 }
 
 void ShmStore::remove() const {

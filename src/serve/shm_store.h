@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "serve/manifest.h"
+#include "load/file_access.h"
 #include "serve/shm_dir.h"
 #include "serve/shm_rank_file.h"
 #include "shardload/checkpoint.h"
@@ -76,8 +77,11 @@ class ShmStore {
   // Where the live bytes come from, every change since the last whole load or update (manifest
   // "sources"): a whole checkpoint (no filter, every commit group done) replaces the list; a
   // filtered or incomplete update adds to it. A restart reuses the directory only when every entry
-  // names the checkpoint it is asked to serve and none is incomplete.
-  void record_source(const std::string& model_path, const WeightFilter& filter, bool complete);
+  // names the checkpoint it is asked to serve, none is incomplete, and each one's recorded identity
+  // (the files the bytes were read from: source_identity.h) is the checkpoint's identity now.
+  // `identity`: the checkpoint as opened for the change (nullptr for an incomplete one).
+  void record_source(const std::string& model_path, const WeightFilter& filter, bool complete,
+                     const CheckpointIdentity* identity);
   const nlohmann::json& sources() const { return sources_; }
   // --device cuda (device_store.h): `sync` runs at the end of every commit group, before the
   // sequence words are even again; `cuda` is the manifest's "cuda" member. Empty: none.
@@ -85,6 +89,9 @@ class ShmStore {
     device_sync_ = std::move(sync);
     device_manifest_ = std::move(cuda);
   }
+  // DIR/api-key (kShmApiKeyName) made anew holding `key` (empty: removed, the API is open), with
+  // the mode of the directory's files. Throws Error(kIo).
+  void write_api_key(const std::string& key) const;
   // Deletes the directory and its files, following no link (the mappings here stay valid until
   // destruction).
   void remove() const;
@@ -103,7 +110,7 @@ class ShmStore {
   // Whether every node can reuse what it holds at one version (one node: `found` alone); else
   // `seen` becomes the highest version any node shows and `why` the first node's reason.
   bool agree_on_reuse(Found& found);
-  void adopt(Found found, const std::string& model_path);
+  void adopt(Found found, const std::string& model_path, const CheckpointIdentity& identity);
   void open_or_load(const ServeOptions& options);
   void load(const Checkpoint& checkpoint, Plan plan, const std::string& model_path,
             uint64_t version);
@@ -127,6 +134,9 @@ class ShmStore {
   ReadPolicy read_ = ReadPolicy::kStriped;
   ShmDir dir_;
   ShmDir name_dir_;  // on several nodes, the lowest node of each host: shm_dir(NAME), locked
+  load::UniqueFd server_lock_;  // dir_'s server.lock, held while this server lives
+  load::UniqueFd name_lock_;    // name_dir_'s, on several nodes
+  load::UniqueFd alive_;        // dir_'s server.alive, read-locked while this server lives
   std::vector<int> host_nodes_;  // the nodes of this server on this host
   std::string note_;
   bool reused_ = false;

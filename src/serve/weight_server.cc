@@ -96,7 +96,8 @@ struct WeightServer::Impl {
   // loads, so that none waits on a node that gave up.
   explicit Impl(const ServeOptions& options)
       : host(options.host),
-        api_key(options.api_key),
+        api_key(options.api_key.empty() && !options.insecure_no_api_key ? serve::random_api_key()
+                                                                         : options.api_key),
         transport(options.transport != nullptr && options.transport->nodes() > 1 ? options.transport
                                                                                  : nullptr) {
     if (transport == nullptr) {
@@ -110,6 +111,8 @@ struct WeightServer::Impl {
       });
     }
     store.emplace(options);
+    // Node 0 answers HTTP: its directory tells the local readers (and only them) the key.
+    if (transport == nullptr || transport->node() == 0) store->write_api_key(api_key);
     if (transport != nullptr) commands.emplace(*store);
     if (options.device == "cuda") device.emplace(*store, options.device_map);
     if (transport == nullptr || transport->node() == 0) {

@@ -148,12 +148,18 @@ Reply WeightService::update_weights_from_disk(std::string_view body) {
   if (commands_ != nullptr) return update_everywhere(std::string(body), request.model_path);
   LiveModel& live = store_.live();
   Outcome outcome;
+  std::optional<CheckpointIdentity> source;
   try {
     outcome = run_change(
-        [&] { return update_weights(live, request.model_path, request.filter, store_.update_options()); },
+        [&] {
+          UpdateResult result = update_weights(live, request.model_path, request.filter, store_.update_options());
+          source = result.source;
+          return result;
+        },
         [&](bool complete) {
           live.model_path = request.model_path;
-          store_.record_source(request.model_path, request.filter, complete);
+          store_.record_source(request.model_path, request.filter, complete,
+                               complete && source ? &*source : nullptr);
         });
   } catch (const std::exception& e) {
     return failure(e.what(), published_version());
@@ -196,7 +202,7 @@ Reply WeightService::rebalance(std::string_view body) {
         [&] { return shardload::rebalance_experts(live, map, store_.update_options()); },
         [&](bool complete) {
           // Slots moved in some groups only: no map describes the bytes, and a restart reloads.
-          if (!complete) store_.record_source(live.model_path, {}, false);
+          if (!complete) store_.record_source(live.model_path, {}, false, nullptr);
         });
   } catch (const std::exception& e) {
     return failure(e.what(), published_version());

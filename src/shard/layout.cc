@@ -53,7 +53,10 @@ std::vector<std::vector<int>> parse_expert_map(const nlohmann::json& rows,
     for (const nlohmann::json& v : row) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
         throw Error(ErrorKind::kInvalidArgument, "an entry is not an expert index",
-                    {.file = file, .field = "physical_to_logical_map", .found = brief_json(v)});
+                    {.file = file,
+                     .field = "physical_to_logical_map",
+                     .expected = "a logical expert number from 0",
+                     .found = brief_json(v)});
       }
       out.push_back(v.get<int>());
     }

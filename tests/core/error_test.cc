@@ -17,6 +17,13 @@ TEST(ErrorTest, MessageNamesFileTensorFieldAndExpectedVersusFound) {
   EXPECT_EQ(error_kind_name(error.kind()), "size_mismatch");
 }
 
+// Only the half that is known: "(expected -, found -1)" read as if "-" were what was expected.
+TEST(ErrorTest, MessageSaysOnlyTheHalfThatIsKnown) {
+  EXPECT_STREQ(Error(ErrorKind::kInvalidArgument, "bad", {.found = "-1"}).what(), "bad (found -1)");
+  EXPECT_STREQ(Error(ErrorKind::kInvalidArgument, "bad", {.expected = "0 or 1"}).what(), "bad (expected 0 or 1)");
+  EXPECT_STREQ(Error(ErrorKind::kInvalidArgument, "bad", {}).what(), "bad");
+}
+
 TEST(ErrorTest, MessageIsAlwaysOneLine) {
   const Error error(ErrorKind::kHeaderJson, "bad\nline", {.found = "a\r\nb"});
   EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);

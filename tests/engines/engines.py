@@ -68,6 +68,8 @@ class WeightServer:
             found = re.search(r"listening on 127\.0\.0\.1:(\d+)\n", self.log.read_text())
             if found:
                 self.port = int(found.group(1))
+                # The key the server made (its user reads it, as the plugins' trainers do).
+                self.api_key = pathlib.Path(f"/dev/shm/shardload-{self.name}/api-key").read_text().strip()
                 return
             if self.process.poll() is not None:
                 break
@@ -229,7 +231,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             second = tmp_path / f"{arch}-second"
             cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second,
                 *tiny_flags(engine, arch))
-            sync_spec = {"port": servers[-1].port, "model": str(second), "out": str(tmp_path / "synced")}
+            sync_spec = {"port": servers[-1].port, "api_key": servers[-1].api_key, "model": str(second),
+                         "out": str(tmp_path / "synced")}
             last_own = f"{model}:{own}:auto{suffix}"  # the loop's last suffix: the last case's
             jobs.append(f"{second}:{tmp_path / 'second-own'}:auto{suffix}")
             if quant == "none":

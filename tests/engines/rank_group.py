@@ -33,12 +33,14 @@ def run_ranks(name, rank_main, args):
         sys.exit(f"{name}: ranks {failed} failed")
 
 
-def post(port, path, body):
-    """POSTs JSON `body` to the weight server on the loopback port; its answer, which must say success."""
+def post(spec, path, body):
+    """POSTs JSON `body` to the weight server on the loopback port spec["port"], with its API key
+    spec["api_key"]; its answer, which must say success."""
     import urllib.request
 
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {spec['api_key']}"}
+    request = urllib.request.Request(f"http://127.0.0.1:{spec['port']}{path}", data=json.dumps(body).encode(),
+                                     headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=600) as reply:
         answer = json.loads(reply.read())
     if not answer.get("success"):

@@ -253,7 +253,7 @@ def sync(rank, spec, live, save, publish, spawn_ranks):
     addresses = {name: t.data_ptr() for name, t in model.state_dict().items()}
     dist.barrier()  # every rank done with its first fill before the server changes
     if rank == 0:
-        post(spec["port"], "/update_weights_from_disk", {"model_path": spec["model"]})
+        post(spec, "/update_weights_from_disk", {"model_path": spec["model"]})
     dist.barrier()
     publish(job_args, role="scheduler", ranks=spawn_ranks(world_rank=rank))  # what SGLang's workers hold
     start = time.perf_counter()

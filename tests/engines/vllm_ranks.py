@@ -243,7 +243,7 @@ def sync(rank, spec, live, save):
         dist.barrier()  # every rank done with the last fill before the server changes (the plugin would
         # catch a rank left behind, and copy again: this test compares each step)
         if rank == 0:
-            post(spec["port"], *what)
+            post(spec, *what)
         dist.barrier()  # every rank reads the server's new version
         # As vLLM's collective_rpc calls a function with each worker (the parts sync_worker reads).
         worker = SimpleNamespace(model_runner=SimpleNamespace(model=model), vllm_config=vllm_config)

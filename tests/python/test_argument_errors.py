@@ -7,6 +7,12 @@ import torch
 import shardload
 from conftest import run_shardload
 
+# Filters of the wrong type or value: each a shardload.InvalidArgumentError naming the field (pybind's
+# "Unable to cast" before), and a bool is not a layer number.
+BAD_FILTERS = [{"substrings": "mlp"}, {"substrings": [1]}, 5, b"mlp", {"experts": [["1", 2]]},
+               {"experts": [[2**70, 1]]}, {"experts": [[True, 2]]}, {"experts": [[1, -1]]}, {"experts": [[1]]},
+               {"experts": [1, 2]}, {"regex": 3}, {3: ["mlp"]}, {"weights": ["mlp"]}, ["mlp", None], 1.5]
+
 EMPTY_FILTERS = [[], "", [""], ["self_attn", ""], {}, {"experts": []}, {"regex": ""}, {"substrings": []},
                  {"substrings": [""]}, {"substrings": ["self_attn"], "regex": ""}]
 
@@ -49,3 +55,16 @@ def test_an_export_is_not_taken_for_a_checkpoint(tiny, tmp_path):
     with pytest.raises(shardload.InvalidArgumentError, match="is a shardload export"):
         live.update_weights(export)
     assert live.version == 0
+
+
+@pytest.mark.parametrize("bad", BAD_FILTERS, ids=repr)
+def test_a_filter_of_the_wrong_type_is_refused_by_name(tiny, bad):
+    a, b = tiny("qwen3_moe", seed=1), tiny("qwen3_moe", seed=2)
+    live = shardload.LiveModel(a, tp=2, ep=2)
+    before = _bytes(live)
+    with pytest.raises(shardload.InvalidArgumentError, match="bad update filter") as error:
+        live.update_weights(b, filter=bad)
+    assert error.value.field.startswith("filter"), str(error.value)
+    assert live.version == 0
+    after = _bytes(live)
+    assert all(torch.equal(before[key], after[key]) for key in before)

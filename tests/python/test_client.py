@@ -11,6 +11,7 @@ import pathlib
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -107,9 +108,18 @@ class Server:
             self.process.kill()
             self.process.wait(timeout=60)
 
+    def api_key(self):
+        """The key the server made, read as its user reads it (the client's own reader)."""
+        with shl.connect(self.name) as c:
+            return c.api_key()
+
     def post(self, path, body):
+        headers = {"Content-Type": "application/json"}
+        key = self.api_key()
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+                                         headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as reply:
                 return reply.status, json.loads(reply.read())
@@ -345,6 +355,51 @@ def test_copy_into_names_every_mismatch_before_copying(connected):
         c.copy_into({}, rank=0)
 
 
+def test_copy_into_refuses_targets_it_cannot_fill(connected):
+    """A meta tensor (nothing to copy into), an expanded stride-0 view and an as_strided one whose
+    elements share memory, two targets sharing memory, a read-only NumPy array: each refused by name,
+    before any target is written."""
+    c = connected
+    names = [n for n in c.names(0) if c.dtype(0, n) == "BF16" and len(c.tensor(0, n).shape) == 2]
+    shape = lambda n: tuple(c.tensor(0, n).shape)
+    good = torch.full(shape(names[0]), 3.0, dtype=torch.bfloat16)
+    rows, cols = shape(names[2])
+    pool = torch.full((2 * rows * cols,), 5.0, dtype=torch.bfloat16)
+    targets = {
+        names[0]: good,
+        names[1]: torch.empty(shape(names[1]), dtype=torch.bfloat16, device="meta"),
+        names[2]: torch.zeros(1, cols, dtype=torch.bfloat16).expand(rows, cols),
+        names[3]: torch.zeros(rows * cols, dtype=torch.bfloat16).as_strided(shape(names[3]), (1, 1)),
+        names[4]: np.zeros(shape(names[4]), dtype=np.int16),
+    }
+    targets[names[4]].flags.writeable = False
+    with pytest.raises(InvalidArgumentError, match="4 target") as error:
+        c.copy_into(targets, rank=0)
+    message = str(error.value)
+    assert f"'{names[1]}': a meta tensor" in message
+    assert f"'{names[2]}': its elements share memory" in message and f"'{names[3]}': its elements" in message
+    assert f"'{names[4]}': a NumPy array: a read-only one" in message
+    assert torch.equal(good, torch.full_like(good, 3.0)), "a target was written before the checks"
+
+    # Two targets over one memory (the second starts inside the first), and the same tensor twice.
+    a = pool[: rows * cols].view(rows, cols)
+    b = pool[cols: cols + rows * cols].view(rows, cols)
+    same_shape = [n for n in names if shape(n) == (rows, cols)]
+    if len(same_shape) >= 2:
+        with pytest.raises(InvalidArgumentError, match="share memory") as error:
+            c.copy_into({same_shape[0]: a, same_shape[1]: b}, rank=0)
+        assert f"'{same_shape[0]}'" in str(error.value) and f"'{same_shape[1]}'" in str(error.value)
+        assert torch.equal(pool, torch.full_like(pool, 5.0)), "a target was written before the checks"
+    with pytest.raises(InvalidArgumentError, match="share memory"):
+        c.copy_into({0: {names[0]: good}, 1: {names[0]: good}})
+    # Two halves of one matrix, interleaved by columns, share no byte: they are filled.
+    wide = torch.zeros(rows, 2 * cols, dtype=torch.bfloat16)
+    if len(same_shape) >= 2:
+        assert c.copy_into({same_shape[0]: wide[:, :cols], same_shape[1]: wide[:, cols:]}, rank=0) == c.version
+        assert torch.equal(wide[:, :cols], c.tensor(0, same_shape[0]))
+        assert torch.equal(wide[:, cols:], c.tensor(0, same_shape[1]))
+
+
 def test_copy_into_one_rank_and_several(connected, models, exports):
     c = connected
     expected = exports(models["first"])
@@ -566,9 +621,11 @@ def _fake_directory(shared_server, spoil_header=None):
     name = unique_name("fake")
     path = shm_path(name)
     os.mkdir(path, 0o700)
-    lock_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock_fd = os.open(os.path.join(path, "server.alive"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.fcntl(lock_fd, 37, struct.pack("@hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))  # F_OFD_SETLK
     for entry in os.listdir(shared_server.dir):
+        if entry in ("server.lock", "server.alive", "api-key"):
+            continue
         data = bytearray(pathlib.Path(shared_server.dir, entry).read_bytes())
         if entry == "manifest.json":
             manifest = json.loads(data)
@@ -896,6 +953,47 @@ def test_a_directory_no_running_server_holds_is_never_mapped(serve, models):
     serve(models["first"], "--keep", name=name)
     with shl.connect(name) as c:
         assert c.version == 0
+
+
+def test_a_polling_reader_never_stops_a_server_from_starting(serve, models):
+    """connect() tells a live server by its lock without taking any: a reader polling it while the
+    server restarts again and again never makes a start fail ("another shardload serve is using the
+    name": 2 restarts in 15 when the probe took a shared lock)."""
+    name = unique_name("probe")
+    stop = threading.Event()
+    probes = [0]
+
+    def poll():
+        while not stop.is_set():
+            try:
+                shl.connect(name).close()
+            except (IoError, FormatError, ConflictError):
+                pass
+            probes[0] += 1
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for _ in range(8):
+            server = serve(models["first"], "--keep", name=name)  # a start that fails fails the test
+            assert server.stop() == 0, server.output()
+    finally:
+        stop.set()
+        reader.join()
+    assert probes[0] > 0
+
+
+def test_the_client_reads_the_servers_api_key(serve, models):
+    server = serve(models["first"])
+    with shl.connect(server.name) as c:
+        key = c.api_key()
+        assert re.fullmatch(r"[0-9a-f]{64}", key)
+        assert c.auth_headers() == {"Authorization": f"Bearer {key}"}
+    status, body = server.post("/update_weights_from_disk", {"model_path": models["second"]})
+    assert status == 200 and body["version"] == 1, body
+    opened = serve(models["first"], "--insecure-no-api-key")
+    with shl.connect(opened.name) as c:
+        assert c.api_key() is None and c.auth_headers() == {}
 
 
 def test_errors_carry_their_details():

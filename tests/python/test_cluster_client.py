@@ -114,10 +114,13 @@ def raw(t):
     return t.numpy().tobytes()
 
 
-def post(port, path, body):
+def post(port, path, body, name):
+    """POSTs to node 0's HTTP API with the key the Python client reads from node 0's directory."""
     import urllib.request
+    with shl.connect(name, rank=0) as c:
+        headers = {"Content-Type": "application/json", **c.auth_headers()}
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
     with urllib.request.urlopen(request, timeout=120) as reply:
         return json.loads(reply.read())
 
@@ -144,7 +147,7 @@ def test_a_client_finds_its_rank_on_its_node(cluster, tmp_path):
         shl.connect(name)  # on several nodes shardload-NAME is the NAME's lock and holds no manifest
 
     # An update commits on every node: the client copies one consistent snapshot of the new values.
-    answer = post(port, "/update_weights_from_disk", {"model_path": second})
+    answer = post(port, "/update_weights_from_disk", {"model_path": second}, name)
     assert answer["success"] and answer["version"] == 1, answer
     updated = export(second, tmp_path / "second")
     with shl.connect(name, rank=3) as c:

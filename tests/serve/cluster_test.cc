@@ -445,6 +445,28 @@ TEST_F(ClusterTest, ANodeKilledAtEachPhaseEndsTheJobAndARestartRecovers) {
   }
 }
 
+// A --keep restart of the cluster compares, on every node, what its bytes were read from with what
+// the path names now: `latest` moved to another checkpoint between the runs is reloaded everywhere.
+TEST_F(ClusterTest, AKeepRestartThroughAMovedLinkReloadsOnEveryNode) {
+  const ClusterName name("cluster-link", 2);
+  const TempDir dir;
+  const std::string latest = dir.file("latest");
+  std::filesystem::create_directory_symlink(first_, latest);
+  {
+    ClusterServer server(name, latest, {"--keep"});
+    ASSERT_GT(server.port, 0) << server.output();
+    stop_cluster(server, name, /*kept=*/true);
+  }
+  std::filesystem::remove(latest);
+  std::filesystem::create_directory_symlink(second_, latest);
+  ClusterServer restarted(name, latest, {"--keep"});
+  ASSERT_GT(restarted.port, 0) << restarted.output();
+  EXPECT_NE(restarted.out().find("the model path now resolves to"), std::string::npos) << restarted.output();
+  EXPECT_EQ(cluster_checksums(name), expected_checksums(second_, layout(kTp, kEp)));
+  EXPECT_EQ(endpoint_checksums(restarted.port), expected_checksums(second_, layout(kTp, kEp)));
+  stop_cluster(restarted, name, /*kept=*/true);
+}
+
 // A node that hangs while staging an update (alive, but taking no part) would hold every node
 // forever. With --stall-timeout the others name it: node 0 answers the update with that error, and
 // since no command can run on the cluster without that node the job ends, every live node printing

@@ -1,8 +1,12 @@
-// --api-key (or SHARDLOAD_API_KEY): every endpoint but /health needs "Authorization: Bearer KEY"
-// and answers 401 JSON otherwise, before any update is attempted. --host picks the address; one
-// that other machines can reach, without a key, gets a warning.
+// Every endpoint but /health needs "Authorization: Bearer KEY" and answers 401 JSON otherwise, before
+// any update is attempted: the key of --api-key (or SHARDLOAD_API_KEY), else one the server makes at
+// start and keeps in DIR/api-key, which only the directory's readers can read. --insecure-no-api-key
+// opens the API, with a warning. --host picks the address.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -85,6 +89,57 @@ TEST_F(HttpAuthTest, KeyFromTheEnvironmentAndTheOptionWins) {
   }
 }
 
+// The default: a key made at start, 64 hex digits, in a file only this user reads; never printed.
+TEST_F(HttpAuthTest, WithoutAnOptionTheServerMakesAKeyAndRequiresIt) {
+  TestServer server("made", first_);
+  const int port = server.port;
+  ASSERT_GT(port, 0);
+  const std::string file = server.dir() + "/api-key";
+  std::string key = read_file(file);
+  ASSERT_TRUE(key.ends_with("\n")) << key;
+  key.pop_back();
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(::lstat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_NE(server.out().find("API key in " + file), std::string::npos) << server.output();
+  EXPECT_EQ(server.output().find(key), std::string::npos) << "the key was printed";
+
+  const nlohmann::json update = {{"model_path", second_}};
+  expect_unauthorized(get(port, "/get_model_info", httplib::Headers{}));
+  expect_unauthorized(post(port, "/update_weights_from_disk", update.dump(), "application/json",
+                           httplib::Headers{}));
+  EXPECT_EQ(get(port, "/health", httplib::Headers{}).status, 200);
+  EXPECT_EQ(post(port, "/update_weights_from_disk", update.dump(), "application/json", bearer(key)).status, 200);
+  EXPECT_EQ(get(port, "/get_model_info", bearer(key)).body.value("version", 99), 1);
+  stop(server);
+
+  // Another start, another key.
+  TestServer next("made", first_);
+  ASSERT_GT(next.port, 0);
+  EXPECT_NE(read_file(next.dir() + "/api-key"), key + "\n");
+  stop(next);
+}
+
+TEST_F(HttpAuthTest, InsecureNoApiKeyOpensTheApiAndSaysSo) {
+  TestServer server("open", first_, {"--insecure-no-api-key"});
+  const int port = server.port;
+  ASSERT_GT(port, 0);
+  EXPECT_FALSE(std::filesystem::exists(server.dir() + "/api-key"));
+  EXPECT_EQ(get(port, "/get_model_info", httplib::Headers{}).status, 200);
+  EXPECT_NE(server.err().find("warning: --insecure-no-api-key: every user of this host can rewrite the "
+                              "served weights"),
+            std::string::npos)
+      << server.output();
+  stop(server);
+  // Not with a key as well.
+  const std::string name = unique_name("both-flags");
+  const ShmCleanup cleanup(name);
+  const FinishedRun run = run_to_exit(args(name, {"--insecure-no-api-key", "--api-key", "k"}));
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+}
+
 TEST_F(HttpAuthTest, HostOptionAndTheWarningWithoutAKey) {
   {
     // Loopback: no warning.
@@ -98,13 +153,14 @@ TEST_F(HttpAuthTest, HostOptionAndTheWarningWithoutAKey) {
     EXPECT_EQ(server.err().find("warning"), std::string::npos) << server.output();
   }
   {
-    // Not loopback, no key: a warning that names the risk. The address (TEST-NET-1) is on no
-    // machine, so the start then fails (exit 1) and nothing is ever served without a key.
+    // Not loopback, the API opened: a warning that names the risk. The address (TEST-NET-1) is on
+    // no machine, so the start then fails (exit 1) and nothing is ever served without a key.
     const std::string name = unique_name("exposed");
     const ShmCleanup cleanup(name);
-    const FinishedRun run = run_to_exit(args(name, {"--host", "192.0.2.1"}));
+    const FinishedRun run = run_to_exit(args(name, {"--host", "192.0.2.1", "--insecure-no-api-key"}));
     EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
-    EXPECT_NE(run.err.find("warning: listening on 192.0.2.1 without --api-key"), std::string::npos)
+    EXPECT_NE(run.err.find("warning: --insecure-no-api-key: anyone who can reach 192.0.2.1 can rewrite"),
+              std::string::npos)
         << run.err;
     EXPECT_NE(run.err.find("cannot listen on 192.0.2.1"), std::string::npos) << run.err;
   }

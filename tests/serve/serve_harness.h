@@ -80,6 +80,29 @@ class ShmCleanup {
   std::string dir_;
 };
 
+// The API key of the server listening on each port, as the server's own user reads it from its
+// directory (DIR/api-key) once it listens: plain get() and post() send it, as the Python client
+// and the engine hooks do; the requests with headers of a test's choosing send only those.
+inline std::map<int, std::string>& api_keys() {
+  static std::map<int, std::string> keys;
+  return keys;
+}
+
+// The key a server made for NAME (in node 0's directory when it runs on several nodes), or "".
+inline std::string read_api_key(const std::string& name) {
+  for (const std::string& dir : {shm_dir(name), shm_dir(name) + ".node-0"}) {
+    std::string key;
+    try {
+      key = read_file(dir + "/" + std::string(kShmApiKeyName));
+    } catch (const std::runtime_error&) {
+      continue;  // none here (--insecure-no-api-key, or another node's directory)
+    }
+    while (!key.empty() && key.back() == '\n') key.pop_back();
+    if (!key.empty()) return key;
+  }
+  return "";
+}
+
 class ServerProcess {
  public:
   // Starts SHARDLOAD_BIN serve ARGS... with `env` added to the environment, output to files (a pipe
@@ -89,6 +112,14 @@ class ServerProcess {
                          const std::vector<std::string>& env = {},
                          const std::vector<std::string>& launcher = {})
       : out_path_(dir_.file("stdout")), err_path_(dir_.file("stderr")) {
+    // A test that names a key sends it itself (and may want a request without it answered 401).
+    bool own_key = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--name" && i + 1 < args.size()) name_ = args[i + 1];
+      own_key |= args[i] == "--api-key";
+    }
+    for (const std::string& e : env) own_key |= e.starts_with("SHARDLOAD_API_KEY=");
+    if (own_key) name_.clear();
     std::vector<std::string> argv = launcher;
     argv.insert(argv.end(), {SHARDLOAD_BIN, "serve"});
     argv.insert(argv.end(), args.begin(), args.end());
@@ -151,7 +182,11 @@ class ServerProcess {
       const size_t at = text.find(listening);
       const size_t end = at == std::string::npos ? at : text.find('\n', at);
       // The whole line, so that a port half written is never read.
-      if (end != std::string::npos) return std::stoi(text.substr(at + listening.size()));
+      if (end != std::string::npos) {
+        const int port = std::stoi(text.substr(at + listening.size()));
+        if (!name_.empty()) api_keys()[port] = read_api_key(name_);
+        return port;
+      }
       if (poll_exit()) {
         ADD_FAILURE() << "the server exited with " << *exit_code_ << " before listening\n"
                       << output();
@@ -188,6 +223,7 @@ class ServerProcess {
   }
 
   TempDir dir_;
+  std::string name_;  // --name, when plain get() and post() are to send the key the server made
   std::string out_path_;
   std::string err_path_;
   pid_t pid_ = -1;
@@ -367,12 +403,25 @@ inline HttpReply to_reply(const httplib::Result& result) {
   return reply;
 }
 
+// "Authorization: Bearer KEY" for the server on `port` (none when it has no key).
+inline httplib::Headers key_headers(int port) {
+  const auto it = api_keys().find(port);
+  if (it == api_keys().end() || it->second.empty()) return {};
+  return {{"Authorization", "Bearer " + it->second}};
+}
+
+// The same as a raw header line, for requests written byte by byte.
+inline std::string key_header_line(int port) {
+  const httplib::Headers headers = key_headers(port);
+  return headers.empty() ? "" : "Authorization: " + headers.begin()->second + "\r\n";
+}
+
 inline HttpReply get(int port, const std::string& path) {
-  return to_reply(client(port)->Get(path));
+  return to_reply(client(port)->Get(path, key_headers(port)));
 }
 
 inline HttpReply post(int port, const std::string& path, const std::string& body) {
-  return to_reply(client(port)->Post(path, body, "application/json"));
+  return to_reply(client(port)->Post(path, key_headers(port), body, "application/json"));
 }
 
 inline HttpReply post(int port, const std::string& path, const nlohmann::json& body) {

@@ -5,10 +5,13 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "run_command.h"
@@ -289,6 +292,111 @@ TEST_F(ShmAccessTest, AnUnknownShmGroupIsAUsageError) {
   const std::optional<int> code = refused_start(server);
   EXPECT_TRUE(code.has_value() && *code != 0);
   EXPECT_NE(server.err().find("--shm-group"), std::string::npos) << server.err();
+}
+
+// A process of another user running in the background (setpriv), killed when the object goes.
+class NobodyProcess {
+ public:
+  explicit NobodyProcess(const std::vector<std::string>& argv, gid_t gid = kNobody) {
+    std::vector<std::string> full = {"/usr/bin/setpriv", fmt::format("--reuid={}", kNobody),
+                                     fmt::format("--regid={}", gid), "--clear-groups"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    std::vector<char*> args;
+    for (std::string& a : full) args.push_back(a.data());
+    args.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~NobodyProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Whether it still runs (it exits at once when it could not do what it was started for).
+  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A reader's probe must never stop a server from starting: a member of the --shm-group that holds a
+// shared lock on the directory (what readers took before) for as long as it likes does not, and the
+// server's own lock is a file no one else can open.
+TEST_F(ShmAccessTest, AReaderHoldingALockCannotDenyTheName) {
+  const std::string name = unique_name("deny");
+  const ShmCleanup cleanup(name);
+  const std::vector<std::string> group = {"--shm-group", group_name(kNobody), "--keep"};
+  {
+    ServerProcess server(args(first_, name, group));
+    ASSERT_GT(server.wait_for_port(), 0);
+    const struct stat lock = lstat_of(cleanup.dir() + "/server.lock");
+    EXPECT_EQ(lock.st_mode & 07777, 0600u);
+    const CommandResult open_lock = as_nobody({"/usr/bin/flock", "-n", "-s", cleanup.dir() + "/server.lock", "true"});
+    EXPECT_NE(open_lock.exit_code, 0) << "another user could open the server's lock";
+    stop(server);
+  }
+  // The directory kept, readable by the group: a member holds a shared lock on it, forever.
+  NobodyProcess holder({"/usr/bin/flock", "-s", cleanup.dir(), "sleep", "600"});
+  // And every lock it can take on the file readers probe (flock locks are not the server's fcntl ones).
+  NobodyProcess alive_holder({"/usr/bin/flock", "-x", cleanup.dir() + "/server.alive", "sleep", "600"});
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(holder.running()) << "the group member could not take the directory's lock";
+  ASSERT_TRUE(alive_holder.running()) << "the group member could not lock server.alive";
+  ServerProcess server(args(first_, name, group));
+  ASSERT_GT(server.wait_for_port(), 0) << server.output();
+  EXPECT_EQ(server.out().find("another shardload serve"), std::string::npos) << server.output();
+  stop(server);
+}
+
+// Without --api-key another local user cannot change the weights (nor learn anything about files
+// through the server's errors): the key is in a file only the server's user reads.
+TEST_F(ShmAccessTest, AnotherUserCannotChangeTheWeightsByDefault) {
+  const std::string name = unique_name("api");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(first_, name));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  EXPECT_NE(as_nobody({"cat", cleanup.dir() + "/api-key"}).exit_code, 0);
+  const std::string url = fmt::format("http://127.0.0.1:{}", port);
+  for (const std::string& model : {second_, std::string("/etc/shadow")}) {
+    const CommandResult posted =
+        as_nobody({"/usr/bin/curl", "-s", "-w", "\n%{http_code}", "-d", nlohmann::json{{"model_path", model}}.dump(),
+                   url + "/update_weights_from_disk"});
+    EXPECT_TRUE(posted.out.ends_with("\n401")) << posted.out << posted.err;
+    // Nothing about the file: the request is refused before its body is read.
+    EXPECT_EQ(posted.out.find("length"), std::string::npos) << posted.out;
+    EXPECT_EQ(posted.out.find(model), std::string::npos) << posted.out;
+  }
+  EXPECT_EQ(served_version(port), 0u);
+  EXPECT_EQ(mapped_checksums(cleanup.dir()), expected_checksums(first_, layout(2, 2)));
+  stop(server);
+}
+
+// With --shm-group its members may: they read the key (0640) and send it.
+TEST_F(ShmAccessTest, TheShmGroupCanChangeTheWeightsWithTheKey) {
+  const std::string name = unique_name("apigroup");
+  const ShmCleanup cleanup(name);
+  ServerProcess server(args(first_, name, {"--shm-group", group_name(kNobody)}));
+  const int port = server.wait_for_port();
+  ASSERT_GT(port, 0);
+  const struct stat key = lstat_of(cleanup.dir() + "/api-key");
+  EXPECT_EQ(key.st_mode & 07777, 0640u);
+  EXPECT_EQ(key.st_gid, kNobody);
+  const CommandResult posted = as_nobody(
+      {"/bin/sh", "-c",
+       fmt::format("/usr/bin/curl -s -H \"Authorization: Bearer $(cat {}/api-key)\" -d '{}' "
+                   "http://127.0.0.1:{}/update_weights_from_disk",
+                   cleanup.dir(), nlohmann::json{{"model_path", second_}}.dump(), port)});
+  EXPECT_EQ(posted.exit_code, 0) << posted.err;
+  EXPECT_NE(posted.out.find("\"success\":true"), std::string::npos) << posted.out;
+  EXPECT_EQ(served_version(port), 1u);
+  // A user outside the group cannot read the key.
+  EXPECT_NE(as_nobody({"cat", cleanup.dir() + "/api-key"}, 1).exit_code, 0);
+  stop(server);
 }
 
 }  // namespace

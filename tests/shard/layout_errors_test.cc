@@ -257,7 +257,8 @@ TEST(LayoutErrors, ExpertMapFileProblems) {
   testing::write_file(dir.file("none.json"), "{\"map\": []}");
   expect_refused(model, {"--expert-map", dir.file("none.json")}, "no physical_to_logical_map list");
   testing::write_file(dir.file("neg.json"), "{\"physical_to_logical_map\": [[0, -1]]}");
-  expect_refused(model, {"--expert-map", dir.file("neg.json")}, "an entry is not an expert index");
+  expect_refused(model, {"--expert-map", dir.file("neg.json")},
+                 "an entry is not an expert index (expected a logical expert number from 0, found -1)");
 }
 
 TEST(LayoutErrors, SharedExpertIntermediateNotDividing) {

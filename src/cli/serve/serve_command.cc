@@ -46,6 +46,7 @@ struct ServeCommandOptions {
   std::string shm_group;
   std::string host = "127.0.0.1";
   std::string api_key;
+  bool insecure_no_api_key = false;
   std::string device = "cpu";
   std::string device_map;
   std::string engine;
@@ -190,6 +191,7 @@ void run_serve(const ServeCommandOptions& options) {
   serve.shm_group = options.shm_group;
   serve.host = options.host;
   serve.api_key = options.api_key;
+  serve.insecure_no_api_key = options.insecure_no_api_key;
   serve.device = options.device;
   serve.device_map = parse_device_map(options.device_map);
   if (!options.engine.empty()) serve.engine = *engine_from_name(options.engine);
@@ -245,11 +247,11 @@ void run_serve(const ServeCommandOptions& options) {
       throw;
     }
   }
-  if (node == 0 && serve.api_key.empty() && !is_loopback_host(serve.host)) {
+  if (node == 0 && serve.insecure_no_api_key) {
     std::cerr << fmt::format(
-        "warning: listening on {} without --api-key: anyone who can reach this address can "
-        "rewrite the served weights\n",
-        serve.host);
+        "warning: --insecure-no-api-key: {} can rewrite the served weights\n",
+        is_loopback_host(serve.host) ? "every user of this host"
+                                     : fmt::format("anyone who can reach {}", serve.host));
   }
   {
     WeightServer server(serve);
@@ -261,6 +263,12 @@ void run_serve(const ServeCommandOptions& options) {
                 << std::flush;
     } else {
       std::cout << server.start_note() + "\n";
+      if (!serve.insecure_no_api_key) {
+        // Where the key is, never the key itself: the output may be logged where others read it.
+        std::cout << fmt::format("API key in {}/{} (send \"Authorization: Bearer KEY\"; the Python "
+                                 "client reads it)\n",
+                                 dir, kShmApiKeyName);
+      }
       // Tests and scripts read the port from this line (--port 0 picks a free one).
       std::cout << "listening on " + listen_address(serve.host, server.port()) + "\n" << std::flush;
     }
@@ -294,15 +302,20 @@ void add_serve_options(CLI::App& cmd) {
       ->required()
       ->check(check_name);
   cmd.add_option("--host", options->host,
-                 "Address to listen on (numeric IPv4/IPv6 or localhost); a non-loopback one "
-                 "without --api-key gets a warning")
+                 "Address to listen on (numeric IPv4/IPv6 or localhost)")
       ->check(check_host)
       ->capture_default_str();
-  cmd.add_option("--api-key", options->api_key,
-                 "Require \"Authorization: Bearer KEY\" on every request but /health; the "
-                 "environment variable keeps the key out of ps (this option wins over it)")
+  auto* api_key = cmd.add_option("--api-key", options->api_key,
+                 "The key every request but /health must carry (\"Authorization: Bearer KEY\"); "
+                 "default: one made at start. Either way it is in /dev/shm/shardload-NAME/api-key, "
+                 "readable by this user (and --shm-group) only. The environment variable keeps it "
+                 "out of ps (this option wins over it)")
       ->envname("SHARDLOAD_API_KEY")
       ->check(check_api_key);
+  cmd.add_flag("--insecure-no-api-key", options->insecure_no_api_key,
+               "No API key: every local user (and, off loopback, anyone who can reach --host) can "
+               "change the served weights")
+      ->excludes(api_key);
   cmd.add_option("--port", options->port, "HTTP port; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
