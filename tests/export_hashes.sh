@@ -9,7 +9,9 @@
 # family's checkpoint is generated for every --quant (none, fp8 with static and with dynamic
 # activations, fp8-block) with a fixed seed, and exported under the layouts the tests use (tp 1, 2,
 # 4 and 8, and for MoE tp 4 x ep 2 and 4, redundant experts, unsplit shared experts, casts, dynamic
-# FP8, row-parallel biases divided). A layout a model does not allow prints "refused".
+# FP8, row-parallel biases divided), then with --engine vllm and --engine sglang at tp 2 and tp 2 x ep 2;
+# llm-compressor's compressed-tensors FP8 (tensor, channel, block) and gpt-oss's MXFP4 experts too.
+# A layout a model does not allow prints "refused".
 set -euo pipefail
 
 bin=${1:-build/shardload}
@@ -55,13 +57,19 @@ layouts=(
   "tp4_ep2_redundant2|--tp 4 --ep 2 --redundant-experts 2"
   "tp4_ep2_no_split_shared|--tp 4 --ep 2 --no-split-shared-experts"
   "tp2_redundant2|--tp 2 --redundant-experts 2"
+  "tp2_vllm|--tp 2 --engine vllm"
+  "tp2_ep2_vllm|--tp 2 --ep 2 --engine vllm"
+  "tp2_sglang|--tp 2 --engine sglang"
+  "tp2_ep2_sglang|--tp 2 --ep 2 --engine sglang"
 )
 
 for family in "${families[@]}"; do
-  for quant in none fp8 fp8-dynamic fp8-block; do
+  for quant in none fp8 fp8-dynamic fp8-block ct-fp8-tensor ct-fp8-tensor-dynamic ct-fp8-channel \
+               ct-fp8-block mxfp4; do
     ckpt="$work/$family-$quant"
     case $quant in
       fp8-dynamic) args=(--quant fp8 --activation-scheme dynamic) ;;
+      ct-fp8-tensor-dynamic) args=(--quant ct-fp8-tensor --activation-scheme dynamic) ;;
       *) args=(--quant "$quant") ;;
     esac
     if ! "$bin" make-tiny --arch "$family" --out "$ckpt" --seed 7 "${args[@]}" >/dev/null 2>&1; then

@@ -20,8 +20,9 @@ class HttpErrorsTest : public TwoModelsTest<31, 32> {
                                       const std::string& headers = "") {
     RawConnection connection(port);
     if (!connection.send(fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                                     "application/json\r\nContent-Length: {}\r\n{}\r\n",
-                                     path, kServeMaxBodyBytes + 1, headers))) {
+                                     "application/json\r\nContent-Length: {}\r\n{}{}\r\n",
+                                     path, kServeMaxBodyBytes + 1, key_header_line(port),
+                                     headers))) {
       ADD_FAILURE() << "the request could not be sent";
       return {};
     }
@@ -42,7 +43,7 @@ TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
             std::string::npos)
       << unknown.text;
 
-  const httplib::Result wrong = client(port)->Get("/rebalance");
+  const httplib::Result wrong = client(port)->Get("/rebalance", key_headers(port));
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 405);
   EXPECT_EQ(wrong->get_header_value("Allow"), "POST");
@@ -50,7 +51,7 @@ TEST_F(HttpErrorsTest, UnknownRoutesAndWrongMethodsAnswerJson) {
   ASSERT_TRUE(wrong_reply.body.is_object()) << wrong_reply.text;
   EXPECT_EQ(wrong_reply.body["success"], false);
 
-  const httplib::Result post_health = client(port)->Post("/health", "{}", "application/json");
+  const httplib::Result post_health = client(port)->Post("/health", key_headers(port), "{}", "application/json");
   ASSERT_TRUE(post_health);
   EXPECT_EQ(post_health->status, 405);
   EXPECT_EQ(post_health->get_header_value("Allow"), "GET, HEAD");
@@ -70,7 +71,7 @@ TEST_F(HttpErrorsTest, FormEncodedBodiesWorkWellPastEightKilobytes) {
   const std::string body =
       R"({"model_path": ")" + second_ + R"(")" + std::string(100'000, ' ') + "}";
   const HttpReply reply = post(port, "/update_weights_from_disk", body,
-                               "application/x-www-form-urlencoded", httplib::Headers{});
+                               "application/x-www-form-urlencoded", key_headers(port));
   EXPECT_EQ(reply.status, 200) << reply.text;
   EXPECT_EQ(reply.body.value("success", false), true) << reply.text;
   EXPECT_EQ(served_version(port), 1U);

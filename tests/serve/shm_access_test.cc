@@ -2,6 +2,7 @@
 // someone else put at its name, and must let only this user (or the --shm-group) read its weights.
 // The hostile user and the readers are real processes run as nobody/nogroup (setpriv); the tests
 // run as root in CI.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -306,13 +307,19 @@ class NobodyProcess {
     args.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
+      // Its own process group, and none of the test's output pipes: what it starts (flock runs its
+      // command as a child) dies with it and cannot keep ctest waiting on the output.
+      ::setpgid(0, 0);
+      const int null_fd = ::open("/dev/null", O_RDWR);
+      for (int fd = 0; fd <= 2; ++fd) ::dup2(null_fd, fd);
       execv(args[0], args.data());
       _exit(127);
     }
+    ::setpgid(pid_, pid_);  // also here, so the group exists before the destructor can run
   }
   ~NobodyProcess() {
     if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
+      ::kill(-pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
   }
