@@ -13,6 +13,7 @@
 #include "shardload/dtype.h"
 #include "shardload/model.h"
 #include "shardload/tensor.h"
+#include "shardload/weight_format.h"
 
 namespace shardload {
 
@@ -165,23 +166,6 @@ struct PlanPiece {
   uint64_t cols() const { return col_end - col_begin; }
 };
 
-// What a parameter holds within its module (the rule instance it belongs to, e.g. one layer's qkv_proj).
-enum class ParamRole {
-  kData,              // the weight, bias, norm, ...: exported
-  kWeightScale,       // FP8 weight_scale / weight_scale_inv: exported
-  kInputScale,        // FP8 static input_scale: exported
-  kWeightScaleParts,  // the checkpoint's per-part weight scales, [slots, parts] F32: internal
-  kInputScaleParts,   // the checkpoint's per-part input scales, [slots, parts] F32: internal
-  kDynamicSource,     // the unquantized weight in float32 (dynamic FP8): internal
-};
-
-// Post-processing of a module, run once after all its tensors arrived, in place (src/load/postprocess.cc).
-enum class PostProcess {
-  kNone,
-  kFp8Requantize,  // static FP8: parts to the largest scale, merged weight and input scales
-  kFp8Quantize,    // dynamic FP8: quantize the float32 source per slot
-};
-
 struct PlanModule {
   std::string name;  // the rank tensor name of its main parameter
   PostProcess post = PostProcess::kNone;
@@ -191,6 +175,9 @@ struct PlanModule {
   // moved without parsing tensor names.
   int moe_layer = -1;
   ParamGroup group = ParamGroup::kReplicated;  // the group its rule belongs to (scales follow it)
+  bool checks_scales = false;  // a quantized module whose checkpoint scales are checked when read
+  // Whether the module has anything to do after its tensors arrived.
+  bool needs_postprocess() const { return post != PostProcess::kNone || checks_scales; }
 };
 
 // A rank tensor: its name, dtype and shape as docs/layout.md gives them, its place in the rank's
@@ -233,6 +220,7 @@ struct Plan {
   std::vector<PlanSource> sources;
   std::vector<std::string> skipped;  // checkpoint tensors skipped by a stated rule
   Quantization quantization = Quantization::kNone;  // of the loaded weights
+  WeightFormat format;                               // theirs, as data (weight_format.h)
   std::vector<PlanModule> modules;                   // the same on every rank
   std::vector<RankPlan> ranks;
 

@@ -260,9 +260,7 @@ void load_through_ring(const Checkpoint& ckpt, const Plan& plan, const std::vect
     std::vector<std::pair<size_t, uint32_t>> work;  // (slice, module) pairs to post-process
     for (size_t i = 0; i < w.slices.size(); ++i) {
       for (uint32_t m = w.module_begin; m < w.module_end; ++m) {
-        if (plan.modules[m].post != PostProcess::kNone ||
-            plan.quantization == Quantization::kFp8Block)
-          work.emplace_back(i, m);
+        if (plan.modules[m].needs_postprocess()) work.emplace_back(i, m);
       }
     }
     parallel_for(work.size(), options.threads, [&](size_t i, int) {

@@ -90,10 +90,10 @@ class ScaleCheck {
       if (checkpoint_ != nullptr && source.file < checkpoint_->files().size()) {
         details.file = checkpoint_->files()[source.file].path();
       }
-      if (plan_.quantization == Quantization::kFp8Block) {  // the grid of weight_scale(_inv)
+      if (plan_.modules[param.module].checks_scales) {  // a block grid of scales
         const uint64_t index = (at - piece->dst_offset) / sizeof(float);
         const uint64_t row = piece->row_begin + index / piece->cols();
-        if (plan_.model.block_cols == kWholeRow) {  // per-channel: one scale per weight row
+        if (plan_.format.scales_per_row()) {  // per-channel: one scale per weight row
           where.push_back(fmt::format("row {}", row));
         } else {
           where.push_back(fmt::format("block (row {}, column {})", row,
@@ -210,12 +210,12 @@ void quantize(const ModuleParams& p, std::byte* base, const std::vector<uint64_t
 // module).
 void process_module(const Plan& plan, const RankPlan& rank, std::byte* base, uint32_t module,
                     const ScaleCheck& check, const std::vector<uint64_t>* only) {
-  const PostProcess post = plan.modules[module].post;
-  if (post == PostProcess::kNone && plan.quantization != Quantization::kFp8Block) return;
+  const PlanModule& planned = plan.modules[module];
+  if (!planned.needs_postprocess()) return;
   const ModuleParams params = find_params(rank, module);
-  if (post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check, only);
-  if (post == PostProcess::kFp8Quantize) quantize(params, base, only);
-  if (plan.quantization == Quantization::kFp8Block && params.weight_scale != nullptr) {
+  if (planned.post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check, only);
+  if (planned.post == PostProcess::kFp8Quantize) quantize(params, base, only);
+  if (planned.checks_scales && params.weight_scale != nullptr) {
     check_block_scales(*params.weight_scale, check, only);
   }
 }

@@ -8,9 +8,7 @@ void postprocess_ranks(const Checkpoint& ckpt, const Plan& plan, std::vector<Ran
                        const std::vector<bool>& modules, int threads) {
   std::vector<uint32_t> list;
   for (uint32_t m = 0; m < plan.modules.size(); ++m) {
-    if ((modules.empty() || modules[m]) && (plan.modules[m].post != PostProcess::kNone ||
-                                            plan.quantization == Quantization::kFp8Block))
-      list.push_back(m);
+    if ((modules.empty() || modules[m]) && plan.modules[m].needs_postprocess()) list.push_back(m);
   }
   for (RankWeights& weights : ranks) {
     weights.processed.resize(plan.modules.size(), 0);

@@ -82,8 +82,10 @@ struct Part {
   // pairs): the rank takes each head's even rows, then its odd rows, as vLLM and SGLang permute them
   // for their half-split (NeoX) rotary kernel.
   bool rotary_pairs = false;
-  // The split must cut its dimension on multiples of this (MXFP4: whole 32-value groups).
+  // The split must cut its dimension on multiples of this (MXFP4: whole 32-value groups), which a
+  // refusal calls cut_granule_name ("MXFP4 32-value groups").
   uint64_t cut_granule = 1;
+  std::string_view cut_granule_name = "";
   // Set when the part is one row range of its source, split on its own (kReplicated or kColumn): a
   // tensor that concatenates differently split pieces along its rows, as Qwen3-Next's conv1d stacks
   // the q, k and v channels, each of which a rank takes its share of. Null: the whole source.

@@ -5,7 +5,7 @@
 #include "core/torch_dtype.h"
 #include "model/arch/family.h"
 #include "model/config_fields.h"
-#include "model/quantization_config.h"
+#include "model/quant/quantization_config.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 

@@ -193,18 +193,7 @@ void check_same_layout(const Plan& live, const Plan& next, const std::string& mo
   }
   // The same scheme, down to the scales' grid: a channel-wise update of per-tensor weights would
   // change the scales' shapes under captured graphs.
-  const auto scheme = [](const Plan& plan) {
-    const ModelConfig& m = plan.model;
-    std::string text(quantization_label(m, plan.quantization));
-    if (m.quant_format == QuantFormat::kCompressedTensors) {
-      text += fmt::format(" ({} weights)", weight_strategy_name(m.weight_strategy));
-    }
-    if (plan.quantization == Quantization::kFp8Block) {
-      text += fmt::format(" blocks {}x{}", m.block_rows, m.block_cols == kWholeRow ? 0 : m.block_cols);
-    }
-    return text;
-  };
-  if (std::string live_scheme = scheme(live), next_scheme = scheme(next); live_scheme != next_scheme) {
+  if (std::string live_scheme = live.format.scheme, next_scheme = next.format.scheme; live_scheme != next_scheme) {
     throw Error(ErrorKind::kConflict, "the update has another quantization than the live weights",
                 {.file = model_path,
                  .field = "quantization_config",

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -72,15 +73,14 @@ struct Instance {
   // sources[x][k]: part k for logical expert x (one row for non-expert parameters). Each name
   // moves into its PlanSource once resolved (the id tables below then stand for it).
   std::vector<std::vector<std::string>> sources;
-  // FP8 checkpoints: the scale tensors of each source, like `sources` (empty when not quantized).
-  std::vector<std::vector<std::string>> weight_scales;
-  std::vector<std::vector<std::string>> input_scales;
+  // A quantized layer: for each of the format's companion tensors read from the checkpoint (its
+  // scales), their names like `sources` (no rows for one made at load).
+  std::vector<std::vector<std::vector<std::string>>> companions;
   // The same tables as indices into Plan::sources, filled once the checkpoint is checked, so that
   // planning each rank looks nothing up by name.
   std::vector<std::vector<uint32_t>> source_ids;
-  std::vector<std::vector<uint32_t>> weight_scale_ids;
-  std::vector<std::vector<uint32_t>> input_scale_ids;
-  bool quantized = false;  // an FP8 linear layer (checkpoint or dynamic)
+  std::vector<std::vector<std::vector<uint32_t>>> companion_ids;
+  bool quantized = false;  // a linear layer in the plan's weight format (from the checkpoint or at load)
 };
 
 // "X.weight" -> "X.<suffix>", "X.w13_weight" -> "X.w13_<suffix>".
@@ -165,10 +165,8 @@ class Planner {
  private:
   void start(const nlohmann::json& config, const ParallelConfig& parallel) {
     plan_.model = ModelConfig::from_json(config);
-    plan_.quantization = plan_.model.quantization;
-    if (plan_.quantization == Quantization::kNone && parallel.quantize_fp8) {
-      plan_.quantization = Quantization::kFp8Dynamic;
-    }
+    plan_.format = weight_format(plan_.model, parallel.quantize_fp8);
+    plan_.quantization = plan_.format.quantization;
     plan_.parallel = parallel;
     validate_layout(plan_.model, parallel);
     plan_.moe_tp = parallel.tp / parallel.ep;
@@ -177,6 +175,7 @@ class Planner {
   }
 
   const ModelConfig& model() const { return plan_.model; }
+  const WeightFormat& format() const { return plan_.format; }
 
   void build_expert_map() {
     const ModelConfig& m = model();
@@ -194,17 +193,9 @@ class Planner {
         plan_.physical_to_logical.empty() ? 0 : static_cast<int>(plan_.physical_to_logical[0].size());
   }
 
-  // The weight scales' name, in the checkpoint and in the ranks: compressed-tensors names every scale
-  // weight_scale; the "fp8" format names its block grids weight_scale_inv.
-  std::string_view weight_scale_suffix() const {
-    return plan_.quantization == Quantization::kFp8Block && model().quant_format == QuantFormat::kFp8
-               ? "weight_scale_inv"
-               : "weight_scale";
-  }
-
-  // Whether the checkpoint holds this linear layer in FP8: always for the "fp8" format; for
-  // compressed-tensors, as its targets and ignore lists say, alike for every part and expert (a
-  // fused layer half FP8 and half not cannot be one rank tensor).
+  // Whether the checkpoint holds this linear layer quantized, as ModelConfig::module_quantized says,
+  // alike for every part and expert (a fused layer half quantized and half not cannot be one rank
+  // tensor).
   bool checkpoint_quantizes(const Instance& inst) const {
     if (model().quant_format != QuantFormat::kCompressedTensors) return true;
     std::optional<bool> all;
@@ -218,8 +209,8 @@ class Planner {
                       "the parts of one fused layer must all be quantized alike (quantization_config "
                       "targets and ignore)",
                       {.file = "config.json", .tensor = name, .field = inst.target,
-                       .expected = fmt::format("{} like {}", *all ? "FP8" : "unquantized", first),
-                       .found = quantized ? "FP8" : "unquantized"});
+                       .expected = fmt::format("{} like {}", *all ? quantized_name() : "unquantized", first),
+                       .found = quantized ? quantized_name() : "unquantized"});
         }
         if (!all) first = std::string(module);
         all = quantized;
@@ -243,19 +234,15 @@ class Planner {
         names.push_back(source_name(prefix, part.source, x));
       }
     }
-    inst.quantized = plan_.quantization != Quantization::kNone && rule.keep != Keep::kCheckpoint &&
+    inst.quantized = format().quantizes() && rule.keep != Keep::kCheckpoint &&
                      arch::is_linear_weight(rule.target) && checkpoint_quantizes(inst);
-    const bool checkpoint_scales = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
-    const std::string_view scale_suffix = weight_scale_suffix();
-    for (size_t x = 0; checkpoint_scales && x < experts; ++x) {
-      const std::vector<std::string>& names = inst.sources[x];
-      std::vector<std::string>& scales = inst.weight_scales.emplace_back();
-      std::vector<std::string>& inputs = inst.input_scales.emplace_back();
-      for (const std::string& name : names) {
-        scales.push_back(with_suffix(name, scale_suffix));
-        if (model().static_activations && plan_.quantization == Quantization::kFp8) {
-          inputs.push_back(with_suffix(name, "input_scale"));
-        }
+    inst.companions.resize(inst.quantized ? format().companions.size() : 0);
+    for (size_t c = 0; c < inst.companions.size(); ++c) {
+      const std::string& suffix = format().companions[c].checkpoint_suffix;
+      if (suffix.empty()) continue;  // made at load
+      for (size_t x = 0; x < experts; ++x) {
+        std::vector<std::string>& names = inst.companions[c].emplace_back();
+        for (const std::string& name : inst.sources[x]) names.push_back(with_suffix(name, suffix));
       }
     }
     if (rule.optional && ckpt_ == nullptr) {
@@ -312,8 +299,8 @@ class Planner {
     };
     for (Instance& inst : instances_) {
       locate(inst.sources, inst.source_ids);
-      locate(inst.weight_scales, inst.weight_scale_ids);
-      locate(inst.input_scales, inst.input_scale_ids);
+      inst.companion_ids.resize(inst.companions.size());
+      for (size_t c = 0; c < inst.companions.size(); ++c) locate(inst.companions[c], inst.companion_ids[c]);
     }
     const arch::ArchTable& table = arch::table_for(model().family);
     for (size_t i = 0; i < consumed.size(); ++i) {
@@ -341,21 +328,10 @@ class Planner {
     plan_.sources.reserve(consumed.size());
     for (Instance& inst : instances_) {
       std::vector<Shape> shapes;  // per part: what config.json implies
-      std::vector<Shape> scale_shapes;
-      for (const Part& part : inst.rule->parts) {
-        const Shape shape = part.shape(model());
-        if (plan_.quantization == Quantization::kFp8Block) {
-          const uint64_t rows = shape.empty() ? 1 : shape[0];
-          const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
-          scale_shapes.push_back({ceil_div(rows, model().block_rows), ceil_div(cols, model().block_cols)});
-        } else {
-          scale_shapes.push_back({});  // a scalar ([1] accepted too)
-        }
-        shapes.push_back(shape);
-      }
+      for (const Part& part : inst.rule->parts) shapes.push_back(part.shape(model()));
       // Part k of every row of a table expects shapes[k]; the id table turns from checkpoint
       // positions into source ids (and a source's name moves into its PlanSource).
-      const bool codes = inst.rule->keep == Keep::kCheckpoint;  // MXFP4's U8 blocks and scales
+      const bool codes = inst.rule->keep == Keep::kCheckpoint;  // stored bytes, kept as they are
       const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
                                const std::vector<Shape>& part_shapes, DType assumed) {
@@ -366,16 +342,17 @@ class Planner {
         }
       };
       // Without a checkpoint, the dtype a source is assumed to have: it decides no rank tensor but
-      // MXFP4's codes.
-      const bool fp8_source = inst.quantized && plan_.quantization != Quantization::kFp8Dynamic;
+      // kept codes'.
+      const bool coded_source = inst.quantized && !format().quantized_at_load();
       resolve(inst.sources, inst.source_ids, shapes,
-              codes ? DType::kU8 : fp8_source ? DType::kF8E4M3 : model().dtype);
-      resolve(inst.weight_scales, inst.weight_scale_ids, scale_shapes, DType::kF32);
-      resolve(inst.input_scales, inst.input_scale_ids, std::vector<Shape>(shapes.size()),  // scalars
-              DType::kF32);
-      if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
+              codes ? DType::kU8 : coded_source ? *format().checkpoint_dtype : model().dtype);
+      for (size_t c = 0; c < inst.companions.size(); ++c) {
+        resolve(inst.companions[c], inst.companion_ids[c], companion_shapes(format().companions[c], shapes),
+                DType::kF32);
+      }
+      if (coded_source) {
         for (const auto& ids : inst.source_ids) {
-          for (const uint32_t id : ids) require_fp8(plan_.sources[id]);
+          for (const uint32_t id : ids) require_checkpoint_dtype(plan_.sources[id]);
         }
       }
       for (const auto& ids : inst.source_ids) {  // plan_from_config assumes a source per use
@@ -383,6 +360,25 @@ class Planner {
       }
     }
   }
+
+  // The shape config.json implies for a companion of each part of shapes `parts`: a block grid, or a
+  // scalar ([1] accepted too).
+  std::vector<Shape> companion_shapes(const CompanionTensor& companion, const std::vector<Shape>& parts) const {
+    std::vector<Shape> out;
+    for (const Shape& shape : parts) {
+      if (companion.layout != CompanionLayout::kBlockGrid) {
+        out.push_back({});
+        continue;
+      }
+      const uint64_t rows = shape.empty() ? 1 : shape[0];
+      const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
+      out.push_back({ceil_div(rows, format().block_rows), ceil_div(cols, format().block_cols)});
+    }
+    return out;
+  }
+
+  // What a refusal calls a quantized layer: "FP8".
+  std::string quantized_name() const { return format().family_name; }
 
   std::string file_name(const std::string& tensor) const {
     const Checkpoint::Entry* entry = ckpt_->find(tensor);
@@ -415,7 +411,7 @@ class Planner {
                    .expected = shape_text(expected_shape), .found = shape_text(info.shape)});
     }
     if (codes && info.dtype != DType::kU8) {
-      throw Error(ErrorKind::kUnsupportedDtype, "MXFP4 blocks and scales are bytes",
+      throw Error(ErrorKind::kUnsupportedDtype, "codes and scales kept as the checkpoint stores them are bytes",
                   {.file = file.path(), .tensor = name, .field = "dtype", .expected = "U8",
                    .found = std::string(dtype_name(info.dtype))});
     }
@@ -441,15 +437,16 @@ class Planner {
 
   // The matrix a stacked or rotary-paired source is read as: a stacked [E, A, ...] source as
   // [E * A, ...] (expert x's rows start at x * A), a rotary-paired [R, C] one as [R / 2, 2 * C]
-  // (add_rotary_pairs). The scales of an FP8 checkpoint are not laid out for such cuts: refused.
+  // (add_rotary_pairs). The scales of a quantized checkpoint are not laid out for such cuts: refused.
   void set_part_view(const Instance& inst, const Part& part, PlanSource& src) const {
     if (!part.stacked && !part.rotary_pairs && !part.transposed) return;
-    if (inst.quantized && plan_.quantization != Quantization::kFp8Dynamic) {
+    if (inst.quantized && !format().quantized_at_load()) {
       throw Error(ErrorKind::kConfig,
-                  "an FP8 checkpoint of fused [in, out] experts or rotary-paired projections is not "
-                  "supported (its scales would need the same permutation)",
+                  fmt::format("an {} checkpoint of fused [in, out] experts or rotary-paired projections is not "
+                              "supported (its scales would need the same permutation)",
+                              quantized_name()),
                   {.tensor = src.name, .field = inst.target, .expected = "a bf16, fp16 or fp32 checkpoint",
-                   .found = "FP8"});
+                   .found = quantized_name()});
     }
     if (part.stacked && src.shape.size() >= 2) {
       src.expert_rows = src.shape[1];
@@ -469,12 +466,14 @@ class Planner {
     }
   }
 
-  void require_fp8(const PlanSource& src) const {
-    if (src.dtype != DType::kF8E4M3) {
-      throw Error(ErrorKind::kUnsupportedDtype, "an FP8 checkpoint's linear weights must be F8_E4M3",
+  void require_checkpoint_dtype(const PlanSource& src) const {
+    const DType expected = *format().checkpoint_dtype;
+    if (src.dtype != expected) {
+      throw Error(ErrorKind::kUnsupportedDtype,
+                  fmt::format("an {} checkpoint's linear weights must be {}", quantized_name(), dtype_name(expected)),
                   {.file = ckpt_ == nullptr ? std::string() : ckpt_->files()[src.file].path(),
                    .tensor = src.name, .field = "dtype",
-                   .expected = "F8_E4M3", .found = std::string(dtype_name(src.dtype))});
+                   .expected = std::string(dtype_name(expected)), .found = std::string(dtype_name(src.dtype))});
     }
   }
 
@@ -495,8 +494,8 @@ class Planner {
       }
       if ((size / parts) % part.cut_granule != 0) {
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("a cut of its {} {} in {} parts does not fall on whole MXFP4 32-value groups", size,
-                                what, parts),
+                    fmt::format("a cut of its {} {} in {} parts does not fall on whole {}", size, what, parts,
+                                part.cut_granule_name),
                     {.tensor = src.name, .field = target,
                      .expected = fmt::format("{} per rank a multiple of {}", what, part.cut_granule),
                      .found = fmt::format("{} {}", size / parts, what)});
@@ -706,31 +705,15 @@ class Planner {
     return extra;
   }
 
-  // A merged per-tensor scale: [1] for a dense layer, [El] per expert, [El, 2] for w13 (both
-  // columns equal, the shape the engines keep so that the next reload fits).
-  static Shape merged_scale_shape(bool expert, uint64_t slots, uint64_t parts) {
-    return !expert ? Shape{1} : parts == 2 ? Shape{slots, 2} : Shape{slots};
+  // A merged per-slot value: [1] for a dense layer, [El] per expert, or, where the companion keeps a
+  // column per part, [El, 2] for w13 (both columns equal, the shape the engines keep so that the next
+  // reload fits).
+  static Shape merged_shape(const CompanionTensor& companion, bool expert, uint64_t slots, uint64_t parts) {
+    if (!expert) return Shape{1};
+    return companion.merged_keeps_parts && parts == 2 ? Shape{slots, 2} : Shape{slots};
   }
 
-  // Dynamic FP8: the weight reads nothing; its float32 twin takes the pieces, and post-processing
-  // quantizes the twin into the weight and its merged scale.
-  void add_dynamic_fp8(const Instance& inst, PlanParam param,
-                       const std::vector<size_t>& slot_logical, uint64_t parts,
-                       std::vector<PlanParam>& out) const {
-    const bool expert = inst.rule->group == Group::kExperts;
-    PlanParam twin = float_param(with_suffix(inst.target, "weight_f32"), param.module,
-                                 ParamRole::kDynamicSource, param.shape);
-    twin.pieces = std::move(param.pieces);
-    param.pieces.clear();
-    const uint32_t module = param.module;
-    out.push_back(std::move(param));
-    out.push_back(float_param(with_suffix(inst.target, "weight_scale"), module,
-                              ParamRole::kWeightScale,
-                              merged_scale_shape(expert, slot_logical.size(), parts)));
-    out.push_back(std::move(twin));
-  }
-
-  // Static per-tensor: each part's scalar scales land in a [slots, parts] table.
+  // Per-part scalars: each part's value lands in a [slots, parts] table.
   static PlanParam scale_table(const std::vector<std::vector<uint32_t>>& ids,
                                const std::vector<size_t>& slot_logical, uint64_t parts,
                                std::string name, uint32_t module, ParamRole role) {
@@ -744,43 +727,21 @@ class Planner {
     return table;
   }
 
-  // Static per-tensor FP8: the weight, its merged scale and the per-part scale tables
-  // post-processing merges them from (and the same for input scales when the checkpoint has them).
-  void add_static_fp8(const Instance& inst, PlanParam param,
-                      const std::vector<size_t>& slot_logical, uint64_t parts,
-                      std::vector<PlanParam>& out) const {
-    const bool expert = inst.rule->group == Group::kExperts;
-    const uint64_t slots = slot_logical.size();
-    const uint32_t module = param.module;
-    out.push_back(std::move(param));
-    out.push_back(float_param(with_suffix(inst.target, "weight_scale"), module,
-                              ParamRole::kWeightScale, merged_scale_shape(expert, slots, parts)));
-    out.push_back(scale_table(inst.weight_scale_ids, slot_logical, parts,
-                              with_suffix(inst.target, "weight_scale_parts"), module,
-                              ParamRole::kWeightScaleParts));
-    if (inst.input_scales.front().empty()) return;
-    out.push_back(float_param(with_suffix(inst.target, "input_scale"), module,
-                              ParamRole::kInputScale, expert ? Shape{slots} : Shape{1}));
-    out.push_back(scale_table(inst.input_scale_ids, slot_logical, parts,
-                              with_suffix(inst.target, "input_scale_parts"), module,
-                              ParamRole::kInputScaleParts));
-  }
-
-  // The rank tensors of one rule instance: its parameter and, for an FP8 linear layer, its scales
-  // (and the internal tensors post-processing reads), all in module `module`.
+  // The rank tensors of one rule instance: its parameter and, for a quantized linear layer, the
+  // format's companions (and the internal tensors post-processing reads), all in module `module`.
   std::vector<PlanParam> plan_params(const Instance& inst, int rank, uint32_t module,
                                      std::vector<uint64_t>* part_rows) const {
     const ParamRule& rule = *inst.rule;
-    const bool dynamic = inst.quantized && plan_.quantization == Quantization::kFp8Dynamic;
+    const bool at_load = inst.quantized && format().quantized_at_load();
     PlanParam param;
     param.name = inst.target;
     param.module = module;
-    param.dtype = inst.quantized                   ? DType::kF8E4M3
+    param.dtype = inst.quantized                   ? format().rank_dtype
                   : rule.keep == Keep::kFloat32    ? DType::kF32
                   : rule.keep == Keep::kCheckpoint ? source(inst.source_ids.front()[0]).dtype
                                                    : plan_.dtype;
-    // Dynamic FP8 reads the checkpoint into a float32 twin that post-processing quantizes.
-    const uint64_t esize = dtype_bits(dynamic ? DType::kF32 : param.dtype) / 8;
+    // Quantized at load: the checkpoint is read into a float32 twin that post-processing quantizes.
+    const uint64_t esize = dtype_bits(at_load ? DType::kF32 : param.dtype) / 8;
     const SlotLayout layout = slot_layout(inst, plan_.parallel.split_group(rule.group, rank), part_rows);
     const std::vector<size_t> slot_logical = place_slots(inst, rank, layout, esize, param);
     param.nbytes = shape_nbytes(param.shape, param.dtype);
@@ -788,35 +749,56 @@ class Planner {
     std::vector<PlanParam> out;
     if (!inst.quantized) {
       out.push_back(std::move(param));
-    } else if (plan_.quantization == Quantization::kFp8Block) {
-      out.push_back(std::move(param));
-      out.push_back(block_scale_param(inst, layout.blocks, slot_logical,
-                                      rule.group == Group::kExperts, module));
-    } else if (dynamic) {
-      add_dynamic_fp8(inst, std::move(param), slot_logical, layout.blocks.size(), out);
-    } else {
-      add_static_fp8(inst, std::move(param), slot_logical, layout.blocks.size(), out);
+      return out;
     }
+    std::optional<PlanParam> twin;
+    if (at_load) {
+      twin = float_param(with_suffix(inst.target, "weight_f32"), module, ParamRole::kDynamicSource, param.shape);
+      twin->pieces = std::move(param.pieces);
+      param.pieces.clear();
+    }
+    out.push_back(std::move(param));
+    const bool expert = rule.group == Group::kExperts;
+    const uint64_t slots = slot_logical.size();
+    const uint64_t parts = layout.blocks.size();
+    for (size_t c = 0; c < format().companions.size(); ++c) {
+      const CompanionTensor& companion = format().companions[c];
+      const std::string name = with_suffix(inst.target, companion.rank_suffix);
+      switch (companion.layout) {
+        case CompanionLayout::kBlockGrid:
+          out.push_back(block_grid_param(inst, c, layout.blocks, slot_logical, expert, module));
+          break;
+        case CompanionLayout::kPartScalar:
+          out.push_back(float_param(name, module, companion.role, merged_shape(companion, expert, slots, parts)));
+          out.push_back(scale_table(inst.companion_ids[c], slot_logical, parts,
+                                    with_suffix(inst.target, companion.parts_suffix), module, companion.parts_role));
+          break;
+        case CompanionLayout::kMadeAtLoad:
+          out.push_back(float_param(name, module, companion.role, merged_shape(companion, expert, slots, parts)));
+          break;
+      }
+    }
+    if (twin) out.push_back(std::move(*twin));
     return out;
   }
 
-  // Block FP8: the scale grid is cut with its weight, block rows for row cuts and block columns for column
-  // cuts, per part; a cut inside a block would mix two ranks' scales, so it is an error.
-  PlanParam block_scale_param(const Instance& inst, const std::vector<Block>& blocks,
-                              const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
-    const uint64_t br = model().block_rows;
-    const uint64_t bc = model().block_cols;
+  // A block grid (companion `c`) is cut with its weight, block rows for row cuts and block columns for
+  // column cuts, per part; a cut inside a block would mix two ranks' values, so it is an error.
+  PlanParam block_grid_param(const Instance& inst, size_t c, const std::vector<Block>& blocks,
+                             const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
+    const uint64_t br = format().block_rows;
+    const uint64_t bc = format().block_cols;
     const ParamGroup group = inst.rule->group;
     const uint64_t ranks = plan_.parallel.split_group(group, 0).size;
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
                      const char* dim) {
       if (begin == 0 && end == full) return;
-      if (block == kWholeRow) return;  // per-channel scales: one column for the whole row, never cut
+      if (block == kWholeRow) return;  // one column for the whole row, never cut
       if (begin % block != 0 || (end % block != 0 && end != full)) {
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide FP8 "
+                    fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide {} "
                                 "blocks (group {}, split over {} ranks)",
-                                begin, end, full, dim, block, group_name(group), ranks),
+                                begin, end, full, dim, block, quantized_name(), group_name(group), ranks),
                     {.tensor = part, .field = inst.target,
                      .expected = fmt::format("a multiple of {}", block),
                      .found = fmt::format("{} {} per rank", end - begin, dim)});
@@ -834,24 +816,25 @@ class Planner {
       grid_rows += ceil_div(b.out_rows, br);
       grid_cols = ceil_div(b.col_end - b.col_begin, bc);
     }
-    PlanParam scale;
-    scale.name = with_suffix(inst.target, weight_scale_suffix());
-    scale.module = module;
-    scale.role = ParamRole::kWeightScale;
-    scale.dtype = DType::kF32;
+    const CompanionTensor& companion = format().companions[c];
+    PlanParam grid;
+    grid.name = with_suffix(inst.target, companion.rank_suffix);
+    grid.module = module;
+    grid.role = companion.role;
+    grid.dtype = DType::kF32;
     const uint64_t slots = slot_logical.size();
-    scale.shape = expert ? Shape{slots, grid_rows, grid_cols} : Shape{grid_rows, grid_cols};
-    scale.nbytes = shape_nbytes(scale.shape, scale.dtype);
+    grid.shape = expert ? Shape{slots, grid_rows, grid_cols} : Shape{grid_rows, grid_cols};
+    grid.nbytes = shape_nbytes(grid.shape, grid.dtype);
     const uint64_t slot_bytes = grid_rows * grid_cols * 4;
     for (uint64_t j = 0; j < slots; ++j) {
       for (size_t k = 0; k < blocks.size(); ++k) {
         const Block& b = blocks[k];
-        scale.pieces.push_back({inst.weight_scale_ids[slot_logical[j]][k], b.row_begin / br,
-                                ceil_div(b.row_end, br), b.col_begin / bc, ceil_div(b.col_end, bc),
-                                j * slot_bytes + part_row0[k] * grid_cols * 4, 1});
+        grid.pieces.push_back({inst.companion_ids[c][slot_logical[j]][k], b.row_begin / br,
+                               ceil_div(b.row_end, br), b.col_begin / bc, ceil_div(b.col_end, bc),
+                               j * slot_bytes + part_row0[k] * grid_cols * 4, 1});
       }
     }
-    return scale;
+    return grid;
   }
 
   RankPlan plan_rank(int rank) {
@@ -877,7 +860,7 @@ class Planner {
     return out;
   }
 
-  // One module per rule instance; its post-processing follows from the quantization.
+  // One module per rule instance; its post-processing follows from the weight format.
   void plan_modules() {
     for (const Instance& inst : instances_) {
       PlanModule module{inst.target,
@@ -885,8 +868,10 @@ class Planner {
                         {},
                         inst.rule->group == Group::kExperts ? inst.moe_layer : -1,
                         inst.rule->group};
-      if (inst.quantized && plan_.quantization == Quantization::kFp8) module.post = PostProcess::kFp8Requantize;
-      if (inst.quantized && plan_.quantization == Quantization::kFp8Dynamic) module.post = PostProcess::kFp8Quantize;
+      if (inst.quantized) {
+        module.post = format().post;
+        module.checks_scales = format().checks_scales;
+      }
       plan_.modules.push_back(std::move(module));
     }
   }

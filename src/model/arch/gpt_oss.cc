@@ -24,6 +24,7 @@ namespace {
 
 constexpr uint64_t kMxfp4Group = 32;  // values per E8M0 scale
 constexpr uint64_t kMxfp4Bytes = 16;  // bytes per group (two codes a byte)
+constexpr std::string_view kMxfp4Groups = "MXFP4 32-value groups";  // what a refused cut misses
 
 std::vector<ParamRule> moe_rules() {
   const std::string e = "mlp.experts.";
@@ -57,7 +58,7 @@ std::vector<ParamRule> moe_rules() {
                   .shape = [](const ModelConfig& m) {
                     return Shape{m.experts, 2 * m.moe_intermediate, m.hidden / kMxfp4Group, kMxfp4Bytes};
                   },
-                  .stacked = true, .cut_granule = 2 * kMxfp4Group}},
+                  .stacked = true, .cut_granule = 2 * kMxfp4Group, .cut_granule_name = kMxfp4Groups}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w13_weight_scale",
@@ -66,7 +67,7 @@ std::vector<ParamRule> moe_rules() {
                   .shape = [](const ModelConfig& m) {
                     return Shape{m.experts, 2 * m.moe_intermediate, m.hidden / kMxfp4Group};
                   },
-                  .stacked = true, .cut_granule = 2 * kMxfp4Group}},
+                  .stacked = true, .cut_granule = 2 * kMxfp4Group, .cut_granule_name = kMxfp4Groups}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w2_weight",
@@ -75,7 +76,7 @@ std::vector<ParamRule> moe_rules() {
                   .shape = [](const ModelConfig& m) {
                     return Shape{m.experts, m.hidden, m.moe_intermediate / kMxfp4Group, kMxfp4Bytes};
                   },
-                  .stacked = true, .cut_granule = kMxfp4Bytes}},
+                  .stacked = true, .cut_granule = kMxfp4Bytes, .cut_granule_name = kMxfp4Groups}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w2_weight_scale",

@@ -15,8 +15,10 @@ namespace shardload {
 // Error(kConfig) naming the field for a method or format shardload does not load.
 void read_quantization(const nlohmann::json& config, ModelConfig& m);
 
-// The compressed-tensors branch of read_quantization (src/model/compressed_tensors_config.cc).
+// The branches of read_quantization, one per format file: compressed_tensors.cc, fp8.cc, mxfp4.cc.
 void read_compressed_tensors(const nlohmann::json& quantization_config, ModelConfig& m);
+void read_fp8(const nlohmann::json& quantization_config, ModelConfig& m);
+void read_mxfp4(const nlohmann::json& quantization_config, ModelConfig& m);
 
 // Error(kConfig) in config.json at quantization_config.<field>, for both formats' readers.
 Error quant_error(std::string message, const std::string& field, std::string expected, std::string found);

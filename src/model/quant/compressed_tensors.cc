@@ -9,7 +9,8 @@
 
 #include "core/json_input.h"
 #include "model/module_match.h"
-#include "model/quantization_config.h"
+#include "model/quant/fp8_scales.h"
+#include "model/quant/quantization_config.h"
 #include "shardload/error.h"
 
 namespace shardload {
@@ -183,6 +184,17 @@ bool ModelConfig::module_quantized(std::string_view module) const {
   const auto matches = [&](const std::string& entry) { return module_matches(entry, module); };
   return std::any_of(quant_targets.begin(), quant_targets.end(), matches) &&
          std::none_of(quant_ignore.begin(), quant_ignore.end(), matches);
+}
+
+}  // namespace shardload
+
+namespace shardload {
+
+// Tensor weights are per-tensor FP8 and channel and block weights block FP8 (channel as 1 x kWholeRow
+// blocks); every scale is named weight_scale.
+WeightFormat compressed_tensors_weight_format(const ModelConfig& m) {
+  if (m.quantization == Quantization::kFp8Block) return block_fp8_format(m, "weight_scale");
+  return per_tensor_fp8_format(m);
 }
 
 }  // namespace shardload

@@ -1,0 +1,88 @@
+#pragma once
+
+// A quantization format as data (docs/layout.md "Quantization formats"): what a quantized linear weight
+// [N, K] is in the checkpoint and on a rank, the tensors that go with it, and the post-processing that
+// makes the rank's tensors from what was read. Each format is one file (src/model/quant/<format>.cc)
+// that reads its quantization_config and writes this descriptor; the planner, post-processing and reload
+// read the descriptor and never name a format.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardload/dtype.h"
+#include "shardload/model.h"
+
+namespace shardload {
+
+// What a parameter holds within its module (the rule instance it belongs to, e.g. one layer's qkv_proj).
+enum class ParamRole {
+  kData,              // the weight, bias, norm, ...: exported
+  kWeightScale,       // a weight's scales (weight_scale / weight_scale_inv): exported
+  kInputScale,        // a static activation scale (input_scale): exported
+  kWeightScaleParts,  // the checkpoint's per-part weight scales, [slots, parts] F32: internal
+  kInputScaleParts,   // the checkpoint's per-part input scales, [slots, parts] F32: internal
+  kDynamicSource,     // the unquantized weight in float32, quantized at load: internal
+};
+
+// Post-processing of a module, run once after all its tensors arrived, in place (src/load/postprocess.cc).
+enum class PostProcess {
+  kNone,
+  kFp8Requantize,  // per-part scalar scales: parts to the largest scale, merged weight and input scales
+  kFp8Quantize,    // quantized at load: quantize the float32 source per slot
+};
+
+// How a tensor that goes with a quantized weight [N, K] is laid out, per fused part and expert.
+enum class CompanionLayout {
+  // A grid [ceil(N / block_rows), ceil(K / block_cols)] read from the checkpoint, cut with its weight on
+  // whole blocks (a cut inside a block is refused); the rank tensor stacks the parts' cut grids.
+  kBlockGrid,
+  // One value per part read from the checkpoint: gathered into a [slots, parts] table (parts_role) that
+  // post-processing merges into one value per slot (the rank tensor: [1], [slots] or [slots, 2]).
+  kPartScalar,
+  // No checkpoint tensor: post-processing computes one value per slot (the merged shape above).
+  kMadeAtLoad,
+};
+
+struct CompanionTensor {
+  std::string checkpoint_suffix;  // "X.weight" -> "X.<suffix>" in the checkpoint; empty for kMadeAtLoad
+  std::string rank_suffix;        // the rank tensor's name the same way
+  CompanionLayout layout = CompanionLayout::kBlockGrid;
+  ParamRole role = ParamRole::kWeightScale;
+  ParamRole parts_role = ParamRole::kWeightScaleParts;  // kPartScalar: the table's role
+  std::string parts_suffix;                             // kPartScalar: the table's name
+  // kPartScalar, kMadeAtLoad: a two-part expert layer (w13) keeps one column per part ([slots, 2],
+  // both equal) instead of [slots].
+  bool merged_keeps_parts = false;
+};
+
+struct WeightFormat {
+  Quantization quantization = Quantization::kNone;  // of the loaded weights (the manifest's spelling)
+  // What an update must match (reload refuses another): the label and every parameter of the format,
+  // e.g. "fp8-block blocks 128x128", "compressed-tensors (channel weights) blocks 1x0".
+  std::string scheme;
+  // The quantized weight's dtype in the checkpoint; nullopt: the model's floats, quantized at load
+  // (read into a float32 twin that post-processing quantizes).
+  std::optional<DType> checkpoint_dtype;
+  DType rank_dtype = DType::kF8E4M3;
+  uint64_t block_rows = 0;  // kBlockGrid companions
+  uint64_t block_cols = 0;  // kWholeRow: one value per weight row
+  std::vector<CompanionTensor> companions;  // in the order the rank tensors follow the weight
+  PostProcess post = PostProcess::kNone;
+  // Scales read from the checkpoint are checked (positive, finite) whenever they are read, including
+  // formats with nothing else to post-process.
+  bool checks_scales = false;
+  // The name a refusal uses for the format: "FP8".
+  std::string family_name = "FP8";
+
+  bool quantizes() const { return quantization != Quantization::kNone; }
+  bool quantized_at_load() const { return quantizes() && !checkpoint_dtype; }
+  bool scales_per_row() const { return block_cols == kWholeRow; }
+};
+
+// The format of a checkpoint's linear weights as config.json gives it, or, for `quantize_at_load` (the
+// --quantization option) on an unquantized one, the format they are quantized to.
+WeightFormat weight_format(const ModelConfig& model, bool quantize_at_load);
+
+}  // namespace shardload
