@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_text.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 
@@ -88,6 +89,20 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtBlock, "compressed-tensors block"},
 };
 
+// A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm).
+struct DtypeRule {
+  std::string_view suffix;
+  DType to;
+};
+
+// Two planned parameters the engine holds as one tensor `name` (in the same module), `first`'s
+// rows then `second`'s.
+struct FusedRows {
+  std::string_view first;
+  std::string_view second;
+  std::string_view name;
+};
+
 struct EngineFamily {
   Engine engine;
   std::string_view family;
@@ -104,6 +119,8 @@ struct EngineFamily {
   // quant_method fp8 block checkpoint's weight_scale_inv unloaded (at their initial value) in its own
   // load.
   unsigned fp8 = kEveryFp8Format;
+  std::span<const DtypeRule> dtypes{};
+  std::span<const FusedRows> fused{};
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -146,6 +163,47 @@ constexpr Rename kVllmQwen2Moe[] = {
     {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
 };
 
+// gpt-oss: vLLM's names for the embedding ("embedding") and the attention ("attn"), whose Attention
+// module (with its scales) is attn.attn.
+constexpr Rename kVllmGptOss[] = {
+    {".self_attn.", ".attn."},
+    {"model.embed_tokens.", "model.embedding."},
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+};
+constexpr Buffers kVllmGptOssAttention[] = {{"self_attn.qkv_proj.weight", "attn.attn.", true}};
+// Qwen3-Next: Qwen2-MoE's shared expert and gate, and Qwen3-MoE's router inside the fused MoE layer.
+constexpr Rename kVllmQwen3Next[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.shared_expert_gate.", ".mlp.experts._shared_experts._layer.expert_gate."},
+    {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
+    {".mlp.gate.", ".mlp.experts.gate."},
+};
+// Llama-4: the MoE layer is feed_forward; its router stays where it is.
+constexpr Rename kVllmLlama4[] = {
+    {".feed_forward.experts.w13_", ".feed_forward.experts.routed_experts.w13_"},
+    {".feed_forward.experts.w2_", ".feed_forward.experts.routed_experts.w2_"},
+    {".feed_forward.shared_expert.", ".feed_forward.experts._shared_experts._layer."},
+};
+// GLM-4-MoE and ERNIE-4.5-MoE: the router's weight stays in the MLP, its score-correction bias goes
+// with the routed experts.
+constexpr Rename kVllmRoutedBias[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.e_score_correction_bias", ".mlp.experts.routed_experts.e_score_correction_bias"},
+    {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
+};
+// vLLM builds GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
+constexpr DtypeRule kVllmGlm4MoeDtypes[] = {{"mlp.gate.weight", DType::kF32}};
+// DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
+// weights_proj as one replicated weight.
+constexpr DtypeRule kVllmDeepseekV32Dtypes[] = {{"self_attn.indexer.k_norm.weight", DType::kF32},
+                                                {"self_attn.indexer.k_norm.bias", DType::kF32}};
+constexpr FusedRows kVllmDeepseekV32Fused[] = {{"self_attn.indexer.wk.weight",
+                                                "self_attn.indexer.weights_proj.weight",
+                                                "self_attn.indexer.wk_weights_proj.weight"}};
+
 // SGLang's attention modules hold buffers only under an FP8 config (its KV-cache slots); its Qwen3
 // attention none.
 constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, kSglangKvSlots}};
@@ -170,6 +228,15 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+    // FP8 and compressed-tensors of these families are not checked against vLLM yet.
+    {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0},
+    {Engine::kVllm, "qwen3_next", kVllmQwen3Next, kVllmAttention, false, 0},
+    {Engine::kVllm, "llama4", kVllmLlama4, kVllmAttention, false, 0},
+    {Engine::kVllm, "minimax_m2", kVllmMixtral, kVllmAttention, false, 0},
+    {Engine::kVllm, "deepseek_v32", kVllmDeepseek, kVllmMla, false, 0, kVllmDeepseekV32Dtypes,
+     kVllmDeepseekV32Fused},
+    {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kVllmGlm4MoeDtypes},
+    {Engine::kVllm, "ernie4_5_moe", kVllmRoutedBias, kVllmAttention, false, 0},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -392,12 +459,44 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
       out.push_back({param.name, param.dtype, param.shape, &param});
       continue;
     }
-    const bool model_dtype = is_qk_norm(param.name) && param.dtype == DType::kF32;
-    const std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
-                                 ? std::string(kTiedEmbedding.to)
-                                 : renamed(param.name, row->renames);
-    EngineTensor& tensor = out.emplace_back(
-        EngineTensor{name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    const FusedRows* fused = nullptr;
+    const PlanParam* second = nullptr;
+    bool fused_second = false;
+    for (const FusedRows& rule : row->fused) {
+      fused_second = fused_second || param.name.ends_with(rule.second);
+      if (param.name.ends_with(rule.first)) fused = &rule;
+    }
+    if (fused_second) continue;  // written with its first part
+    if (fused) {
+      const std::string prefix = param.name.substr(0, param.name.size() - fused->first.size());
+      const std::string wanted = prefix + std::string(fused->second);
+      for (const PlanParam& other : rank.params) {
+        if (other.name == wanted) second = &other;
+      }
+      if (!second || second->dtype != param.dtype || second->shape.size() != param.shape.size() ||
+          !std::equal(param.shape.begin() + 1, param.shape.end(), second->shape.begin() + 1)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--engine {} holds {} as one tensor", engine_name(engine),
+                                prefix + std::string(fused->name)),
+                    {.tensor = wanted,
+                     .expected = fmt::format("{} rows of {}'s size and dtype", wanted, param.name),
+                     .found = second ? fmt::format("{} {}", dtype_name(second->dtype), shape_text(second->shape))
+                                     : std::string("missing")});
+      }
+    }
+    DType dtype = is_qk_norm(param.name) && param.dtype == DType::kF32 ? plan.dtype : param.dtype;
+    for (const DtypeRule& rule : row->dtypes) {
+      if (param.name.ends_with(rule.suffix)) dtype = rule.to;
+    }
+    std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
+                           ? std::string(kTiedEmbedding.to)
+                           : renamed(param.name, row->renames);
+    Shape shape = param.shape;
+    if (fused) {
+      name = param.name.substr(0, param.name.size() - fused->first.size()) + std::string(fused->name);
+      shape[0] += second->shape[0];
+    }
+    EngineTensor& tensor = out.emplace_back(EngineTensor{name, dtype, shape, &param, 0, EngineReduce::kNone, second});
     const PlanModule& module = plan.modules[param.module];
     const bool per_part_scale = module.post == PostProcess::kFp8Requantize &&
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&
