@@ -312,6 +312,16 @@ std::string_view fp8_format_name(Fp8Format format) {
 
 }  // namespace
 
+std::vector<std::string> engine_names_of(Engine engine, const std::string& layout_name) {
+  std::vector<std::string> out{layout_name};
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine != engine) continue;
+    std::string name = renamed(layout_name, row.renames);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(std::move(name));
+  }
+  return out;
+}
+
 void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   // Only SGLang's sharded_state loader post-processes the empty model before it reads the files;
   // vLLM's post-processes after, so its export holds the layers as loaded.

@@ -42,6 +42,10 @@ struct EngineTensor {
 std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine,
                                          EngineUse use = EngineUse::kExport);
 
+// The names a layout tensor may have in `engine`'s rank files: its own, and each rename of it by
+// one of the engine's families (what an export's reader looks for when a checkpoint may lack it).
+std::vector<std::string> engine_names_of(Engine engine, const std::string& layout_name);
+
 // The same list as data, for the engine hooks (shardload.engines.engine_layout) and the weight
 // server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill,
 // rows}], `source` the planned parameter it is made of (its elements, or its one element repeated
