@@ -89,10 +89,13 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtBlock, "compressed-tensors block"},
 };
 
-// A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm).
+// A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
+// `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
 struct DtypeRule {
   std::string_view suffix;
-  DType to;
+  DType to = DType::kF32;
+  bool model_dtype = false;
+  bool leading_one = false;
 };
 
 // Two planned parameters the engine holds as one tensor `name` (in the same module), `first`'s
@@ -194,8 +197,8 @@ constexpr Rename kVllmRoutedBias[] = {
     {".mlp.gate.e_score_correction_bias", ".mlp.experts.routed_experts.e_score_correction_bias"},
     {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
 };
-// vLLM builds GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
-constexpr DtypeRule kVllmGlm4MoeDtypes[] = {{"mlp.gate.weight", DType::kF32}};
+// vLLM and SGLang build GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
+constexpr DtypeRule kGlm4MoeRouter[] = {{"mlp.gate.weight", DType::kF32}};
 // DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
 // weights_proj as one replicated weight.
 constexpr DtypeRule kVllmDeepseekV32Dtypes[] = {{"self_attn.indexer.k_norm.weight", DType::kF32},
@@ -218,6 +221,12 @@ constexpr Rename kSglangDeepseek[] = {
     {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
 };
 
+// SGLang's ERNIE-4.5 router: weight and score-correction bias in the model dtype, the bias [1, E]
+// as the checkpoint's moe_statics.
+constexpr DtypeRule kSglangErnieRouter[] = {
+    {"mlp.gate.weight", DType::kF32, /*model_dtype=*/true},
+    {"mlp.gate.e_score_correction_bias", DType::kF32, /*model_dtype=*/true, /*leading_one=*/true}};
+
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention},
@@ -235,7 +244,7 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "minimax_m2", kVllmMixtral, kVllmAttention, false, 0},
     {Engine::kVllm, "deepseek_v32", kVllmDeepseek, kVllmMla, false, 0, kVllmDeepseekV32Dtypes,
      kVllmDeepseekV32Fused},
-    {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kVllmGlm4MoeDtypes},
+    {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kGlm4MoeRouter},
     {Engine::kVllm, "ernie4_5_moe", kVllmRoutedBias, kVllmAttention, false, 0},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
@@ -245,6 +254,33 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, kSglangFp8},
     {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
     {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
+    // Unquantized only (FP8 of these families not checked against SGLang yet): no KV-cache slots.
+    {Engine::kSglang, "minimax_m2", {}, {}, false, 0},
+    {Engine::kSglang, "glm4_moe", {}, {}, false, 0, kGlm4MoeRouter},
+    {Engine::kSglang, "ernie4_5_moe", {}, {}, false, 0, kSglangErnieRouter},
+};
+
+// Families an engine does not take, with the evidence (make-tiny's checkpoints at tp 2 x ep 2, the
+// engine's own load on CPU as tests/engines/ runs it; docs/engines.md).
+struct FamilyRefusal {
+  Engine engine;
+  std::string_view family;
+  std::string_view why;
+};
+constexpr FamilyRefusal kFamilyRefusals[] = {
+    {Engine::kSglang, "gpt_oss",
+     "SGLang 0.5.23's own load of it fails with expert parallelism (its fused w2 loader copies every "
+     "expert into the rank's) and does not know the Hub's mxfp4 method without its CUDA kernels: "
+     "nothing correct to match"},
+    {Engine::kSglang, "qwen3_next",
+     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
+     "snapshots): not checked"},
+    {Engine::kSglang, "llama4",
+     "SGLang 0.5.23 holds Llama-4's q/k rows in the checkpoint's interleaved order, not layout.md's "
+     "rotary order, and its experts otherwise: an engine layout of its own, not built yet"},
+    {Engine::kSglang, "deepseek_v32",
+     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
+     "the CUDA device's capability): not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -338,8 +374,11 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   const std::string family(family_name(plan.model.family));
   const EngineFamily* row = find_engine_family(engine, family);
   if (!row) {
-    refuse(engine, "this family: its model's names are not checked yet",
-           "a family of " + families_of(engine), family);
+    std::string_view why = "its model's names are not checked yet";
+    for (const FamilyRefusal& refusal : kFamilyRefusals) {
+      if (refusal.engine == engine && refusal.family == family) why = refusal.why;
+    }
+    refuse(engine, fmt::format("this family: {}", why), "a family of " + families_of(engine), family);
   }
   const size_t moe_layers = plan.physical_to_logical.size();
   if (row->every_layer_moe && moe_layers != static_cast<size_t>(plan.model.layers)) {
@@ -495,13 +534,17 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
       }
     }
     DType dtype = is_qk_norm(param.name) && param.dtype == DType::kF32 ? plan.dtype : param.dtype;
+    bool leading_one = false;
     for (const DtypeRule& rule : row->dtypes) {
-      if (param.name.ends_with(rule.suffix)) dtype = rule.to;
+      if (!param.name.ends_with(rule.suffix)) continue;
+      dtype = rule.model_dtype ? plan.dtype : rule.to;
+      leading_one = rule.leading_one;
     }
     std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
                            ? std::string(kTiedEmbedding.to)
                            : renamed(param.name, row->renames);
     Shape shape = param.shape;
+    if (leading_one) shape.insert(shape.begin(), 1);
     if (fused) {
       name = param.name.substr(0, param.name.size() - fused->first.size()) + std::string(fused->name);
       shape[0] += second->shape[0];

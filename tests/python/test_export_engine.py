@@ -183,7 +183,8 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
 
 @pytest.mark.parametrize("arch,quant,flags,words", [
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
-    ("gpt_oss", "none", ["--tp", 2, "--engine", "sglang"], ["gpt_oss", "llama, qwen2"]),
+    ("gpt_oss", "none", ["--tp", 2, "--engine", "sglang"], ["gpt_oss", "llama, qwen2", "expert parallelism"]),
+    ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
     # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
     ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["FP8 format of glm4_moe", "unquantized"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
