@@ -922,7 +922,13 @@ def _engine_entry(t, table, where, path):
     if isinstance(fill, bool) or not isinstance(fill, (int, float)):
         raise _manifest_error(path, f"{where}.fill", "a number", found=name)
     out = {"name": name, "dtype": dtype, "shape": list(shape), "source": None, "source_shape": None,
-           "source_dtype": None, "fill": float(fill)}
+           "source_dtype": None, "fill": float(fill), "rows": None}
+    rows = t.get("rows")
+    if rows is not None:  # the rows [first, count] of the engine's tensor this part fills
+        if not isinstance(rows, list) or len(rows) != 2 or not all(_is_uint(r, 1 << 40) for r in rows) \
+                or not shape or rows[1] != shape[0]:
+            raise _manifest_error(path, f"{where}.rows", "[first row, rows] of the part's shape", found=name)
+        out["rows"] = list(rows)
     if source is None:
         return out
     served = table.get(source) if isinstance(source, str) else None

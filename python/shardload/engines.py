@@ -46,6 +46,14 @@ def state_targets(module):
     return {name: state[name] for name in kept.values()}
 
 
+def _target(targets, e):
+    """The engine's tensor an entry fills: the tensor, or the rows `rows` [first, count] of it where the engine
+    holds two layout tensors as one (vLLM's DeepSeek-V3.2 indexer.wk_weights_proj)."""
+    t = targets[e["name"]]
+    rows = e.get("rows")
+    return t if rows is None else t.narrow(0, rows[0], rows[1])
+
+
 def _check(entries, targets, where):
     """Every mismatch between the engine layout and the module, named, in one error."""
     problems = []
@@ -56,6 +64,11 @@ def _check(entries, targets, where):
         t = targets.get(e["name"])
         if t is None:
             continue
+        rows = e.get("rows")
+        if rows is not None and (t.dim() == 0 or rows[0] + rows[1] > t.shape[0]):
+            problems.append(f"{e['name']}: rows {rows[0]} to {rows[0] + rows[1]} outside the module's {tuple(t.shape)}")
+            continue
+        t = _target(targets, e)
         if tuple(t.shape) != tuple(e["shape"]):
             problems.append(f"{e['name']}: shape {tuple(e['shape'])} != the module's {tuple(t.shape)}")
         elif t.dtype != torch_dtype(e["dtype"]):
@@ -86,7 +99,7 @@ def fill_from_tensors(module, entries, sources, *, where="the layout", targets=N
     copied = 0
     with torch.no_grad():
         for e in entries:
-            target = targets[e["name"]]
+            target = _target(targets, e)
             if e["source"] is None:
                 target.fill_(e["fill"])
                 continue
@@ -123,7 +136,7 @@ def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0,
     for e in entries:
         if e["source"] is None:
             continue
-        target = targets[e["name"]]
+        target = _target(targets, e)
         if e["source"] in loaded:  # a tensor the engine holds twice (under two names): copied from the first
             again.append((target, e))
             continue
@@ -151,7 +164,7 @@ def fill_from_checkpoint(module, entries, model_dir, rank, layout, *, threads=0,
             if e["source"] is None:
                 targets[e["name"]].fill_(e["fill"])
     # As fill_from_tensors counts: the tensors filled from the rank (not the constant buffers).
-    stats["bytes"] = sum(targets[e["name"]].numel() * targets[e["name"]].element_size()
+    stats["bytes"] = sum(_target(targets, e).numel() * _target(targets, e).element_size()
                          for e in entries if e["source"] is not None)
     return stats
 
@@ -181,7 +194,7 @@ def fill_from_server(module, entries, client, rank, *, targets=None):
     for e in entries:
         if e["source"] is None:
             continue
-        target = targets[e["name"]]
+        target = _target(targets, e)
         served_name = client.dtype(rank, e["source"])
         served = torch_dtype(served_name)
         whole = tuple(e["source_shape"]) == tuple(e["shape"])

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/shape_text.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 
@@ -88,6 +89,23 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtBlock, "compressed-tensors block"},
 };
 
+// A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
+// `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
+struct DtypeRule {
+  std::string_view suffix;
+  DType to = DType::kF32;
+  bool model_dtype = false;
+  bool leading_one = false;
+};
+
+// Two planned parameters the engine holds as one tensor `name` (in the same module), `first`'s
+// rows then `second`'s.
+struct FusedRows {
+  std::string_view first;
+  std::string_view second;
+  std::string_view name;
+};
+
 struct EngineFamily {
   Engine engine;
   std::string_view family;
@@ -104,6 +122,8 @@ struct EngineFamily {
   // quant_method fp8 block checkpoint's weight_scale_inv unloaded (at their initial value) in its own
   // load.
   unsigned fp8 = kEveryFp8Format;
+  std::span<const DtypeRule> dtypes{};
+  std::span<const FusedRows> fused{};
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -146,6 +166,47 @@ constexpr Rename kVllmQwen2Moe[] = {
     {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
 };
 
+// gpt-oss: vLLM's names for the embedding ("embedding") and the attention ("attn"), whose Attention
+// module (with its scales) is attn.attn.
+constexpr Rename kVllmGptOss[] = {
+    {".self_attn.", ".attn."},
+    {"model.embed_tokens.", "model.embedding."},
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+};
+constexpr Buffers kVllmGptOssAttention[] = {{"self_attn.qkv_proj.weight", "attn.attn.", true}};
+// Qwen3-Next: Qwen2-MoE's shared expert and gate, and Qwen3-MoE's router inside the fused MoE layer.
+constexpr Rename kVllmQwen3Next[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.shared_expert_gate.", ".mlp.experts._shared_experts._layer.expert_gate."},
+    {".mlp.shared_expert.", ".mlp.experts._shared_experts._layer."},
+    {".mlp.gate.", ".mlp.experts.gate."},
+};
+// Llama-4: the MoE layer is feed_forward; its router stays where it is.
+constexpr Rename kVllmLlama4[] = {
+    {".feed_forward.experts.w13_", ".feed_forward.experts.routed_experts.w13_"},
+    {".feed_forward.experts.w2_", ".feed_forward.experts.routed_experts.w2_"},
+    {".feed_forward.shared_expert.", ".feed_forward.experts._shared_experts._layer."},
+};
+// GLM-4-MoE and ERNIE-4.5-MoE: the router's weight stays in the MLP, its score-correction bias goes
+// with the routed experts.
+constexpr Rename kVllmRoutedBias[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.e_score_correction_bias", ".mlp.experts.routed_experts.e_score_correction_bias"},
+    {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
+};
+// vLLM and SGLang build GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
+constexpr DtypeRule kGlm4MoeRouter[] = {{"mlp.gate.weight", DType::kF32}};
+// DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
+// weights_proj as one replicated weight.
+constexpr DtypeRule kVllmDeepseekV32Dtypes[] = {{"self_attn.indexer.k_norm.weight", DType::kF32},
+                                                {"self_attn.indexer.k_norm.bias", DType::kF32}};
+constexpr FusedRows kVllmDeepseekV32Fused[] = {{"self_attn.indexer.wk.weight",
+                                                "self_attn.indexer.weights_proj.weight",
+                                                "self_attn.indexer.wk_weights_proj.weight"}};
+
 // SGLang's attention modules hold buffers only under an FP8 config (its KV-cache slots); its Qwen3
 // attention none.
 constexpr Buffers kSglangAttention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", false, kSglangKvSlots}};
@@ -160,6 +221,12 @@ constexpr Rename kSglangDeepseek[] = {
     {".self_attn.fused_qkv_a_proj.", ".self_attn.fused_qkv_a_proj_with_mqa."},
 };
 
+// SGLang's ERNIE-4.5 router: weight and score-correction bias in the model dtype, the bias [1, E]
+// as the checkpoint's moe_statics.
+constexpr DtypeRule kSglangErnieRouter[] = {
+    {"mlp.gate.weight", DType::kF32, /*model_dtype=*/true},
+    {"mlp.gate.e_score_correction_bias", DType::kF32, /*model_dtype=*/true, /*leading_one=*/true}};
+
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention},
@@ -170,6 +237,15 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+    // FP8 and compressed-tensors of these families are not checked against vLLM yet.
+    {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0},
+    {Engine::kVllm, "qwen3_next", kVllmQwen3Next, kVllmAttention, false, 0},
+    {Engine::kVllm, "llama4", kVllmLlama4, kVllmAttention, false, 0},
+    {Engine::kVllm, "minimax_m2", kVllmMixtral, kVllmAttention, false, 0},
+    {Engine::kVllm, "deepseek_v32", kVllmDeepseek, kVllmMla, false, 0, kVllmDeepseekV32Dtypes,
+     kVllmDeepseekV32Fused},
+    {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kGlm4MoeRouter},
+    {Engine::kVllm, "ernie4_5_moe", kVllmRoutedBias, kVllmAttention, false, 0},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -178,6 +254,33 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kSglang, "qwen3_moe", {}, {}, /*every_layer_moe=*/true, kSglangFp8},
     {Engine::kSglang, "deepseek_v2", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
     {Engine::kSglang, "deepseek_v3", kSglangDeepseek, kSglangMla, false, kFp8Block | kCtBlock},
+    // Unquantized only (FP8 of these families not checked against SGLang yet): no KV-cache slots.
+    {Engine::kSglang, "minimax_m2", {}, {}, false, 0},
+    {Engine::kSglang, "glm4_moe", {}, {}, false, 0, kGlm4MoeRouter},
+    {Engine::kSglang, "ernie4_5_moe", {}, {}, false, 0, kSglangErnieRouter},
+};
+
+// Families an engine does not take, with the evidence (make-tiny's checkpoints at tp 2 x ep 2, the
+// engine's own load on CPU as tests/engines/ runs it; docs/engines.md).
+struct FamilyRefusal {
+  Engine engine;
+  std::string_view family;
+  std::string_view why;
+};
+constexpr FamilyRefusal kFamilyRefusals[] = {
+    {Engine::kSglang, "gpt_oss",
+     "SGLang 0.5.23's own load of it fails with expert parallelism (its fused w2 loader copies every "
+     "expert into the rank's) and does not know the Hub's mxfp4 method without its CUDA kernels: "
+     "nothing correct to match"},
+    {Engine::kSglang, "qwen3_next",
+     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
+     "snapshots): not checked"},
+    {Engine::kSglang, "llama4",
+     "SGLang 0.5.23 holds Llama-4's q/k rows in the checkpoint's interleaved order, not layout.md's "
+     "rotary order, and its experts otherwise: an engine layout of its own, not built yet"},
+    {Engine::kSglang, "deepseek_v32",
+     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
+     "the CUDA device's capability): not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -245,6 +348,16 @@ std::string_view fp8_format_name(Fp8Format format) {
 
 }  // namespace
 
+std::vector<std::string> engine_names_of(Engine engine, const std::string& layout_name) {
+  std::vector<std::string> out{layout_name};
+  for (const EngineFamily& row : kEngineFamilies) {
+    if (row.engine != engine) continue;
+    std::string name = renamed(layout_name, row.renames);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(std::move(name));
+  }
+  return out;
+}
+
 void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   // Only SGLang's sharded_state loader post-processes the empty model before it reads the files;
   // vLLM's post-processes after, so its export holds the layers as loaded.
@@ -261,8 +374,11 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   const std::string family(family_name(plan.model.family));
   const EngineFamily* row = find_engine_family(engine, family);
   if (!row) {
-    refuse(engine, "this family: its model's names are not checked yet",
-           "a family of " + families_of(engine), family);
+    std::string_view why = "its model's names are not checked yet";
+    for (const FamilyRefusal& refusal : kFamilyRefusals) {
+      if (refusal.engine == engine && refusal.family == family) why = refusal.why;
+    }
+    refuse(engine, fmt::format("this family: {}", why), "a family of " + families_of(engine), family);
   }
   const size_t moe_layers = plan.physical_to_logical.size();
   if (row->every_layer_moe && moe_layers != static_cast<size_t>(plan.model.layers)) {
@@ -392,12 +508,48 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
       out.push_back({param.name, param.dtype, param.shape, &param});
       continue;
     }
-    const bool model_dtype = is_qk_norm(param.name) && param.dtype == DType::kF32;
-    const std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
-                                 ? std::string(kTiedEmbedding.to)
-                                 : renamed(param.name, row->renames);
-    EngineTensor& tensor = out.emplace_back(
-        EngineTensor{name, model_dtype ? plan.dtype : param.dtype, param.shape, &param});
+    const FusedRows* fused = nullptr;
+    const PlanParam* second = nullptr;
+    bool fused_second = false;
+    for (const FusedRows& rule : row->fused) {
+      fused_second = fused_second || param.name.ends_with(rule.second);
+      if (param.name.ends_with(rule.first)) fused = &rule;
+    }
+    if (fused_second) continue;  // written with its first part
+    if (fused) {
+      const std::string prefix = param.name.substr(0, param.name.size() - fused->first.size());
+      const std::string wanted = prefix + std::string(fused->second);
+      for (const PlanParam& other : rank.params) {
+        if (other.name == wanted) second = &other;
+      }
+      if (!second || second->dtype != param.dtype || second->shape.size() != param.shape.size() ||
+          !std::equal(param.shape.begin() + 1, param.shape.end(), second->shape.begin() + 1)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--engine {} holds {} as one tensor", engine_name(engine),
+                                prefix + std::string(fused->name)),
+                    {.tensor = wanted,
+                     .expected = fmt::format("{} rows of {}'s size and dtype", wanted, param.name),
+                     .found = second ? fmt::format("{} {}", dtype_name(second->dtype), shape_text(second->shape))
+                                     : std::string("missing")});
+      }
+    }
+    DType dtype = is_qk_norm(param.name) && param.dtype == DType::kF32 ? plan.dtype : param.dtype;
+    bool leading_one = false;
+    for (const DtypeRule& rule : row->dtypes) {
+      if (!param.name.ends_with(rule.suffix)) continue;
+      dtype = rule.model_dtype ? plan.dtype : rule.to;
+      leading_one = rule.leading_one;
+    }
+    std::string name = plan.model.tie_embeddings && param.name == kTiedEmbedding.from
+                           ? std::string(kTiedEmbedding.to)
+                           : renamed(param.name, row->renames);
+    Shape shape = param.shape;
+    if (leading_one) shape.insert(shape.begin(), 1);
+    if (fused) {
+      name = param.name.substr(0, param.name.size() - fused->first.size()) + std::string(fused->name);
+      shape[0] += second->shape[0];
+    }
+    EngineTensor& tensor = out.emplace_back(EngineTensor{name, dtype, shape, &param, 0, EngineReduce::kNone, second});
     const PlanModule& module = plan.modules[param.module];
     const bool per_part_scale = module.post == PostProcess::kFp8Requantize &&
                                 module.moe_layer < 0 && module.part_rows.size() > 1 &&

@@ -28,6 +28,9 @@ struct EngineTensor {
   const PlanParam* param = nullptr;
   float fill = 0;
   EngineReduce reduce = EngineReduce::kNone;
+  // Not null: the engine holds two planned parameters as one, this one's rows after `param`'s
+  // (same dtype and row size; vLLM's DeepSeek-V3.2 indexer.wk_weights_proj).
+  const PlanParam* rows_after = nullptr;
 };
 
 // check_engine_plan (what an engine can take) is in shardload/export.h.
@@ -39,11 +42,17 @@ struct EngineTensor {
 std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank, Engine engine,
                                          EngineUse use = EngineUse::kExport);
 
+// The names a layout tensor may have in `engine`'s rank files: its own, and each rename of it by
+// one of the engine's families (what an export's reader looks for when a checkpoint may lack it).
+std::vector<std::string> engine_names_of(Engine engine, const std::string& layout_name);
+
 // The same list as data, for the engine hooks (shardload.engines.engine_layout) and the weight
-// server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill}],
-// `source` the planned parameter it is made of (its elements, or its one element repeated where
-// `shape` holds more) with its shape and dtype, all three null for a buffer no checkpoint has (every
-// element `fill`).
+// server's manifest (engine_ranks): [{name, dtype, shape, source, source_shape, source_dtype, fill,
+// rows}], `source` the planned parameter it is made of (its elements, or its one element repeated
+// where `shape` holds more) with its shape and dtype, all three null for a buffer no checkpoint has
+// (every element `fill`). A tensor made of two parameters' rows (EngineTensor::rows_after) is two
+// entries of the same name, each with its part's shape and `rows` [first row, rows]; else `rows` is
+// null.
 nlohmann::json engine_tensors_json(const Plan& plan, const RankPlan& rank, Engine engine);
 
 }  // namespace shardload

@@ -80,11 +80,14 @@ LoadedExport load_export(const std::string& dir, const std::vector<int>& wanted,
   for (const SafetensorsFile& file : files) {
     for (const TensorInfo& info : file.header().tensors) present.insert(info.name);
   }
+  // An export written for an engine holds that engine's names (engine_tensors.h), a parameter a
+  // checkpoint may lack (ERNIE's moe_statics) too.
   const Plan plan = plan_of_export(dir, *out.manifest, manifest, [&](std::string_view name) {
-    return present.contains(name);
+    for (const std::string& held : engine_names_of(manifest.engine, std::string(name))) {
+      if (present.contains(held)) return true;
+    }
+    return false;
   });
-  // An export written for an engine holds that engine's names (engine_tensors.h); its families have
-  // no parameter a checkpoint may lack, so `present` above never needs them.
   check_engine_plan(plan, manifest.engine, manifest.engine_use);
   std::vector<Copy> copies;
   std::vector<uint64_t> sizes;  // of each rank's buffer

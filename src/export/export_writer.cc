@@ -146,6 +146,14 @@ nlohmann::json write_rank_files(const Plan& plan, const RankWeights& weights, co
                      : std::span<const std::byte>();
     const uint64_t elements = shape_numel(tensor.shape);
     uint64_t from_param = tensor.param ? shape_numel(tensor.param->shape) : 0;
+    if (tensor.rows_after) {  // the engine's one tensor of two parameters' rows
+      const PlanParam& second = *tensor.rows_after;
+      AlignedBuffer& joined = made.emplace_back(data.size() + second.nbytes, kMadeAlignment);
+      std::memcpy(joined.data(), data.data(), data.size());
+      std::memcpy(joined.data() + data.size(), weights.buffer.span().data() + second.offset, second.nbytes);
+      data = joined.span();
+      from_param += shape_numel(second.shape);
+    }
     if (tensor.reduce != EngineReduce::kNone) {
       data = made.emplace_back(reduced(tensor, data)).span();
       from_param = data.size() * 8 / dtype_bits(tensor.param->dtype);

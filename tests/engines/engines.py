@@ -207,11 +207,11 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 pairs += [f"{sharded}-post", export, f"{sharded}-post", gpu[0], f"{sharded}-post", gpu[1]]
                 if arch.startswith("deepseek"):  # and the MLA tensors it derives after reading them
                     pairs += [f"{sharded}-post-derived", f"{plugin}-post-derived"]
-            if quant in ("none", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
-                # block and channel FP8: the checkpoint's codes and scales, cut
+            if quant in ("none", "mxfp4", "fp8-block", "ct-fp8-channel", "ct-fp8-block"):
+                # MXFP4 (gpt-oss's experts), block and channel FP8: the checkpoint's codes and scales, cut
                 pairs += ([own, sharded, own, export] if exported and not post_processed else [])
                 pairs += [own, plugin, own, served]
-                if quant != "none" and not vllm:  # SGLang post-processes block FP8 on load: after it too
+                if quant not in ("none", "mxfp4") and not vllm:  # SGLang post-processes FP8 on load: after it too
                     pairs += [pathlib.Path(f"{own}-post"), pathlib.Path(f"{plugin}-post")]
             else:
                 # FP8: shardload's rank is requantized once (one scale per fused layer) where the engine

@@ -27,10 +27,17 @@ COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen2", 1, "ct-fp8-channel"), ("
                ("deepseek_v2", 2, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")])
 
 
+# The families vLLM builds on CPU with the harness's stand-ins for a kernel choice (vllm_ranks.py:
+# cpu_model_stand_ins), each with expert parallelism; gpt-oss also with its experts in MXFP4 as the Hub
+# ships them.
+MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deepseek_v32", "glm4_moe",
+                         "ernie4_5_moe"]] + [("gpt_oss", 2, "mxfp4")]
+
+
 def test_vllm_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       [(a, 2) for a in MOE], sync=True, hub=True))
+                       MORE + [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):

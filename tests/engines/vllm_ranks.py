@@ -108,6 +108,7 @@ def rank_main(rank, args, port, errors):
 
             CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
             CPUFp8BlockScaledMMKernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
+        cpu_model_stand_ins(built)
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
         for (model_dir, out, load_format, _), (model_config, load_config, vllm_config) in zip(args.jobs, built):
             with set_current_vllm_config(vllm_config):
@@ -138,6 +139,36 @@ def rank_main(rank, args, port, errors):
 
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
+
+
+def cpu_model_stand_ins(built):
+    """What vLLM asks of the device while it builds a model, answered for CPU where nothing it picks runs
+    here (no forward pass, no post-processing of these layers): gpt-oss's MXFP4 experts get the CPU kernel
+    class (its check asks for AMX tiles)."""
+    import torch
+
+    quant_methods = {c.quantization for c, _, _ in built}
+    if "gpt_oss_mxfp4" in quant_methods:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
+
+        CPUExpertsMxfp4._supports_current_device = staticmethod(lambda: True)
+    if any(getattr(c.hf_config, "index_topk", None) for c, _, _ in built):
+        # DeepSeek-V3.2's sparse attention (its indexer) has no CPU backend: a sparse MLA backend class is
+        # named, which only sizes its KV cache; its workspace manager is made on the CPU device.
+        from vllm.platforms.cpu import CpuPlatform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        choose = CpuPlatform.get_attn_backend_cls.__func__
+
+        def attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+            if attn_selector_config.use_sparse:
+                return AttentionBackendEnum.FLASHMLA_SPARSE.get_path()
+            return choose(cls, selected_backend, attn_selector_config, num_heads)
+
+        CpuPlatform.get_attn_backend_cls = classmethod(attn_backend_cls)
+        from vllm.v1.worker.workspace import init_workspace_manager
+
+        init_workspace_manager(torch.device("cpu"))
 
 
 def per_tensor_fp8(model_config):

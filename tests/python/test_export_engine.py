@@ -148,9 +148,45 @@ def test_python_api_engine(tiny, tmp_path):
         shardload.export(tiny("llama"), tmp_path / "bad", tp=2, engine="tensorrt")
 
 
+def f32_of_bf16(blob):
+    """bfloat16 values widened to float32 (exact), as bytes."""
+    return b"".join(b"\0\0" + blob[i:i + 2] for i in range(0, len(blob), 2))
+
+
+def test_vllm_rows_of_the_later_families(tiny, tmp_path):
+    """vLLM's DeepSeek-V3.2 holds the indexer's wk and weights_proj as one tensor (wk's rows first) and its
+    k_norm in float32; GLM-4-MoE's router float32 with the score-correction bias among the routed experts;
+    gpt-oss's embedding and attention under vLLM's own names. (tests/engines/ has vLLM load them.)"""
+    v32 = tiny("deepseek_v32")
+    plain, vllm = (rank_tensors(export(v32, tmp_path / name, "--tp", 2, "--ep", 2, *flags), 1)
+                   for name, flags in (("plain", []), ("vllm", ["--engine", "vllm"])))
+    prefix = "model.layers.0.self_attn.indexer."
+    wk, weights_proj = plain[prefix + "wk.weight"], plain[prefix + "weights_proj.weight"]
+    fused = vllm[prefix + "wk_weights_proj.weight"]
+    assert fused == ("BF16", [wk[1][0] + weights_proj[1][0], wk[1][1]], wk[2] + weights_proj[2])
+    assert prefix + "wk.weight" not in vllm and prefix + "weights_proj.weight" not in vllm
+    for part in ("weight", "bias"):
+        norm = plain[f"{prefix}k_norm.{part}"]
+        assert norm[0] == "BF16" and vllm[f"{prefix}k_norm.{part}"] == ("F32", norm[1], f32_of_bf16(norm[2]))
+    glm = tiny("glm4_moe")
+    plain, vllm = (rank_tensors(export(glm, tmp_path / f"glm-{name}", "--tp", 2, "--ep", 2, *flags), 0)
+                   for name, flags in (("plain", []), ("vllm", ["--engine", "vllm"])))
+    gate = plain["model.layers.1.mlp.gate.weight"]
+    assert gate[0] == "BF16" and vllm["model.layers.1.mlp.gate.weight"] == ("F32", gate[1], f32_of_bf16(gate[2]))
+    assert (vllm["model.layers.1.mlp.experts.routed_experts.e_score_correction_bias"]
+            == plain["model.layers.1.mlp.gate.e_score_correction_bias"])
+    oss = rank_tensors(export(tiny("gpt_oss"), tmp_path / "oss", "--tp", 2, "--ep", 2, "--engine", "vllm"), 0)
+    assert "model.embedding.weight" in oss and "model.layers.0.attn.qkv_proj.weight" in oss
+    assert {n for n in oss if n.startswith("model.layers.0.attn.attn.")} == {
+        f"model.layers.0.attn.attn._{s}_scale" for s in ("k", "v", "q", "prob")}
+
+
 @pytest.mark.parametrize("arch,quant,flags,words", [
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
-    ("gpt_oss", "none", ["--tp", 2, "--engine", "vllm"], ["gpt_oss", "llama, qwen2"]),
+    ("gpt_oss", "none", ["--tp", 2, "--engine", "sglang"], ["gpt_oss", "llama, qwen2", "expert parallelism"]),
+    ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
+    # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
+    ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["FP8 format of glm4_moe", "unquantized"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
     # --engine-post-processed: SGLang's, for the FP8 formats its hooks take
     ("llama", "fp8", ["--tp", 2, "--engine", "vllm", "--engine-post-processed"], ["SGLang", "vllm"]),

@@ -555,8 +555,8 @@ TEST(PlanCases, Float32Tensors) {
   EXPECT_EQ(bias.shape, (Shape{8}));  // squeezed from [1, 8]
   EXPECT_EQ(pieces(ernie, bias).front().source,
             "model.layers.1.mlp.moe_statics.e_score_correction_bias");
-  // ERNIE's router is float32 on disk but exported in the model dtype like every router.
-  EXPECT_EQ(param(ernie, 0, "model.layers.1.mlp.gate.weight").dtype, DType::kBF16);
+  // ERNIE's router is kept float32, as on disk and in vLLM and FastDeploy (docs/layout.md).
+  EXPECT_EQ(param(ernie, 0, "model.layers.1.mlp.gate.weight").dtype, DType::kF32);
   for (const std::string& skipped : ernie.skipped)
     EXPECT_NE(skipped.find("mtp"), std::string::npos) << skipped;
 

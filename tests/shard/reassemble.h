@@ -87,6 +87,8 @@ struct ConfigView {
 inline bool kept_float32(std::string_view name, const ConfigView& config) {
   // MiniMax-M2's router is float32 on the Hub and in vLLM (Mixtral's is in the model dtype).
   if (config.architecture == "MiniMaxM2ForCausalLM" && name.ends_with("block_sparse_moe.gate.weight")) return true;
+  // ERNIE-4.5-MoE's too (the Hub's, vLLM's and FastDeploy's).
+  if (config.architecture == "Ernie4_5_MoeForCausalLM" && name.ends_with("mlp.gate.weight")) return true;
   return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight") ||
          name.ends_with("e_score_correction_bias") || name.ends_with("linear_attn.A_log");
 }

@@ -1,16 +1,26 @@
-// ERNIE-4.5-MoE: routed and shared experts; the optional moe_statics bias becomes the router's float32
-// e_score_correction_bias, squeezed from [1, E] to [E]; multi-token-prediction tensors are skipped.
+// ERNIE-4.5-MoE: routed and shared experts; a float32 router; the optional moe_statics bias becomes the
+// router's float32 e_score_correction_bias, squeezed from [1, E] to [E]; multi-token-prediction
+// tensors are skipped.
 #include "model/arch/family.h"
 #include "model/config_fields.h"
 
 namespace shardload::arch {
 namespace {
 
+// The router as the Hub's checkpoints store it and as vLLM and FastDeploy hold it: float32 (SGLang
+// holds it in the model dtype; its export casts, docs/engines.md).
+std::vector<ParamRule> experts() {
+  std::vector<ParamRule> rules = expert_rules("mlp.", "gate_proj", "up_proj", "down_proj");
+  for (ParamRule& rule : rules) {
+    if (rule.target == "mlp.gate.weight") rule.keep = Keep::kFloat32;
+  }
+  return rules;
+}
+
 const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
-      .layer = concat({norm_rules(), attention_rules(/*qk_norm=*/false), dense_mlp_rules(),
-                       expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
+      .layer = concat({norm_rules(), attention_rules(/*qk_norm=*/false), dense_mlp_rules(), experts(),
                        shared_expert_rules("mlp.shared_experts."),
                        {{.target = "mlp.gate.e_score_correction_bias",
                          .when = When::kMoeLayer,
