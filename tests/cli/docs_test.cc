@@ -1,5 +1,6 @@
 // The README is read in five minutes: at most 250 lines and no dated measurement (those are
-// docs/benchmarks.md's); every page of docs/ opens with what it covers and for whom in at most five lines.
+// docs/benchmarks.md's) and links every page; every page of docs/ opens with what it covers and for whom in
+// at most five lines.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -46,6 +47,15 @@ TEST(Docs, EveryPageOpensWithWhatItCoversInAtMostFiveLines) {
     EXPECT_LE(opening, kOpeningLines) << entry.path() << ": the opening paragraph";
   }
   EXPECT_GT(pages, 0u);
+}
+
+// "Where to read more" names every page (docs/families/ as one folder).
+TEST(Docs, TheReadmeLinksEveryPage) {
+  const std::string readme = read_file(SHARDLOAD_SOURCE_DIR "/README.md");
+  for (const fs::directory_entry& entry : fs::directory_iterator(SHARDLOAD_SOURCE_DIR "/docs")) {
+    const std::string name = entry.path().filename().string() + (entry.is_directory() ? "/" : "");
+    EXPECT_NE(readme.find("](docs/" + name + ")"), std::string::npos) << "README.md does not link docs/" << name;
+  }
 }
 
 }  // namespace
