@@ -1,8 +1,8 @@
 #pragma once
 
 // What shardload supports, worked out from the code rather than written down: every registered
-// family (src/model/arch/registry.cc), each checkpoint format make-tiny writes for it and the planner
-// plans, and whether each engine target takes it (check_engine_plan over the tables of
+// family (src/model/arch/registry.cc), each checkpoint format make-tiny writes for it and the
+// planner plans, and whether each engine target takes it (check_engine_plan over the tables of
 // src/export/engine_tensors.cc). `shardload support` prints it; the README's matrix is that output.
 
 #include <string>
@@ -18,7 +18,7 @@ struct SupportCell {
   // No: the refusal's message. Yes: the messages of the refusals on the way to the accepting
   // attempt (an engine model that needs every decoder layer MoE, an FP8 export SGLang takes only
   // post-processed); empty when the plain attempt was accepted.
-  std::vector<std::string> reasons;
+  std::vector<std::string> reasons{};
 };
 
 // A column of the matrix: an engine and what its layout is for. kExport falls back on
@@ -36,14 +36,15 @@ inline constexpr SupportTarget kSupportTargets[] = {{Engine::kVllm, EngineUse::k
 std::string support_target_label(const SupportTarget& target);
 
 struct FormatSupport {
-  std::string format;  // "bf16" (make-tiny --quant none), or the --quant spelling: "fp8", ..., "mxfp4"
-  SupportCell loads;
-  std::vector<SupportCell> targets;  // one per kSupportTargets entry; empty when !loads.yes
+  std::string
+      format;  // "bf16" (make-tiny --quant none), or the --quant spelling: "fp8", ..., "mxfp4"
+  SupportCell loads{};
+  std::vector<SupportCell> targets{};  // one per kSupportTargets entry; empty when !loads.yes
 };
 
 struct FamilySupport {
-  std::string family;  // config.json's model_type
-  std::vector<FormatSupport> formats;  // every make-tiny --quant format, in its order
+  std::string family;                    // config.json's model_type
+  std::vector<FormatSupport> formats{};  // every make-tiny --quant format, in its order
 };
 
 // Plans each family's make-tiny config in each format at tp 1 (and, for a MoE family, with every

@@ -1,14 +1,14 @@
 // `shardload support`: the support matrix (shardload/support.h) as a Markdown table with numbered
 // notes, the form the README holds it in, or as JSON.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "shardload/support.h"
@@ -26,7 +26,7 @@ class Notes {
       if (added) texts_.push_back(reason);
       out += fmt::format("{}{}", out.empty() ? "" : ", ", it->second);
     }
-    return out.empty() ? out : " (" + out + ")";
+    return out.empty() ? out : fmt::format(" ({})", out);
   }
   const std::vector<std::string>& texts() const { return texts_; }
 
@@ -44,10 +44,10 @@ std::string join_formats(const std::vector<std::string>& formats) {
     const size_t dash = format.rfind('-');
     const std::string head = dash == std::string::npos ? "" : format.substr(0, dash + 1);
     if (!head.empty() && head == prefix) {
-      out += "/" + format.substr(dash + 1);
+      out += fmt::format("/{}", format.substr(dash + 1));
       continue;
     }
-    out += (out.empty() ? "" : ", ") + format;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", format);
     prefix = head;
   }
   return out;
@@ -74,12 +74,13 @@ std::string target_cell(const FamilySupport& family, size_t target, Notes& notes
   });
   if (groups.size() == 1) {
     const SupportCell& cell = *groups[0].first;
-    return (cell.yes ? "yes" : "refused") + notes.refs(cell.reasons);
+    return fmt::format("{}{}", cell.yes ? "yes" : "refused", notes.refs(cell.reasons));
   }
   std::string out;
   for (const auto& [cell, formats] : groups) {
-    out += fmt::format("{}{}{}{}", out.empty() ? "" : "; ", cell->yes ? "" : "refused: ", join_formats(formats),
-                       notes.refs(cell->reasons));
+    out +=
+        fmt::format("{}{}{}{}", out.empty() ? "" : "; ",
+                    cell->yes ? "" : "refused: ", join_formats(formats), notes.refs(cell->reasons));
   }
   return out;
 }
@@ -89,7 +90,7 @@ void print_markdown(const std::vector<FamilySupport>& matrix) {
   std::string header = "| family | checkpoint formats |";
   std::string rule = "|---|---|";
   for (const SupportTarget& target : kSupportTargets) {
-    header += " " + support_target_label(target) + " |";
+    header += fmt::format(" {} |", support_target_label(target));
     rule += "---|";
   }
   std::cout << header << "\n" << rule << "\n";
@@ -99,15 +100,21 @@ void print_markdown(const std::vector<FamilySupport>& matrix) {
       if (format.loads.yes) loaded.push_back(format.format);
     }
     std::string line = fmt::format("| `{}` | {} |", family.family, join_formats(loaded));
-    for (size_t t = 0; t < std::size(kSupportTargets); ++t) line += " " + target_cell(family, t, notes) + " |";
+    for (size_t t = 0; t < std::size(kSupportTargets); ++t)
+      line += fmt::format(" {} |", target_cell(family, t, notes));
     std::cout << line << "\n";
   }
-  std::cout << "\nyes: taken. Formats with notes are taken once what the notes refuse is avoided; after "
-               "\"refused\", the\nnote says why. `shardload support --json` gives every format's reasons.\n\n";
-  for (size_t i = 0; i < notes.texts().size(); ++i) std::cout << fmt::format("{}. {}\n", i + 1, notes.texts()[i]);
+  std::cout
+      << "\nyes: taken. Formats with notes are taken once what the notes refuse is avoided; after "
+         "\"refused\", the\nnote says why. `shardload support --json` gives every format's "
+         "reasons.\n\n";
+  for (size_t i = 0; i < notes.texts().size(); ++i)
+    std::cout << fmt::format("{}. {}\n", i + 1, notes.texts()[i]);
 }
 
-nlohmann::json cell_json(const SupportCell& cell) { return {{"yes", cell.yes}, {"reasons", cell.reasons}}; }
+nlohmann::json cell_json(const SupportCell& cell) {
+  return {{"yes", cell.yes}, {"reasons", cell.reasons}};
+}
 
 void print_json(const std::vector<FamilySupport>& matrix) {
   nlohmann::json families = nlohmann::json::array();
@@ -131,7 +138,8 @@ void add_support_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "support", "Print which family loads in which format and reaches which vLLM / SGLang target");
-  cmd->add_flag("--json", *json, "One JSON object: per family and format, each target's yes and reasons");
+  cmd->add_flag("--json", *json,
+                "One JSON object: per family and format, each target's yes and reasons");
   cmd->footer("Example: shardload support --json");
   cmd->callback([json] {
     const std::vector<FamilySupport> matrix = support_matrix();

@@ -1,18 +1,16 @@
 // The support matrix asks the code that decides: make-tiny's generator (which formats a family has
 // checkpoints in), the planner (which it can lay out) and check_engine_plan (which an engine target
 // takes). A list kept by hand would drift from all three.
-#include "shardload/support.h"
-
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "shard/config_plan.h"
 #include "shardload/error.h"
+#include "shardload/support.h"
 #include "shardload/tiny.h"
 #include "tiny/tiny_quant.h"
 
@@ -23,14 +21,18 @@ bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) |
 
 // A refusal's message without its details, and with the family's name (some messages carry it) as
 // "the family": otherwise each row would have a note of its own for what is one reason.
-std::optional<std::string> refusal(const std::string& family, const std::function<void()>& attempt) {
+std::optional<std::string> refusal(const std::string& family,
+                                   const std::function<void()>& attempt) {
   try {
     attempt();
   } catch (const Error& e) {
     std::string message = e.message();
-    for (size_t at = message.find(family); at != std::string::npos; at = message.find(family, at + 1)) {
+    for (size_t at = message.find(family); at != std::string::npos;
+         at = message.find(family, at + 1)) {
       const size_t end = at + family.size();
-      if ((at > 0 && is_name_char(message[at - 1])) || (end < message.size() && is_name_char(message[end]))) continue;
+      if ((at > 0 && is_name_char(message[at - 1])) ||
+          (end < message.size() && is_name_char(message[end])))
+        continue;
       message.replace(at, family.size(), "the family");
     }
     return message;
@@ -94,11 +96,13 @@ FormatSupport format_support(const std::string& family, const std::string& quant
     return out;
   }
   out.loads.yes = true;
-  // A dense family has no every-layer-MoE model (make-tiny refuses it): its default is the only one.
+  // A dense family has no every-layer-MoE model (make-tiny refuses it): its default is the only
+  // one.
   Variant every_moe = plan_variant(family, quant, true);
   std::vector<const Plan*> plans = {&*plain.plan};
   if (every_moe.plan) plans.push_back(&*every_moe.plan);
-  for (const SupportTarget& target : kSupportTargets) out.targets.push_back(target_cell(family, target, plans));
+  for (const SupportTarget& target : kSupportTargets)
+    out.targets.push_back(target_cell(family, target, plans));
   return out;
 }
 
@@ -106,8 +110,9 @@ FormatSupport format_support(const std::string& family, const std::string& quant
 
 std::string support_target_label(const SupportTarget& target) {
   const std::string engine = target.engine == Engine::kVllm ? "vLLM"
-                             : target.engine == Engine::kSglang ? "SGLang"
-                                                                : std::string(engine_name(target.engine));
+                             : target.engine == Engine::kSglang
+                                 ? "SGLang"
+                                 : std::string(engine_name(target.engine));
   return engine + (target.use == EngineUse::kHooks ? " hooks" : " export");
 }
 
@@ -115,7 +120,8 @@ std::vector<FamilySupport> support_matrix() {
   std::vector<FamilySupport> out;
   for (const std::string& family : tiny_architectures()) {
     FamilySupport& row = out.emplace_back(FamilySupport{.family = family});
-    for (const std::string& quant : tiny::quant_names()) row.formats.push_back(format_support(family, quant));
+    for (const std::string& quant : tiny::quant_names())
+      row.formats.push_back(format_support(family, quant));
   }
   return out;
 }

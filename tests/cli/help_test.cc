@@ -1,4 +1,5 @@
-// What a newcomer sees first: `shardload` alone lists the commands, a line each, and every command's
+// What a newcomer sees first: `shardload` alone lists the commands, a line each, and every
+// command's
 // --help opens with one line of purpose and ends with one example.
 #include <gtest/gtest.h>
 
@@ -12,7 +13,8 @@ namespace {
 using ::shardload::testing::CommandResult;
 using ::shardload::testing::run_shardload;
 
-constexpr const char* kCommands[] = {"inspect", "make-tiny", "plan", "load", "export", "eplb", "support", "serve"};
+constexpr const char* kCommands[] = {"inspect", "make-tiny", "plan",    "load",
+                                     "export",  "eplb",      "support", "serve"};
 
 TEST(Help, ShardloadAloneListsTheCommandsALineEach) {
   const CommandResult result = run_shardload({});
@@ -35,7 +37,8 @@ TEST(Help, EveryCommandHasAPurposeLineAndAnExample) {
     const std::string example = "\nExample: shardload " + command + " ";
     const size_t at = result.out.find(example);
     ASSERT_NE(at, std::string::npos) << command << ":\n" << result.out;
-    EXPECT_EQ(result.out.find("Example:", at + example.size()), std::string::npos) << command << ": one example";
+    EXPECT_EQ(result.out.find("Example:", at + example.size()), std::string::npos)
+        << command << ": one example";
   }
 }
 

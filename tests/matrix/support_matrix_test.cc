@@ -1,5 +1,6 @@
 // The support matrix plans make-tiny's config.json of each family and format, not a checkpoint: its
-// answers must be those a real checkpoint of the same family and format gets from check_engine_plan.
+// answers must be those a real checkpoint of the same family and format gets from
+// check_engine_plan.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,7 +49,8 @@ TEST(SupportMatrix, HasEveryFamilyInEveryFormatMakeTinyKnows) {
     EXPECT_TRUE(format_of(row, "bf16").loads.yes) << row.family;
     for (const FormatSupport& format : row.formats) {
       // Every no says why; the targets are asked only of what loads.
-      EXPECT_EQ(format.loads.yes, format.loads.reasons.empty()) << row.family << " " << format.format;
+      EXPECT_EQ(format.loads.yes, format.loads.reasons.empty())
+          << row.family << " " << format.format;
       EXPECT_EQ(format.targets.size(), format.loads.yes ? std::size(kSupportTargets) : 0u)
           << row.family << " " << format.format;
       for (const SupportCell& cell : format.targets) {
@@ -66,7 +68,8 @@ TEST(SupportMatrix, FormatsAreThoseMakeTinyWritesAndThePlannerPlans) {
   const FormatSupport& llama4_fp8 = format_of(row_of(matrix, "llama4"), "fp8");
   EXPECT_FALSE(llama4_fp8.loads.yes);
   ASSERT_EQ(llama4_fp8.loads.reasons.size(), 1u);
-  EXPECT_NE(llama4_fp8.loads.reasons[0].find("no FP8 checkpoints"), std::string::npos) << llama4_fp8.loads.reasons[0];
+  EXPECT_NE(llama4_fp8.loads.reasons[0].find("no FP8 checkpoints"), std::string::npos)
+      << llama4_fp8.loads.reasons[0];
 }
 
 // A real checkpoint (the family's default model, dense layers included) is taken exactly where the
@@ -74,14 +77,15 @@ TEST(SupportMatrix, FormatsAreThoseMakeTinyWritesAndThePlannerPlans) {
 TEST(SupportMatrix, AgreesWithCheckEnginePlanOnRealCheckpoints) {
   const std::vector<FamilySupport> matrix = support_matrix();
   const std::pair<const char*, const char*> cases[] = {
-      {"llama", "fp8-block"},   {"qwen3_moe", "none"},         {"qwen3_moe", "fp8"},
-      {"deepseek_v3", "fp8"},   {"deepseek_v3", "fp8-block"}, {"glm4_moe", "none"},
+      {"llama", "fp8-block"}, {"qwen3_moe", "none"},        {"qwen3_moe", "fp8"},
+      {"deepseek_v3", "fp8"}, {"deepseek_v3", "fp8-block"}, {"glm4_moe", "none"},
   };
   for (const auto& [family, quant] : cases) {
     TempDir dir;
     make_tiny({.arch = family, .out = dir.file("model"), .quant = quant});
     const Plan plan = make_plan(Checkpoint::open(dir.file("model")), ParallelConfig{});
-    const FormatSupport& format = format_of(row_of(matrix, family), std::string(quant) == "none" ? "bf16" : quant);
+    const FormatSupport& format =
+        format_of(row_of(matrix, family), std::string(quant) == "none" ? "bf16" : quant);
     ASSERT_TRUE(format.loads.yes) << family << " " << quant;
     for (size_t t = 0; t < std::size(kSupportTargets); ++t) {
       const SupportCell& cell = format.targets[t];
