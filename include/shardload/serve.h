@@ -112,7 +112,7 @@ struct ServeOptions {
   ReadPolicy read = ReadPolicy::kStriped;
 };
 
-// The HTTP request limits of the weight server (README "Weight server" documents them).
+// The HTTP request limits of the weight server (docs/serve.md documents them).
 inline constexpr size_t kServeMaxBodyBytes = size_t{64} << 20;  // an expert_load of thousands of layers
 inline constexpr int kServeMaxConnections = 64;
 

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace shardload {
 
 // Options of `shardload make-tiny`: a small but realistic Hugging Face checkpoint (real tensor names,
@@ -52,6 +54,11 @@ struct TinySummary {
 const std::vector<std::string>& tiny_architectures();
 // Whether make-tiny writes FP8 checkpoints (--quant) of family `arch` (Llama-4: not yet).
 bool tiny_writes_fp8(std::string_view arch);
+
+// The config.json make_tiny(options) would write (options.arch and its sizing options; out unused), or
+// the same refusal (an unknown arch, a format the family has no checkpoints of): what the support matrix
+// plans each family and format from, without writing anything.
+nlohmann::json make_tiny_config(const TinyOptions& options);
 
 // Writes the checkpoint. Throws Error(kInvalidArgument) for an unknown arch or quant, an activation
 // scheme without fp8, bad counts, config without sparse or with a sizing option, or a non-empty out

@@ -1,7 +1,7 @@
 """Client of a running weight server (`shardload serve`): its rank files mapped read-only, per-rank
 zero-copy tensors, and consistent copies into caller-provided tensors.
 
-The shared memory is README "Weight server": /dev/shm/shardload-NAME/manifest.json and one
+The shared memory is docs/serve.md's: /dev/shm/shardload-NAME/manifest.json and one
 rank-{r}.bin per rank, a 4096-byte header (magic, sequence word, version word, update flag) and the
 rank's tensors at the manifest's offsets. /dev/shm is writable by every user, so nothing there is
 trusted: the directory and every file are opened relative to each other without following links
@@ -19,7 +19,7 @@ active slot word (bytes 32-39: the offset added to the manifest's offsets). `cop
 switch. A view shows the slot live when it was taken: after the next update it shows an older
 version, and the update after that rewrites it; take views again after each update, or copy.
 
-Consistent copies (`copy_into`) follow the README's whole-update protocol on x86-64 (loads are not
+Consistent copies (`copy_into`) follow docs/serve.md's whole-update protocol on x86-64 (loads are not
 reordered with loads, so no fence is needed from Python): on every rank file copied from, the update
 flag is 0 and the sequence word even before the copy, and the sequence and version words are the
 same after it; otherwise the copy is tried again, with a growing sleep, within bounds.

@@ -12,5 +12,6 @@ void add_plan_command(CLI::App& app);
 void add_load_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_eplb_command(CLI::App& app);
+void add_support_command(CLI::App& app);
 
 }  // namespace shardload::cli

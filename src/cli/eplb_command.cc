@@ -41,6 +41,7 @@ void add_eplb_command(CLI::App& app) {
   auto options = std::make_shared<EplbOptions>();
   CLI::App* cmd = app.add_subcommand(
       "eplb", "Place experts from load statistics with DeepSeek's EPLB (as SGLang and vLLM do)");
+  cmd->footer("Example: shardload eplb --load expert_load.json --replicas 16 --gpus 4");
   cmd->add_option(
          "--load", options->load_file,
          "JSON file {\"expert_load\": [[...], ...]}, one row of expert loads per MoE layer")

@@ -105,6 +105,8 @@ void add_export_command(CLI::App& app) {
   auto options = std::make_shared<ExportCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "export", "Write every rank's weights as safetensors files (vLLM sharded_state naming)");
+  cmd->footer(
+      "Example: shardload export build/tiny-qwen3-moe --tp 4 --ep 2 --engine vllm --out /tmp/tiny-tp4-ep2");
   cmd->add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();

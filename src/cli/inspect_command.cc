@@ -195,6 +195,7 @@ void add_inspect_command(CLI::App& app) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Validate a .safetensors file or a model directory and list its tensors");
+  cmd->footer("Example: shardload inspect --summary build/tiny-qwen3-moe");
   cmd->add_option("path", options->path,
                   "A .safetensors file, a model directory, or a Hugging Face model id in the local cache")
       ->required();

@@ -307,6 +307,7 @@ void add_load_command(CLI::App& app) {
   auto options = std::make_shared<LoadCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "load", "Load every rank (or one) of a layout into memory; an export directory loads directly");
+  cmd->footer("Example: shardload load build/tiny-qwen3-moe --tp 4 --ep 2 --checksum");
   cmd->add_option("model", options->model,
                   "Model directory, Hugging Face model id in the local cache, or shardload export")
       ->required();

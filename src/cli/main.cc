@@ -70,7 +70,8 @@ int exec_serve(char** argv) {
 int run_main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "serve") return exec_serve(argv);
   back_heap_with_huge_pages();
-  CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards"};
+  CLI::App app{"shardload: load Hugging Face checkpoints into tensor-parallel x expert-parallel shards",
+               "shardload"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardload " SHARDLOAD_VERSION);
   shardload::cli::add_inspect_command(app);
@@ -79,8 +80,16 @@ int run_main(int argc, char** argv) {
   shardload::cli::add_load_command(app);
   shardload::cli::add_export_command(app);
   shardload::cli::add_eplb_command(app);
+  shardload::cli::add_support_command(app);
   // Listed here for --help; main hands the command to shardload-serve before parsing.
   app.add_subcommand("serve", std::string(shardload::cli::kServeDescription) + " (shardload-serve)");
+  app.footer("Example: shardload inspect --summary build/tiny-qwen3-moe\n"
+             "`shardload COMMAND --help` gives a command's options and an example.");
+  // Alone, the command lists the commands: what a newcomer types first is not a usage error.
+  if (argc == 1) {
+    std::cout << app.help();
+    return 0;
+  }
   const int status = shardload::cli::run_app(app, argc, argv);
   shardload::cli::end_process_transport();
   return status;

@@ -15,6 +15,7 @@ void add_make_tiny_command(CLI::App& app) {
   auto options = std::make_shared<TinyOptions>();
   CLI::App* cmd = app.add_subcommand(
       "make-tiny", "Write a small but realistic Hugging Face checkpoint for one architecture family");
+  cmd->footer("Example: shardload make-tiny --arch qwen3_moe --quant fp8 --out /tmp/tiny-qwen3-moe-fp8");
   std::string families;
   for (const std::string& arch : tiny_architectures()) families += (families.empty() ? "" : ", ") + arch;
   CLI::Option* arch = cmd->add_option("--arch", options->arch, "Architecture family: " + families);

@@ -86,6 +86,7 @@ void run_plan(const PlanOptions& options) {
 void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Print the per-rank plan: parameters, source byte ranges, bytes");
+  cmd->footer("Example: shardload plan build/tiny-qwen3-moe --tp 4 --ep 2");
   cmd->add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();

@@ -190,9 +190,6 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
                  .expected = fmt::format("one of {}", fmt::join(tiny_architectures(), ", ")),
                  .found = options.arch});
   }
-  if (options.out.empty()) {
-    throw Error(ErrorKind::kInvalidArgument, "no output directory", {.field = "out"});
-  }
   bool static_activations = true;
   const tiny::Quant quant = parse_quant_options(options, static_activations);
   if (quant == tiny::Quant::kMxfp4 && !family->tiny_mxfp4) {
@@ -271,7 +268,14 @@ tiny::TinyModel model_from_config(const TinyOptions& options, std::string& text)
 
 }  // namespace
 
+nlohmann::json make_tiny_config(const TinyOptions& options) {
+  return tiny::config_json(model_from_options(options));
+}
+
 TinySummary make_tiny(const TinyOptions& options) {
+  if (options.config.empty() && options.out.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "no output directory", {.field = "out"});
+  }
   std::string config_text;
   const tiny::TinyModel model = options.config.empty() ? model_from_options(options)
                                                        : model_from_config(options, config_text);

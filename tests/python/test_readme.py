@@ -1,7 +1,7 @@
-"""The README's "Next steps" run as written, from a clone: every shell block of that section, in order, in one
-bash -euo pipefail script from the repository root. Only what a test must not share with a user is replaced:
-the binary (the build under test), the demo model (made here as make demo makes it), /tmp/shardload-readme (a
-temporary directory), the server's name and port (free ones)."""
+"""The README's command-line quick start runs as written, from a clone: every shell block of that section, in
+order, in one bash -euo pipefail script from the repository root. Only what a test must not share with a user
+is replaced: the binary (the build under test), the demo model (made here as make demo makes it),
+/tmp/shardload-readme (a temporary directory), the server's name and port (free ones)."""
 import os
 import re
 import shutil
@@ -16,7 +16,7 @@ from conftest import REPO, run_shardload, shardload_bin
 
 def next_steps_blocks() -> list:
     text = (REPO / "README.md").read_text()
-    start = text.index("\n## Next steps\n")
+    start = text.index("\n## Quick start: the command line\n")
     end = text.index("\n## ", start + 1)
     return re.findall(r"```sh\n(.*?)```", text[start:end], flags=re.S)
 

@@ -491,7 +491,7 @@ TEST_F(ClusterTest, ANodeThatHangsDuringAnUpdateEndsTheJobNamingIt) {
   EXPECT_EQ(count, 3u) << server.output();  // nodes 0, 2 and 3
 }
 
-// A reader on every node (the README's recipe over its node's files) never accepts a torn tensor
+// A reader on every node (docs/serve.md's recipe over its node's files) never accepts a torn tensor
 // or a snapshot mixing versions while updates commit on every node.
 TEST_F(ClusterTest, ReadersOnEveryNodeNeverAcceptAMixedSnapshot) {
   constexpr int kNodes = 2;

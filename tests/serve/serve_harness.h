@@ -605,7 +605,7 @@ class TwoModelsTest : public ::testing::Test {
   static inline std::string second_;
 };
 
-// A snapshot reader of the README's recipe, run in a forked child.
+// A snapshot reader of docs/serve.md's recipe, run in a forked child.
 struct Stamp {
   uint64_t sequence = 0;
   uint64_t version = 0;
@@ -628,7 +628,7 @@ inline bool settled(const std::vector<Stamp>& all) {
   return true;
 }
 
-// The reader process: the README's whole-update recipe over every rank file of `dir` (a server's
+// The reader process: docs/serve.md's whole-update recipe over every rank file of `dir` (a server's
 // directory, or one node's), repeated until `stop_path` exists and one more snapshot was
 // accepted. Each accepted snapshot must be all of `old_sums` or all of `new_sums` (of the ranks
 // the directory holds). Writes "ACCEPTED MIXED" to `result_path`; exits 0 when no

@@ -258,7 +258,7 @@ TEST_F(ShmAccessTest, OtherUsersCannotReadByDefault) {
   stop(server);
 }
 
-// With --shm-group, a reader of that group (another user) maps the weights as the README shows; a
+// With --shm-group, a reader of that group (another user) maps the weights as docs/serve.md shows; a
 // reader outside it cannot.
 TEST_F(ShmAccessTest, ReadersInTheShmGroupCanReadOthersCannot) {
   const std::string name = unique_name("group");

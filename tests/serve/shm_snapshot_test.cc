@@ -1,7 +1,7 @@
 // A reader in another process that wants one consistent snapshot of the whole model while updates
 // commit in several groups (--staging-bytes). Per-file sequence words alone let it copy between
 // two groups and accept a mix of old and new tensors; the header's update-in-progress flag and
-// version (README "Weight server") let it refuse every such copy.
+// version (docs/serve.md) let it refuse every such copy.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -293,6 +293,7 @@ void run_serve(const ServeCommandOptions& options) {
 
 void add_serve_options(CLI::App& cmd) {
   auto options = std::make_shared<ServeCommandOptions>();
+  cmd.footer("Example: shardload serve build/tiny-qwen3-moe --tp 4 --ep 2 --name demo --port 30000");
   cmd.add_option("model", options->model,
                   "Model directory, or a Hugging Face model id in the local cache")
       ->required();
