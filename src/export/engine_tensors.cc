@@ -124,6 +124,9 @@ struct EngineFamily {
   unsigned fp8 = kEveryFp8Format;
   std::span<const DtypeRule> dtypes{};
   std::span<const FusedRows> fused{};
+  // The engine's attention takes num_key_value_heads / tp KV heads a rank, without replicating them
+  // (vLLM 0.33's gpt-oss): above tp = KV heads it builds an attention with none.
+  bool kv_heads_not_replicated = false;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -238,7 +241,8 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
     {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
     // FP8 and compressed-tensors of these families are not checked against vLLM yet.
-    {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0},
+    {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0, {}, {},
+     /*kv_heads_not_replicated=*/true},
     {Engine::kVllm, "qwen3_next", kVllmQwen3Next, kVllmAttention, false, 0},
     {Engine::kVllm, "llama4", kVllmLlama4, kVllmAttention, false, 0},
     {Engine::kVllm, "minimax_m2", kVllmMixtral, kVllmAttention, false, 0},
@@ -388,6 +392,14 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
                        family, engine_name(engine)),
            fmt::format("{} MoE layers", plan.model.layers),
            fmt::format("{} MoE layers of {}", moe_layers, plan.model.layers));
+  }
+  if (row->kv_heads_not_replicated && static_cast<uint64_t>(plan.parallel.tp) > plan.model.kv_heads) {
+    refuse(engine,
+           fmt::format("{} at tp {} over {} KV heads: its attention takes num_key_value_heads / tp KV heads "
+                       "a rank without replicating them (none here)",
+                       family, plan.parallel.tp, plan.model.kv_heads),
+           fmt::format("tp of at most {} (the KV heads)", plan.model.kv_heads),
+           fmt::format("tp {}", plan.parallel.tp));
   }
   // The engines take a static per-tensor FP8 rank with its merged scale in every fused part's slot,
   // block and channel scales as layout.md cuts them, where the family row says the

@@ -45,3 +45,10 @@ def test_sglang_tp4_moe_tp_inside_ep(tmp_path):
     # The last, llm-compressor's FP8 Mixtral, is synced: its refill post-processed by SGLang again.
     print(check_engine(tmp_path, "sglang", 4, [("qwen2_moe", 2), ("qwen3_moe", 2), ("deepseek_v3", 2),
                                                ("qwen2_moe", 2, "fp8"), ("mixtral", 2, "ct-fp8-tensor")], sync=True))
+
+
+def test_sglang_tp2_later_family_synced(tmp_path):
+    # One of the later families synced through SGLang's custom weight loader (the groups above sync
+    # DeepSeek-V3 and an FP8 Mixtral): GLM-4-MoE at tp 2 x ep 2. A group of its own: the sync goes on with a
+    # group's last model.
+    print(check_engine(tmp_path, "sglang", 2, [("glm4_moe", 2)], sync=True))

@@ -44,7 +44,19 @@ def test_vllm_tp4_expert_parallel(tmp_path):
     # llama's 2 KV heads over 4 ranks: its FP8 qkv scales with the KV heads replicated. The last,
     # llm-compressor's FP8 Qwen3-MoE, runs with vLLM's EPLB on: synced after the server's update, then
     # rebalanced against vLLM's own EPLB (engines.py: fp8_eplb).
+    # Three of the later families at ep 4 too: Qwen3-Next's linear-attention heads, V3.2's indexer and
+    # Llama-4's chunked attention and shared experts cut four ways (vLLM's gpt-oss divides its KV heads
+    # by tp without replicating them: make-tiny's 2 heads at tp 4 are refused, test_export_engine.py).
     print(check_engine(tmp_path, "vllm", 4, [("llama", 1, "fp8"), ("qwen3_moe", 4), ("deepseek_v3", 4),
+                                             ("qwen3_next", 4), ("deepseek_v32", 4), ("llama4", 4),
                                              ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8"),
                                              ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))
+
+
+def test_vllm_tp2_later_family_synced(tmp_path):
+    # One of the later families synced as an RL trainer syncs a live engine (the groups above sync DeepSeek-V3
+    # and an FP8 Qwen3-MoE): GLM-4-MoE at tp 2 x ep 2, its router float32 and score bias under the routed
+    # experts; the server's update refilled in place, equal to vLLM's reload_weights, then its rebalance,
+    # equal to vLLM's own EPLB. A group of its own: the sync goes on with a group's last model.
+    print(check_engine(tmp_path, "vllm", 2, [("glm4_moe", 2)], sync=True))

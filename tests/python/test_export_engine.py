@@ -187,6 +187,8 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
     # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
     ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["FP8 format of glm4_moe", "unquantized"]),
+    # vLLM 0.33's gpt-oss divides the KV heads by tp without replicating them: make-tiny's 2 at tp 4 is none
+    ("gpt_oss", "mxfp4", ["--tp", 4, "--ep", 4, "--engine", "vllm"], ["gpt_oss at tp 4 over 2 KV heads", "tp 4"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
     # --engine-post-processed: SGLang's, for the FP8 formats its hooks take
     ("llama", "fp8", ["--tp", 2, "--engine", "vllm", "--engine-post-processed"], ["SGLang", "vllm"]),
