@@ -274,6 +274,8 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kSglang, "minimax_m2", {}, {}, false, 0},
     {Engine::kSglang, "glm4_moe", {}, {}, false, 0, kGlm4MoeRouter},
     {Engine::kSglang, "ernie4_5_moe", {}, {}, false, 0, kSglangErnieRouter},
+    // SGLang's GLM-4.7-Flash: its DeepSeek names, the router float32.
+    {Engine::kSglang, "glm4_moe_lite", kSglangDeepseek, kSglangMla, false, 0, kGlm4MoeRouter},
 };
 
 // Families an engine does not take, with the evidence (make-tiny's checkpoints at tp 2 x ep 2, the
@@ -297,6 +299,9 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
     {Engine::kSglang, "deepseek_v32",
      "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
      "the CUDA device's capability): not checked"},
+    {Engine::kSglang, "glm_moe_dsa",
+     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
+     "the CUDA device's capability, as for DeepSeek-V3.2): not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
