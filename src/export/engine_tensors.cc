@@ -299,9 +299,10 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
     {Engine::kSglang, "deepseek_v32",
      "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
      "the CUDA device's capability): not checked"},
+    // GLM-5 as DeepSeek-V3.2 (sglang/srt/arg_groups/model_hook.py names both): the same words, one note.
     {Engine::kSglang, "glm_moe_dsa",
      "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
-     "the CUDA device's capability, as for DeepSeek-V3.2): not checked"},
+     "the CUDA device's capability): not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
