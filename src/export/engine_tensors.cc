@@ -200,6 +200,18 @@ constexpr Rename kVllmRoutedBias[] = {
     {".mlp.gate.e_score_correction_bias", ".mlp.experts.routed_experts.e_score_correction_bias"},
     {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
 };
+// GLM-4.7-Flash: DeepSeek's latent attention (mla_attn) around GLM-4-MoE's MoE layer (its router in
+// the MLP, the score-correction bias and shared experts with the routed experts).
+constexpr Rename kVllmGlm4MoeLite[] = {
+    {".mlp.experts.w13_", ".mlp.experts.routed_experts.w13_"},
+    {".mlp.experts.w2_", ".mlp.experts.routed_experts.w2_"},
+    {".mlp.gate.e_score_correction_bias", ".mlp.experts.routed_experts.e_score_correction_bias"},
+    {".mlp.shared_experts.", ".mlp.experts._shared_experts._layer."},
+    {".self_attn.o_proj.", ".self_attn.mla_attn.o_proj."},
+    {".self_attn.q_b_proj.", ".self_attn.mla_attn.q_b_proj."},
+    {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
+    {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},
+};
 // vLLM and SGLang build GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
 constexpr DtypeRule kGlm4MoeRouter[] = {{"mlp.gate.weight", DType::kF32}};
 // DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
@@ -250,6 +262,10 @@ constexpr EngineFamily kEngineFamilies[] = {
      kVllmDeepseekV32Fused},
     {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kGlm4MoeRouter},
     {Engine::kVllm, "ernie4_5_moe", kVllmRoutedBias, kVllmAttention, false, 0},
+    // GLM-5 is DeepSeek-V3.2's model in vLLM (its router weight in the model dtype, float32 logits).
+    {Engine::kVllm, "glm4_moe_lite", kVllmGlm4MoeLite, kVllmMla, false, 0, kGlm4MoeRouter},
+    {Engine::kVllm, "glm_moe_dsa", kVllmDeepseek, kVllmMla, false, 0, kVllmDeepseekV32Dtypes,
+     kVllmDeepseekV32Fused},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -262,6 +278,8 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kSglang, "minimax_m2", {}, {}, false, 0},
     {Engine::kSglang, "glm4_moe", {}, {}, false, 0, kGlm4MoeRouter},
     {Engine::kSglang, "ernie4_5_moe", {}, {}, false, 0, kSglangErnieRouter},
+    // SGLang's GLM-4.7-Flash: its DeepSeek names, the router float32.
+    {Engine::kSglang, "glm4_moe_lite", kSglangDeepseek, kSglangMla, false, 0, kGlm4MoeRouter},
 };
 
 // Families an engine does not take, with the evidence (make-tiny's checkpoints at tp 2 x ep 2, the
@@ -283,6 +301,10 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
      "SGLang 0.5.23 holds Llama-4's q/k rows in the checkpoint's interleaved order, not layout.md's "
      "rotary order, and its experts otherwise: an engine layout of its own, not built yet"},
     {Engine::kSglang, "deepseek_v32",
+     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
+     "the CUDA device's capability): not checked"},
+    // GLM-5 as DeepSeek-V3.2 (sglang/srt/arg_groups/model_hook.py names both): the same words, one note.
+    {Engine::kSglang, "glm_moe_dsa",
      "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
      "the CUDA device's capability): not checked"},
 };

@@ -29,9 +29,9 @@ COMPRESSED = [("qwen2", 1, "ct-fp8-tensor"), ("qwen2_moe", 2, "ct-fp8-tensor"), 
               ("qwen3_moe", 2, "ct-fp8-block"), ("deepseek_v2", 2, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")]
 
 
-# Of the seven later families, those SGLang builds on CPU and holds as layout.md cuts them (the others are
-# refused naming the evidence: docs/engines.md), with expert parallelism.
-MORE = [(a, 2) for a in ["minimax_m2", "glm4_moe", "ernie4_5_moe"]]
+# Of the later families (issue 48's seven, GLM-4.7-Flash and GLM-5), those SGLang builds on CPU and holds as
+# layout.md cuts them (the others are refused naming the evidence: docs/engines.md), with expert parallelism.
+MORE = [(a, 2) for a in ["minimax_m2", "glm4_moe", "ernie4_5_moe", "glm4_moe_lite"]]
 
 
 def test_sglang_tp2(tmp_path):

@@ -96,6 +96,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"deepseek_v3", "n_routed_experts", "num_local_experts", "2"},
                       Case{"glm4_moe", "n_routed_experts", "num_local_experts", "2"},
                       Case{"deepseek_v32", "n_routed_experts", "num_local_experts", "2"},
+                      Case{"glm4_moe_lite", "n_routed_experts", "num_local_experts", "2"},
+                      Case{"glm_moe_dsa", "n_routed_experts", "num_local_experts", "2"},
                       Case{"minimax_m2", "num_local_experts", "num_experts", "2"},
                       Case{"llama4", "num_local_experts", "num_experts", "2"},
                       Case{"gpt_oss", "num_local_experts", "num_experts", "2"},

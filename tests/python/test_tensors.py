@@ -12,7 +12,8 @@ import shardload
 from conftest import read_safetensors, run_shardload
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
-            "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next", "llama4"]
+            "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next", "llama4",
+            "glm4_moe_lite", "glm_moe_dsa"]
 DENSE = {"llama", "qwen2", "qwen3"}
 
 _xxh3 = ctypes.CDLL("libxxhash.so.0").XXH3_64bits

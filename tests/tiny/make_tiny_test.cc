@@ -281,6 +281,13 @@ bool is_moe(const json& c, int i) {
            i % c.at("moe_layer_freq").get<int>() == 0;
   }
   if (type == "glm4_moe") return i >= c.at("first_k_dense_replace").get<int>();
+  // GLM's latent-attention families: transformers' mlp_layer_types, which must say what vLLM's
+  // first_k_dense_replace says.
+  if (type == "glm4_moe_lite" || type == "glm_moe_dsa") {
+    const bool sparse = c.at("mlp_layer_types").at(i) == "sparse";
+    EXPECT_EQ(sparse, i >= c.at("first_k_dense_replace").get<int>()) << type << " layer " << i;
+    return sparse;
+  }
   if (type == "llama4_text") return (i + 1) % c.at("interleave_moe_layer_step").get<int>() == 0;
   if (type == "ernie4_5_moe") {
     const int end =
@@ -307,6 +314,8 @@ const std::map<std::string, std::string> kArchitectures = {
     {"llama4", "Llama4ForCausalLM"},
     {"gpt_oss", "GptOssForCausalLM"},
     {"qwen3_next", "Qwen3NextForCausalLM"},
+    {"glm4_moe_lite", "Glm4MoeLiteForCausalLM"},
+    {"glm_moe_dsa", "GlmMoeDsaForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -406,7 +415,8 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
   // Layers past num_hidden_layers exist only as DeepSeek-style MTP layers (DeepSeek-V3, GLM-4.5).
   const std::string past = "model.layers." + std::to_string(layers) + ".";
   const bool deepseek_mtp =
-      GetParam() == "deepseek_v3" || GetParam() == "deepseek_v32" || GetParam() == "glm4_moe";
+      GetParam() == "deepseek_v3" || GetParam() == "deepseek_v32" || GetParam() == "glm4_moe" ||
+      GetParam() == "glm4_moe_lite" || GetParam() == "glm_moe_dsa";
   EXPECT_EQ(has(c, past + "input_layernorm.weight"), deepseek_mtp);
   EXPECT_FALSE(has(c, "model.layers." + std::to_string(layers + mtp) + ".input_layernorm.weight"));
 }

@@ -1,9 +1,11 @@
 #pragma once
 
-// DeepSeek-V2 / V3's pieces (deepseek.cc) that DeepSeek-V3.2 (deepseek_v32.cc) builds on.
+// DeepSeek-V2 / V3's pieces (deepseek.cc) and V3.2's indexer (deepseek_indexer.cc) that DeepSeek-V3.2
+// (deepseek_v32.cc) and the GLM families with latent attention (glm4_moe_lite.cc, glm_moe_dsa.cc) build on.
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/arch/family.h"
@@ -20,5 +22,17 @@ void tiny_config(const TinySizes& m, nlohmann::json& config, bool v3);
 bool moe_layer(const TinySizes& m, int layer);
 // Router, (score bias), routed experts and shared experts of a MoE layer ("model.layers.{i}.").
 void write_moe(const TinySizes& m, TensorWriter& w, const std::string& layer, bool score_bias);
+
+
+// DeepSeek-V3.2's sparse-attention indexer of every layer (self_attn.indexer.), replicated.
+std::vector<ParamRule> indexer_rules();
+// index_n_heads and index_head_dim; `model` names the family in the error of a config without
+// q_lora_rank, whose output the indexer reads.
+void read_indexer_config(const nlohmann::json& config, ModelConfig& m, std::string_view model);
+// The indexer's tensors under `attention` ("model.layers.{i}.self_attn.").
+void write_indexer(const TinySizes& m, TensorWriter& w, const std::string& attention);
+void tiny_indexer_defaults(TinySizes& m);
+void tiny_indexer_block_fp8(TinySizes& m);
+void tiny_indexer_config(const TinySizes& m, nlohmann::json& config);
 
 }  // namespace shardload::arch::deepseek

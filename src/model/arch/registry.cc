@@ -19,6 +19,8 @@ const Family& minimax_m2_family();
 const Family& llama4_family();
 const Family& gpt_oss_family();
 const Family& qwen3_next_family();
+const Family& glm4_moe_lite_family();
+const Family& glm_moe_dsa_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
@@ -26,6 +28,7 @@ std::span<const Family* const> families() {
       &qwen3_moe_family(),    &mixtral_family(),  &deepseek_v2_family(), &deepseek_v3_family(),
       &deepseek_v32_family(), &ernie4_5_moe_family(), &glm4_moe_family(),
       &minimax_m2_family(),   &qwen3_next_family(),   &llama4_family(),   &gpt_oss_family(),
+      &glm4_moe_lite_family(), &glm_moe_dsa_family(),
   };
   return kFamilies;
 }
