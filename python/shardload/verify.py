@@ -73,7 +73,7 @@ _MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": ("language_model.", ""),
 _SEPARATE_PROJECTIONS = {"linear_attn.in_proj_qkvz": ["linear_attn.in_proj_q", "linear_attn.in_proj_k",
                                                       "linear_attn.in_proj_v", "linear_attn.in_proj_z"],
                          "linear_attn.in_proj_ba": ["linear_attn.in_proj_b", "linear_attn.in_proj_a"]}
-_QKV_ROWS = re.compile(r"(.*\.linear_attn\.in_proj_)qkv\.(weight|weight_scale_inv)")
+_QKV_ROWS = re.compile(r"(.*\.linear_attn\.in_proj_)qkv\.(weight|weight_scale_inv|weight_scale|input_scale)")
 _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)(_blocks)?")
 # gpt-oss: fused gate/up interleaved (gate j at 2j, up j at 2j + 1), with biases, and MXFP4 on the Hub.
 _INTERLEAVED_GATE_UP = {"GptOssForCausalLM"}
@@ -105,8 +105,8 @@ class _Model:
         for name in self.ckpt.where:
             m = _QKV_ROWS.fullmatch(name)
             if m and self.inner(name) is not None:
-                block = 128 if m.group(2) == "weight_scale_inv" else 1
-                sizes = [self.key_dim // block, self.key_dim // block, self.value_dim // block]
+                # Weight rows of each part; a scale is cut to them in _get by its own shape.
+                sizes = [self.key_dim, self.key_dim, self.value_dim]
                 for part, begin, size in zip("qkv", (0, sizes[0], 2 * sizes[0]), sizes):
                     self.row_ranges[self.inner(m.group(1) + part + "." + m.group(2))] = (name, begin, size)
             m = _FUSED_EXPERTS.fullmatch(name)
@@ -155,7 +155,13 @@ class _Model:
     def _get(self, name):
         if name in self.row_ranges:
             source, begin, size = self.row_ranges[name]
-            return self.ckpt.get(source)[begin:begin + size]
+            t = self.ckpt.get(source)
+            rows = 2 * self.key_dim + self.value_dim
+            if t.numel() <= 1:  # a per-tensor scale: every part's
+                return t
+            if t.shape[0] != rows:  # a block grid: the part's block rows
+                begin, size = begin // 128, -(-size // 128)
+            return t[begin:begin + size]
         if name in self.virtual:
             fused, x, part = self.virtual[name]
             if part.endswith(".bias"):  # [E, 2I] (interleaved) or [E, H]

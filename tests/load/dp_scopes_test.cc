@@ -199,7 +199,7 @@ TEST_P(DpScopes, EachRankHoldsThePlainLayoutOfItsScope) {
 std::vector<Model> models() {
   std::vector<Model> out;
   for (const char* arch : {"llama", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
-                           "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next", "qwen3_5",
+                           "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next",
                            "qwen3_5_moe"}) {
     for (const char* quant : {"none", "fp8", "fp8-block", "dynamic"}) out.push_back({arch, quant});
   }

@@ -101,7 +101,6 @@ void tiny_config(const TinySizes& m, nlohmann::json& c, bool moe) {
   c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
   c["mtp_num_hidden_layers"] = m.mtp_layers;
   if (!moe) return;
-  c.erase("intermediate_size");
   c["num_experts"] = m.experts;
   c["num_experts_per_tok"] = m.experts_per_token;
   c["moe_intermediate_size"] = m.moe_intermediate;
