@@ -246,9 +246,10 @@ constexpr EngineFamily kEngineFamilies[] = {
      kVllmDeepseekV32Fused},
     {Engine::kVllm, "glm4_moe", kVllmRoutedBias, kVllmAttention, false, 0, kGlm4MoeRouter},
     {Engine::kVllm, "ernie4_5_moe", kVllmRoutedBias, kVllmAttention, false, 0},
-    // Qwen3.5: Qwen3-Next's modules (its separately stored projections are held fused, as planned).
-    {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, 0},
-    {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, 0},
+    // Qwen3.5: Qwen3-Next's modules (its separately stored projections are held fused, as planned);
+    // block FP8 checked too (in_proj_ba unquantized, as the checkpoints leave it).
+    {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block},
+    {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots

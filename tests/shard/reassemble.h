@@ -420,7 +420,8 @@ class Reassembler {
   // stores q, k and v as one tensor and z apart (b and a apart).
   void separate_parts(const std::string& name) {
     const bool qkvz = name.ends_with("in_proj_qkvz.weight");
-    const std::string prefix = name.substr(0, name.size() - std::string_view(qkvz ? "qkvz.weight" : "ba.weight").size());
+    const std::string_view tail = qkvz ? "qkvz.weight" : "ba.weight";
+    const std::string prefix = name.substr(0, name.size() - tail.size());
     const uint64_t heads = at(0, name).rows() / 2;  // in_proj_ba: nv / T rows of b, then of a
     const std::vector<uint64_t> rows =
         qkvz ? std::vector<uint64_t>{config_.linear_key_dim / tp_, config_.linear_key_dim / tp_,

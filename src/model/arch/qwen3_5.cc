@@ -1,15 +1,18 @@
 // Qwen3.5 / 3.6 (qwen3_5 dense, qwen3_5_moe): Qwen3-Next's hybrid layers (qwen3_next.cc) with the
 // gated DeltaNet's input projections stored apart, as vLLM 0.33's qwen3_5.py loads them
 // (docs/families/qwen3_5.md):
-// - in_proj_qkv [2 kd + vd, H] (all q, then all k, then all v rows) and in_proj_z [vd, H] fill vLLM's
+// - in_proj_qkv [2 kd + vd, H] (all q, then all k, then all v rows) and in_proj_z [vd, H] fill
+// vLLM's
 //   in_proj_qkvz, a MergedColumnParallelLinear of four outputs [kd, kd, vd, vd]: a rank holds its
 //   share of q, of k, of v, then of z. in_proj_b and in_proj_a [nv, H] fill in_proj_ba [nv, nv] the
-//   same way. (Qwen3-Next stores both fused by key-head group; the rank tensors differ in row order.)
+//   same way. (Qwen3-Next stores both fused by key-head group; the rank tensors differ in row
+//   order.)
 // - The text class (Qwen3_5ForCausalLM, model_type qwen3_5_text) names its tensors model.*; the
-//   Hub's Qwen3_5(Moe)ForConditionalGeneration nests the text fields under text_config and names the
-//   text model model.language_model.* beside the vision tower model.visual.* (skipped and named);
-//   its lm_head and mtp.* keep their names.
-// - The multi-token-prediction block mtp.* is skipped: vLLM's main model drops it (its WeightsMapper
+//   Hub's Qwen3_5(Moe)ForConditionalGeneration nests the text fields under text_config and names
+//   the text model model.language_model.* beside the vision tower model.visual.* (skipped and
+//   named); its lm_head and mtp.* keep their names.
+// - The multi-token-prediction block mtp.* is skipped: vLLM's main model drops it (its
+// WeightsMapper
 //   maps "mtp." to None) and loads it only as a separate draft model.
 // - qwen3_5_moe: every layer is MoE (vLLM's and transformers' Qwen3.5-MoE read no
 //   decoder_sparse_step or mlp_only_layers), with Qwen3-Next's routed and shared experts.
@@ -26,7 +29,9 @@ Shape qkv_shape(const ModelConfig& m) { return {2 * key_dim(m) + value_dim(m), m
 
 // One row range of in_proj_qkv, split on its own over the attention ranks.
 Part qkv_rows(RowRangeFn rows) {
-  return {.source = "linear_attn.in_proj_qkv.weight", .split = Split::kColumn, .shape = qkv_shape,
+  return {.source = "linear_attn.in_proj_qkv.weight",
+          .split = Split::kColumn,
+          .shape = qkv_shape,
           .rows = rows};
 }
 
@@ -36,9 +41,15 @@ std::vector<ParamRule> separate_projection_rules() {
   return {
       {.target = "linear_attn.in_proj_qkvz.weight",
        .when = When::kLinearAttentionLayer,
-       .parts = {qkv_rows([](const ModelConfig& m) { return RowRange{0, key_dim(m)}; }),
-                 qkv_rows([](const ModelConfig& m) { return RowRange{key_dim(m), key_dim(m)}; }),
-                 qkv_rows([](const ModelConfig& m) { return RowRange{2 * key_dim(m), value_dim(m)}; }),
+       .parts = {qkv_rows([](const ModelConfig& m) {
+                   return RowRange{0, key_dim(m)};
+                 }),
+                 qkv_rows([](const ModelConfig& m) {
+                   return RowRange{key_dim(m), key_dim(m)};
+                 }),
+                 qkv_rows([](const ModelConfig& m) {
+                   return RowRange{2 * key_dim(m), value_dim(m)};
+                 }),
                  {"linear_attn.in_proj_z.weight", Split::kColumn, z}},
        .group = Group::kAttention},
       {.target = "linear_attn.in_proj_ba.weight",
@@ -52,8 +63,9 @@ std::vector<ParamRule> separate_projection_rules() {
 const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
-      .layer = concat({norm_rules(), separate_projection_rules(), qwen3_next::delta_net_rules(),
-                       qwen3_next::gated_attention_rules(), dense_mlp_rules(), qwen3_next::moe_rules()}),
+      .layer =
+          concat({norm_rules(), separate_projection_rules(), qwen3_next::delta_net_rules(),
+                  qwen3_next::gated_attention_rules(), dense_mlp_rules(), qwen3_next::moe_rules()}),
       .skips =
           [] {
             std::vector<SkipRule> skips = common_skips();
@@ -64,7 +76,9 @@ const ArchTable& table() {
   return table;
 }
 
-void read_dense_config(const nlohmann::json& c, ModelConfig& m) { qwen3_next::read_hybrid_config(c, m); }
+void read_dense_config(const nlohmann::json& c, ModelConfig& m) {
+  qwen3_next::read_hybrid_config(c, m);
+}
 
 void read_moe_config(const nlohmann::json& c, ModelConfig& m) {
   m.experts = config::get_uint(c, "num_experts", 0, config::kMaxExperts);
@@ -92,7 +106,8 @@ void tiny_config(const TinySizes& m, nlohmann::json& c, bool moe) {
   c["partial_rotary_factor"] = 0.25;
   c["full_attention_interval"] = m.full_attention_interval;
   nlohmann::json types = nlohmann::json::array();
-  for (int i = 0; i < m.layers; ++i) types.push_back(linear_layer(m, i) ? "linear_attention" : "full_attention");
+  for (int i = 0; i < m.layers; ++i)
+    types.push_back(linear_layer(m, i) ? "linear_attention" : "full_attention");
   c["layer_types"] = types;
   c["linear_num_key_heads"] = m.linear_key_heads;
   c["linear_num_value_heads"] = m.linear_value_heads;
@@ -158,7 +173,8 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
   // The multi-token-prediction block as the Hub checkpoints carry it (a full-attention layer fed by
   // the normed embedding and hidden state).
   for (int k = 0; k < m.mtp_layers; ++k) {
-    w.weight("mtp.fc.weight", {m.hidden, 2 * m.hidden});  // not a *_proj: never FP8 (skipped anyway)
+    w.weight("mtp.fc.weight",
+             {m.hidden, 2 * m.hidden});  // not a *_proj: never FP8 (skipped anyway)
     w.norm("mtp.pre_fc_norm_embedding", m.hidden);
     w.norm("mtp.pre_fc_norm_hidden", m.hidden);
     decoder_layer(m, w, "mtp.layers." + std::to_string(k) + ".", /*linear=*/false);
@@ -206,7 +222,8 @@ const Family& qwen3_5_family() {
       .tiny_defaults = tiny_defaults,
       .tiny_block_fp8 = tiny_block_fp8,
       .tiny_moe_layer = tiny_no_moe_layer,
-      .tiny_config = [](const TinySizes& m, nlohmann::json& c) { tiny_config(m, c, /*moe=*/false); },
+      .tiny_config = [](const TinySizes& m,
+                        nlohmann::json& c) { tiny_config(m, c, /*moe=*/false); },
       .tiny_tensors = tiny_tensors,
       .multimodal_architecture = "Qwen3_5ForConditionalGeneration",
       .multimodal_weight_prefix = "model.language_model.",

@@ -93,7 +93,8 @@ std::vector<ParamRule> delta_net_rules() {
 }
 
 std::vector<ParamRule> moe_rules() {
-  return concat({expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"), shared_expert_rules("mlp.shared_expert."),
+  return concat({expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
+                 shared_expert_rules("mlp.shared_expert."),
                  {{.target = "mlp.shared_expert_gate.weight",
                    .when = When::kMoeShared,
                    .parts = {{"mlp.shared_expert_gate.weight", Split::kReplicated,

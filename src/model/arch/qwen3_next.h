@@ -1,8 +1,8 @@
 #pragma once
 
-// What Qwen3.5 (qwen3_5.cc) shares with Qwen3-Next (qwen3_next.cc): the hybrid layers' config fields,
-// the gated softmax attention, the gated DeltaNet's tensors after its input projections, and the MoE
-// block (routed experts, one shared expert with its sigmoid gate).
+// What Qwen3.5 (qwen3_5.cc) shares with Qwen3-Next (qwen3_next.cc): the hybrid layers' config
+// fields, the gated softmax attention, the gated DeltaNet's tensors after its input projections,
+// and the MoE block (routed experts, one shared expert with its sigmoid gate).
 
 #include <nlohmann/json.hpp>
 #include <string>
