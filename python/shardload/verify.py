@@ -63,8 +63,17 @@ class Report:
         return out
 
 
-# Llama-4: the multimodal class names its text model's tensors under this prefix (and nests its config).
-_MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": "language_model."}
+# The multimodal classes name their text model's tensors under a prefix (and nest its config): Llama-4's
+# goes before every name; Qwen3.5's stands in place of "model." (its lm_head and mtp.* keep their names).
+_MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": ("language_model.", ""),
+                      "Qwen3_5ForConditionalGeneration": ("model.language_model.", "model."),
+                      "Qwen3_5MoeForConditionalGeneration": ("model.language_model.", "model.")}
+# Qwen3.5's linear-attention projections stored apart: in_proj_qkv's q, k and v row ranges are checked as
+# parts of the rank's in_proj_qkvz, beside in_proj_z (and in_proj_b, in_proj_a of in_proj_ba).
+_SEPARATE_PROJECTIONS = {"linear_attn.in_proj_qkvz": ["linear_attn.in_proj_q", "linear_attn.in_proj_k",
+                                                      "linear_attn.in_proj_v", "linear_attn.in_proj_z"],
+                         "linear_attn.in_proj_ba": ["linear_attn.in_proj_b", "linear_attn.in_proj_a"]}
+_QKV_ROWS = re.compile(r"(.*\.linear_attn\.in_proj_)qkv\.(weight|weight_scale_inv|weight_scale|input_scale)")
 _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)(_blocks)?")
 # gpt-oss: fused gate/up interleaved (gate j at 2j, up j at 2j + 1), with biases, and MXFP4 on the Hub.
 _INTERLEAVED_GATE_UP = {"GptOssForCausalLM"}
@@ -80,7 +89,7 @@ class _Model:
         self.ckpt = Checkpoint(model_dir)
         cfg = self.ckpt.config
         arch = (cfg.get("architectures") or [""])[0]
-        self.prefix = _MULTIMODAL_PREFIX.get(arch, "")
+        self.prefix, self.replaced = _MULTIMODAL_PREFIX.get(arch, ("", ""))
         if self.prefix:
             cfg = cfg.get("text_config") or {}
         self.rotary_pairs = arch.startswith("Llama4")
@@ -92,7 +101,14 @@ class _Model:
         self.key_dim = (cfg.get("linear_num_key_heads") or 0) * (cfg.get("linear_key_head_dim") or 0)
         self.value_dim = (cfg.get("linear_num_value_heads") or 0) * (cfg.get("linear_value_head_dim") or 0)
         self.virtual = {}  # per-expert name -> (fused tensor name, expert, part)
+        self.row_ranges = {}  # in_proj_{q,k,v} name -> (in_proj_qkv name, first row, rows)
         for name in self.ckpt.where:
+            m = _QKV_ROWS.fullmatch(name)
+            if m and self.inner(name) is not None:
+                # Weight rows of each part; a scale is cut to them in _get by its own shape.
+                sizes = [self.key_dim, self.key_dim, self.value_dim]
+                for part, begin, size in zip("qkv", (0, sizes[0], 2 * sizes[0]), sizes):
+                    self.row_ranges[self.inner(m.group(1) + part + "." + m.group(2))] = (name, begin, size)
             m = _FUSED_EXPERTS.fullmatch(name)
             if not m or not name.startswith(self.prefix):
                 continue
@@ -104,21 +120,48 @@ class _Model:
                     if self.prefix + m.group(1) + "." + m.group(2) + "_bias" in self.ckpt:
                         self.virtual[f"{base}.{x}.{part}.bias"] = (name, x, part + ".bias")
 
+    def outer(self, name):
+        """A text-model name as the checkpoint spells it."""
+        if not self.prefix or not name.startswith(self.replaced):
+            return name
+        return self.prefix + name[len(self.replaced):]
+
+    def inner(self, name):
+        """The text model's name of a checkpoint (or rank) tensor; None for another tower's."""
+        if not self.prefix:
+            return name
+        if name.startswith(self.prefix):
+            return self.replaced + name[len(self.prefix):]
+        return None if name.startswith(self.replaced) else name
+
     def names(self):
-        return [n[len(self.prefix):] for n in self.ckpt.where if n.startswith(self.prefix)] + list(self.virtual)
+        return [self.inner(n) for n in self.ckpt.where if self.inner(n) is not None] + list(self.virtual)
 
     def has(self, name):
-        return name in self.virtual or self.prefix + name in self.ckpt
+        return name in self.virtual or name in self.row_ranges or self.outer(name) in self.ckpt
 
     def shape(self, name):
-        return list(self._get(name).shape) if name in self.virtual else self.ckpt.shape(self.prefix + name)
+        if name in self.virtual or name in self.row_ranges:
+            return list(self._get(name).shape)
+        return self.ckpt.shape(self.outer(name))
 
     def dtype(self, name):
         if name in self.virtual and self.virtual[name][0].endswith("_blocks"):
             return "BF16"  # MXFP4 decodes exactly; the rank's codes are compared decoded too
-        return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.prefix + name)
+        if name in self.row_ranges:
+            return self.ckpt.dtype(self.row_ranges[name][0])
+        return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.outer(name))
 
     def _get(self, name):
+        if name in self.row_ranges:
+            source, begin, size = self.row_ranges[name]
+            t = self.ckpt.get(source)
+            rows = 2 * self.key_dim + self.value_dim
+            if t.numel() <= 1:  # a per-tensor scale: every part's
+                return t
+            if t.shape[0] != rows:  # a block grid: the part's block rows
+                begin, size = begin // 128, -(-size // 128)
+            return t[begin:begin + size]
         if name in self.virtual:
             fused, x, part = self.virtual[name]
             if part.endswith(".bias"):  # [E, 2I] (interleaved) or [E, H]
@@ -136,7 +179,7 @@ class _Model:
                 else:
                     w = w[:, :half] if part == "gate_proj" else w[:, half:]
             return w.T.contiguous()
-        w = self.ckpt.get(self.prefix + name)
+        w = self.ckpt.get(self.outer(name))
         if self.rotary_pairs and re.search(r"self_attn\.[qk]_proj\.weight$", name):
             d = self.head_dim
             w = w.reshape(-1, d // 2, 2, w.shape[-1]).transpose(1, 2).reshape(-1, w.shape[-1])
@@ -483,8 +526,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     model id in the local cache, as wherever shardload takes a model."""
     model = _Model(_shardload.resolve_model_path(str(model_dir)))
     if model.prefix:  # rank tensors keep the checkpoint's text-model prefix (vLLM's names): checked without it
-        ranks = [{n[len(model.prefix):] if n.startswith(model.prefix) else n: t for n, t in rank.items()}
-                 for rank in ranks]
+        ranks = [{model.inner(n) or n: t for n, t in rank.items()} for rank in ranks]
     lay = Layout(layout, len(ranks))
     v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
     layers = default_layers(ranks) if layers is None else sorted(set(layers))
@@ -531,6 +573,8 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     scales): anything left unchecked shows up as an unverified tensor."""
     label = f"layer {i} {mod}"
     cls = classify(mod)
+    if mod in _SEPARATE_PROJECTIONS and not model.has(prefix + mod + ".weight"):
+        cls = ("column", "attention", _SEPARATE_PROJECTIONS[mod])
     if mod.endswith("experts.w13_weight"):
         return lambda: v.experts(i, prefix, moe_layers.index(i))
     if cls and cls[0] in ("qkv", "column"):

@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <exception>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
@@ -218,13 +220,26 @@ void warn_other_towers(const nlohmann::json& config, const std::vector<std::stri
   const arch::Family* family = arch::family_for_architecture(architecture);
   if (family == nullptr || family->multimodal_architecture != architecture) return;
   const std::string_view prefix = family->multimodal_weight_prefix;
-  const auto skipped = std::count_if(names.begin(), names.end(),
-                                     [&](const std::string& name) { return !name.starts_with(prefix); });
-  if (skipped > 0) {
+  const auto other = [&](const std::string& name) { return !arch::text_model_name(*family, prefix, name); };
+  const auto skipped = std::count_if(names.begin(), names.end(), other);
+  if (skipped == 0) return;
+  if (family->multimodal_replaced_prefix.empty()) {
     warnings.push_back(fmt::format("{}: {} tensors outside {}* (the vision tower and projector) are skipped; "
                                    "shardload loads the text model",
                                    architecture, skipped, prefix));
+    return;
   }
+  // The other towers by their modules (Qwen3.5: model.visual.*), the text model beside them named.
+  std::set<std::string> towers;
+  const size_t after = family->multimodal_replaced_prefix.size();
+  for (const std::string& name : names) {
+    if (!other(name)) continue;
+    const size_t dot = name.find('.', after);
+    towers.insert(dot == std::string::npos ? name : name.substr(0, dot + 1) + "*");
+  }
+  warnings.push_back(fmt::format("{}: {} tensors of {} (the vision tower and projector) are skipped; shardload "
+                                 "loads the text model ({}*)",
+                                 architecture, skipped, fmt::join(towers, ", "), prefix));
 }
 
 }  // namespace

@@ -266,6 +266,10 @@ constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "glm4_moe_lite", kVllmGlm4MoeLite, kVllmMla, false, 0, kGlm4MoeRouter},
     {Engine::kVllm, "glm_moe_dsa", kVllmDeepseek, kVllmMla, false, 0, kVllmDeepseekV32Dtypes,
      kVllmDeepseekV32Fused},
+    // Qwen3.5: Qwen3-Next's modules (its separately stored projections are held fused, as planned);
+    // block FP8 checked too (in_proj_ba unquantized, as the checkpoints leave it).
+    {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block},
+    {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -300,6 +304,12 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
     {Engine::kSglang, "llama4",
      "SGLang 0.5.23 holds Llama-4's q/k rows in the checkpoint's interleaved order, not layout.md's "
      "rotary order, and its experts otherwise: an engine layout of its own, not built yet"},
+    {Engine::kSglang, "qwen3_5",
+     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
+     "snapshots, as Qwen3-Next's): not checked"},
+    {Engine::kSglang, "qwen3_5_moe",
+     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
+     "snapshots, as Qwen3-Next's): not checked"},
     {Engine::kSglang, "deepseek_v32",
      "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
      "the CUDA device's capability): not checked"},

@@ -122,7 +122,8 @@ const ArchTable& table_for(const Family* family);
 // every `*_proj` weight (qkv, o, gate_up, down, q_a, q_b, kv_a, kv_b, fused_qkv_a, shared experts) and the
 // routed experts' w13 / w2, and DeepSeek-V3.2's indexer wq_b and wk. Never embeddings, lm_head, norms,
 // routers, shared_expert_gate, biases or the indexer's weights_proj (BF16 in the engines), nor
-// Qwen3-Next's linear_attn.in_proj_ba (BF16 in Qwen's FP8 checkpoints) and conv1d.
+// Qwen3-Next's linear_attn.in_proj_ba and Qwen3.5's in_proj_b / in_proj_a (BF16 in Qwen's FP8
+// checkpoints) and conv1d.
 bool is_linear_weight(std::string_view target);
 
 // Building blocks the family tables share (src/model/arch/common.cc).

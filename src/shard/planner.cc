@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/shape_text.h"
+#include "model/arch/family.h"
 #include "model/arch_table.h"
 #include "shard/config_plan.h"
 #include "shard/vocab_padding.h"
@@ -219,19 +220,28 @@ class Planner {
     return all.value_or(true);
   }
 
+  // A model-level name as the checkpoint spells it (a multimodal checkpoint's text-model prefix);
+  // layer rules get theirs in `prefix`.
+  std::string outer_name(std::string name) const {
+    if (model().weight_prefix.empty()) return name;
+    return arch::checkpoint_name(*model().family, model().weight_prefix, name);
+  }
+
   void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix) {
     Instance inst;
     inst.rule = &rule;
     inst.layer = layer;
     inst.moe_layer = moe_layer;
-    inst.target = prefix + rule.target;
+    const bool model_level = layer < 0;
+    inst.target = model_level ? outer_name(rule.target) : prefix + rule.target;
     const size_t experts = rule.group == Group::kExperts ? model().experts : 1;
     inst.sources.reserve(experts);
     for (size_t x = 0; x < experts; ++x) {
       std::vector<std::string>& names = inst.sources.emplace_back();
       names.reserve(rule.parts.size());
       for (const Part& part : rule.parts) {
-        names.push_back(source_name(prefix, part.source, x));
+        names.push_back(model_level ? outer_name(source_name("", part.source, x))
+                                    : source_name(prefix, part.source, x));
       }
     }
     inst.quantized = format().quantizes() && rule.keep != Keep::kCheckpoint &&
@@ -260,11 +270,11 @@ class Planner {
   void instantiate() {
     const arch::ArchTable& table = arch::table_for(model().family);
     for (const ParamRule& rule : table.model) {
-      if (applies(rule.when, model(), -1)) add_instance(rule, -1, -1, model().weight_prefix);
+      if (applies(rule.when, model(), -1)) add_instance(rule, -1, -1, "");
     }
     int moe_index = 0;
     for (int layer = 0; layer < model().layers; ++layer) {
-      const std::string prefix = fmt::format("{}model.layers.{}.", model().weight_prefix, layer);
+      const std::string prefix = outer_name(fmt::format("model.layers.{}.", layer));
       const bool moe_layer = model().moe_layer[static_cast<size_t>(layer)];
       for (const ParamRule& rule : table.layer) {
         if (applies(rule.when, model(), layer)) {
@@ -308,12 +318,11 @@ class Planner {
       const std::string& name = ckpt_->tensor_names()[i];
       // Skip rules read names as a text-only checkpoint spells them; a multimodal checkpoint's
       // other towers are skipped whole.
-      const std::string_view prefix = model().weight_prefix;
-      const bool other_tower = !prefix.empty() && !name.starts_with(prefix);
-      const std::string_view text_name = std::string_view(name).substr(other_tower ? 0 : prefix.size());
+      const std::optional<std::string> text_name =
+          arch::text_model_name(*model().family, model().weight_prefix, name);
       const bool skipped =
-          other_tower || std::any_of(table.skips.begin(), table.skips.end(), [&](const arch::SkipRule& s) {
-            return s.matches(text_name, model());
+          !text_name || std::any_of(table.skips.begin(), table.skips.end(), [&](const arch::SkipRule& s) {
+            return s.matches(*text_name, model());
           });
       if (!skipped) {
         throw Error(ErrorKind::kUnknownTensor,

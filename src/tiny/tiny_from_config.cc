@@ -228,6 +228,7 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.quant = quant_of(c, file);
   m.mxfp4_experts = m.quant == Quant::kMxfp4;
   m.static_activations = c.static_activations;
+  m.weight_prefix = c.weight_prefix;
   if (m.experts > 0 && !fit_moe_layers(m, c.moe_layer)) {
     throw config_error(file, "make-tiny cannot write this pattern of MoE layers", "MoE layers",
                        fmt::format("a pattern of the {} generator's rule", m.family->name),

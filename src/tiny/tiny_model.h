@@ -35,6 +35,8 @@ struct TinyModel : arch::TinySizes {
   const arch::Family* family = nullptr;
   Quant quant = Quant::kNone;
   bool static_activations = true;  // kFp8: input_scale tensors and activation_scheme "static"
+  // --config of a multimodal class: where its checkpoint names the text model (ModelConfig's).
+  std::string weight_prefix;
 };
 
 // The family's small default: every tp in {1,2,4,8} and ep in {1,2,4} is a legal layout.

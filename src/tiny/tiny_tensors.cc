@@ -17,7 +17,14 @@ class Builder final : public arch::TensorWriter {
  public:
   explicit Builder(const TinyModel& model) : m_(model) {}
 
-  std::vector<TensorSpec> take() { return std::move(specs_); }
+  // The family writes the text model's names; a multimodal config's checkpoint has them under its
+  // prefix (the other towers are not written).
+  std::vector<TensorSpec> take() {
+    if (!m_.weight_prefix.empty()) {
+      for (TensorSpec& spec : specs_) spec.name = arch::checkpoint_name(*m_.family, m_.weight_prefix, spec.name);
+    }
+    return std::move(specs_);
+  }
 
   void projection(const std::string& module, uint64_t out, uint64_t in) override {
     if (m_.quant == Quant::kNone || m_.quant == Quant::kMxfp4) {

@@ -97,7 +97,7 @@ std::string make_model(const TempDir& dir, const std::string& arch, const std::s
 }
 
 bool is_moe(const std::string& arch) {
-  return arch != "llama" && arch != "qwen2" && arch != "qwen3";
+  return arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3_5";
 }
 
 // Striped: each needed byte read once, the busiest node within 1.1x of the mean. Local: nothing

@@ -200,7 +200,7 @@ std::vector<Model> models() {
   std::vector<Model> out;
   for (const char* arch : {"llama", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
                            "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next",
-                           "glm4_moe_lite", "glm_moe_dsa"}) {
+                           "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"}) {
     for (const char* quant : {"none", "fp8", "fp8-block", "dynamic"}) out.push_back({arch, quant});
   }
   for (const char* quant : {"none", "dynamic"}) out.push_back({"llama4", quant});  // no FP8 checkpoints

@@ -169,6 +169,32 @@ TEST(ModelFamilies, Llama4MultimodalConfigReadsItsTextModel) {
   }
 }
 
+TEST(ModelFamilies, Qwen35MoeMultimodalConfigReadsItsTextModelWithEveryLayerMoe) {
+  // Qwen3_5MoeForConditionalGeneration nests the text model under text_config (model_type qwen3_5_moe_text);
+  // the outer config holds the architecture and tie_word_embeddings. The text model's tensors stand under
+  // model.language_model. in place of model.; every layer is MoE (no decoder_sparse_step is read).
+  const nlohmann::json text = {{"model_type", "qwen3_5_moe_text"}, {"hidden_size", 64}, {"vocab_size", 128},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                               {"head_dim", 32}, {"num_experts", 8}, {"moe_intermediate_size", 32},
+                               {"shared_expert_intermediate_size", 32}, {"decoder_sparse_step", 2},
+                               {"layer_types", {"linear_attention", "linear_attention", "linear_attention",
+                                                "full_attention"}},
+                               {"linear_num_key_heads", 4}, {"linear_num_value_heads", 8}, {"dtype", "bfloat16"}};
+  const nlohmann::json outer = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                                {"model_type", "qwen3_5_moe"}, {"tie_word_embeddings", true},
+                                {"text_config", text}, {"vision_config", {{"depth", 1}}}};
+  const ModelConfig m = ModelConfig::from_json(outer);
+  EXPECT_EQ(family_name(m.family), "qwen3_5_moe");
+  EXPECT_EQ(m.weight_prefix, "model.language_model.");
+  EXPECT_TRUE(m.tie_embeddings);
+  EXPECT_EQ(m.experts, 8u);
+  EXPECT_EQ(m.moe_layer, (std::vector<bool>{true, true, true, true}));
+  EXPECT_EQ(m.linear_layer, (std::vector<bool>{true, true, true, false}));
+  nlohmann::json text_only = text;
+  text_only["architectures"] = {"Qwen3_5MoeForCausalLM"};
+  EXPECT_TRUE(ModelConfig::from_json(text_only).weight_prefix.empty());
+}
+
 TEST(ModelFamilies, GptOssReadsMxfp4AsItsExpertsFormat) {
   nlohmann::json config = {{"architectures", {"GptOssForCausalLM"}}, {"hidden_size", 64}, {"vocab_size", 128},
                            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},

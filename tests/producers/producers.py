@@ -13,9 +13,10 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 PRODUCERS = os.environ.get("SHARDLOAD_PRODUCERS_PYTHON", "")
 BIN = os.environ.get("SHARDLOAD_BIN", "")
-DENSE = ["llama", "qwen2", "qwen3"]
+DENSE = ["llama", "qwen2", "qwen3", "qwen3_5"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
-       "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss", "glm4_moe_lite", "glm_moe_dsa"]
+       "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss", "glm4_moe_lite", "glm_moe_dsa",
+       "qwen3_5_moe"]
 NO_FP8_CHECKPOINTS = {"llama4", "gpt_oss"}  # make-tiny writes none (docs/families/llama4.md, gpt_oss.md)
 
 needs_producers = pytest.mark.skipif(not PRODUCERS or not os.access(PRODUCERS, os.X_OK),

@@ -106,3 +106,28 @@ def test_llama4_multimodal_checkpoint_loads_its_text_model(tmp_path):
         assert all(n.startswith("language_model.") for rank in ranks.values() for n in rank), "vLLM's mllama4 names"
         assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
     open_with_official_safetensors(model, tmp_path / "tp2")
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_multimodal_checkpoint_loads_its_text_model(tmp_path, arch):
+    # transformers' own Qwen3_5(Moe)ForConditionalGeneration (random, with a small vision tower), saved by
+    # save_pretrained: the text model lives under model.language_model. (in place of model.), the vision tower
+    # under model.visual., lm_head outside both.
+    text = tmp_path / "text"
+    cli("make-tiny", "--arch", arch, "--out", text)
+    model = tmp_path / "multimodal"
+    producer("qwen3_5_multimodal.py", 3, text, model)
+    names = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "lm_head.weight" in names and any(n.startswith("model.language_model.layers.") for n in names)
+    skipped = sum(1 for n in names if n.startswith("model.visual."))
+    assert skipped > 0
+    planned = cli("plan", model, *layout(arch, 2), stderr=True)
+    assert f"{skipped} tensors of model.visual.* (the vision tower and projector) are skipped" in planned
+    for tp in (2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, *layout(arch, tp), "--out", out)
+        ranks = shardload.load_export(out)
+        assert all(n == "lm_head.weight" or n.startswith("model.language_model.")
+                   for rank in ranks.values() for n in rank), "the checkpoint's names"
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, tmp_path / "tp2")

@@ -52,6 +52,9 @@ struct ConfigView {
   // Qwen3-Next: q_proj holds each head's query then its output gate (2 x head_dim rows a head); the
   // linear attention's conv1d stacks key_dim q, key_dim k and value_dim v channels.
   bool gated_q = false;
+  // Qwen3.5: in_proj_qkv / in_proj_z and in_proj_b / in_proj_a stored apart; a rank's in_proj_qkvz holds its
+  // share of q, of k, of v, then of z (its in_proj_ba its b, then its a).
+  bool separate_projections = false;
   uint64_t linear_key_dim = 0;
   uint64_t linear_value_dim = 0;
 
@@ -75,7 +78,8 @@ struct ConfigView {
     v.layers = static_cast<int>(number("num_hidden_layers", 0));
     v.tie_embeddings = c.value("tie_word_embeddings", false);
     v.per_layer_qk_norm = c.value("qk_norm_type", "") == "per_layer";
-    v.gated_q = v.architecture == "Qwen3NextForCausalLM";
+    v.separate_projections = v.architecture.starts_with("Qwen3_5");
+    v.gated_q = v.architecture == "Qwen3NextForCausalLM" || v.separate_projections;
     v.linear_key_dim = number("linear_num_key_heads", 0) * number("linear_key_head_dim", 0);
     v.linear_value_dim = number("linear_num_value_heads", 0) * number("linear_value_head_dim", 0);
     return v;
@@ -291,6 +295,10 @@ class Reassembler {
         n.ends_with("shared_experts.down_proj.weight")) {
       return row_parallel(name, split_shared_);
     }
+    if (config_.separate_projections &&
+        (n.ends_with("linear_attn.in_proj_qkvz.weight") || n.ends_with("linear_attn.in_proj_ba.weight"))) {
+      return separate_parts(name);
+    }
     if (n.ends_with("linear_attn.in_proj_qkvz.weight") || n.ends_with("linear_attn.in_proj_ba.weight") ||
         n.ends_with("linear_attn.A_log") || n.ends_with("linear_attn.dt_bias")) {
       return column(name);
@@ -407,6 +415,42 @@ class Reassembler {
   }
 
   void column(const std::string& name) { emit(name, internal::concat_rows(all_ranks(name)), name); }
+
+  // Qwen3.5's in_proj_qkvz (in_proj_ba): rank r's rows are its share of each part in turn; the checkpoint
+  // stores q, k and v as one tensor and z apart (b and a apart).
+  void separate_parts(const std::string& name) {
+    const bool qkvz = name.ends_with("in_proj_qkvz.weight");
+    const std::string_view tail = qkvz ? "qkvz.weight" : "ba.weight";
+    const std::string prefix = name.substr(0, name.size() - tail.size());
+    const uint64_t heads = at(0, name).rows() / 2;  // in_proj_ba: nv / T rows of b, then of a
+    const std::vector<uint64_t> rows =
+        qkvz ? std::vector<uint64_t>{config_.linear_key_dim / tp_, config_.linear_key_dim / tp_,
+                                     config_.linear_value_dim / tp_, config_.linear_value_dim / tp_}
+             : std::vector<uint64_t>{heads, heads};
+    uint64_t total = 0;
+    for (uint64_t n : rows) total += n;
+    if (at(0, name).rows() != total) {
+      return problems_.add("{}: {} rows, expected {} (the parts' shares)", name, at(0, name).rows(), total);
+    }
+    std::vector<std::vector<HostTensor>> parts(rows.size());
+    for (uint64_t r = 0; r < tp_; ++r) {
+      uint64_t begin = 0;
+      for (size_t k = 0; k < rows.size(); ++k) {
+        parts[k].push_back(internal::slice_rows(at(r, name), begin, begin + rows[k]));
+        begin += rows[k];
+      }
+    }
+    if (qkvz) {
+      emit(prefix + "qkv.weight",
+           internal::concat_rows({internal::concat_rows(parts[0]), internal::concat_rows(parts[1]),
+                                  internal::concat_rows(parts[2])}),
+           name);
+      emit(prefix + "z.weight", internal::concat_rows(parts[3]), name);
+    } else {
+      emit(prefix + "b.weight", internal::concat_rows(parts[0]), name);
+      emit(prefix + "a.weight", internal::concat_rows(parts[1]), name);
+    }
+  }
 
   // Qwen3-Next's conv1d [C/T, 1, K]: each rank's rows are its share of the q channels, then of the k
   // channels, then of the v channels; the checkpoint's are all q, all k, all v.

@@ -119,7 +119,8 @@ Dims dims(const json& c) {
     d.i_mlp = u(c, "intermediate_size_mlp");
     d.shared = d.im;  // Llama-4's one shared expert is as wide as a routed one
   }
-  if (c.value("model_type", "") == "qwen3_next") {
+  const std::string type = c.value("model_type", "");
+  if (type == "qwen3_next" || type == "qwen3_5_text" || type == "qwen3_5_moe_text") {
     d.gated_q = true;
     d.lk = u(c, "linear_num_key_heads");
     d.lv = u(c, "linear_num_value_heads");
@@ -213,6 +214,11 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
       {"mlp.experts.down_proj_bias", {d.e, d.h}},
       {"linear_attn.in_proj_qkvz.weight", {2 * keys + 2 * values, d.h}},
       {"linear_attn.in_proj_ba.weight", {2 * d.lv, d.h}},
+      // Qwen3.5: the same projections stored apart.
+      {"linear_attn.in_proj_qkv.weight", {2 * keys + values, d.h}},
+      {"linear_attn.in_proj_z.weight", {values, d.h}},
+      {"linear_attn.in_proj_b.weight", {d.lv, d.h}},
+      {"linear_attn.in_proj_a.weight", {d.lv, d.h}},
       {"linear_attn.conv1d.weight", {2 * keys + values, 1, d.conv}},
       {"linear_attn.A_log", {d.lv}},
       {"linear_attn.dt_bias", {d.lv}},
@@ -288,6 +294,8 @@ bool is_moe(const json& c, int i) {
     EXPECT_EQ(sparse, i >= c.at("first_k_dense_replace").get<int>()) << type << " layer " << i;
     return sparse;
   }
+  if (type == "qwen3_5_moe_text") return u(c, "num_experts") > 0;  // every layer
+
   if (type == "llama4_text") return (i + 1) % c.at("interleave_moe_layer_step").get<int>() == 0;
   if (type == "ernie4_5_moe") {
     const int end =
@@ -316,6 +324,8 @@ const std::map<std::string, std::string> kArchitectures = {
     {"qwen3_next", "Qwen3NextForCausalLM"},
     {"glm4_moe_lite", "Glm4MoeLiteForCausalLM"},
     {"glm_moe_dsa", "GlmMoeDsaForCausalLM"},
+    {"qwen3_5", "Qwen3_5ForCausalLM"},
+    {"qwen3_5_moe", "Qwen3_5MoeForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -364,8 +374,10 @@ TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
   EXPECT_EQ(summary.bytes, total);
 
   EXPECT_EQ(c.config.at("architectures"), json::array({kArchitectures.at(GetParam())}));
-  // Llama4ForCausalLM's config is transformers' llama4_text (llama4 is the multimodal one's).
-  EXPECT_EQ(c.config.at("model_type"), GetParam() == "llama4" ? "llama4_text" : GetParam());
+  // Llama4ForCausalLM's config is transformers' llama4_text (llama4 is the multimodal one's), and so
+  // are Qwen3.5's text classes'.
+  const bool text_type = GetParam() == "llama4" || GetParam().starts_with("qwen3_5");
+  EXPECT_EQ(c.config.at("model_type"), text_type ? GetParam() + "_text" : GetParam());
   EXPECT_EQ(c.config.at("torch_dtype"), "bfloat16");
   EXPECT_NE(u(c.config, "vocab_size") % 64, 0u) << "vocab padding must matter";
 }

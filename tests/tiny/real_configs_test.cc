@@ -112,7 +112,7 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     // planned at their own deployments in their own tests below (each of their plans takes about a second
     // on the sanitized build).
     if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0 ||
-        name.rfind("glm", 0) == 0) {
+        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0) {
       continue;
     }
     const uint64_t heads = real.n("num_attention_heads");
@@ -336,6 +336,57 @@ TEST(TinyRealConfigs, Qwen3NextPlansItsHybridLayersAtItsDeployments) {
     const size_t colon = plan.out.find("): ", plan.out.find("rank 0 ("));
     EXPECT_EQ(std::stoull(plan.out.substr(colon + 3)), 36u * 15 + 12 * 12 + 3) << layout[1] << plan.out;
   }
+}
+
+TEST(TinyRealConfigs, Qwen36PlansItsMultimodalCheckpointsTextModelAtItsDeployments) {
+  // Qwen3.6-27B (dense) and Qwen3.6-35B-A3B (256 experts + 1 shared), as the Hub ships them:
+  // Qwen3_5(Moe)ForConditionalGeneration with the text fields under text_config and the text model under
+  // model.language_model. (the vision tower is not generated). Planned at tp 8 (x ep 8) and with
+  // data-parallel attention; the MoE's block FP8 at tp 8 puts 64 rows of each shared expert on a rank, inside
+  // a 128-row block (vLLM issue 52997): refused, and taken with the shared experts replicated (DeepEP).
+  for (const char* name : {"qwen3.6-27b", "qwen3.6-35b-a3b"}) {
+    SCOPED_TRACE(name);
+    const Real r(name);
+    const json& t = r.config.at("text_config");
+    const uint64_t h = t.at("hidden_size"), nk = t.at("linear_num_key_heads"), nv = t.at("linear_num_value_heads");
+    const uint64_t dk = t.at("linear_key_head_dim"), dv = t.at("linear_value_head_dim");
+    const std::string lin = "model.language_model.layers.0.linear_attn.";
+    r.expect(lin + "in_proj_qkv.weight", DType::kBF16, {2 * nk * dk + nv * dv, h});
+    r.expect(lin + "in_proj_z.weight", DType::kBF16, {nv * dv, h});
+    r.expect(lin + "in_proj_b.weight", DType::kBF16, {nv, h});
+    r.expect("model.language_model.layers.3.self_attn.q_proj.weight", DType::kBF16,
+             {2 * t.at("num_attention_heads").get<uint64_t>() * t.at("head_dim").get<uint64_t>(), h});
+    r.expect("lm_head.weight", DType::kBF16, {t.at("vocab_size"), h});
+    EXPECT_FALSE(r.has("model.layers.0.input_layernorm.weight"));
+    const bool moe = t.contains("num_experts");
+    const std::vector<std::vector<std::string>> layouts =
+        moe ? std::vector<std::vector<std::string>>{{"--tp", "8", "--ep", "8"},
+                                                    {"--tp", "8", "--dp", "8", "--ep", "8"},
+                                                    {"--tp", "8", "--dp", "4", "--ep", "8", "--enable-dp-lm-head"}}
+            : std::vector<std::vector<std::string>>{{"--tp", "8"}, {"--tp", "8", "--dp", "8"}, {"--tp", "4"}};
+    for (const std::vector<std::string>& layout : layouts) {
+      std::vector<std::string> args = {"plan", r.out};
+      args.insert(args.end(), layout.begin(), layout.end());
+      const testing::CommandResult plan = testing::run_shardload(args);
+      EXPECT_EQ(plan.exit_code, 0) << layout.back() << plan.err;
+      EXPECT_NE(plan.out.find("rank 3 "), std::string::npos) << plan.out;
+    }
+  }
+  TempDir fp8;
+  json config = json::parse(testing::read_file((kConfigs / "qwen3.6-35b-a3b" / "config.json").string()));
+  config["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                   {"weight_block_size", {128, 128}}};
+  testing::write_file(fp8.file("config.json"), config.dump(2));
+  make_tiny({.out = fp8.file("model"), .config = fp8.file("config.json"), .sparse = true});
+  const testing::CommandResult cut = testing::run_shardload({"plan", fp8.file("model"), "--tp", "8", "--ep", "8"});
+  EXPECT_NE(cut.exit_code, 0);
+  EXPECT_NE(cut.err.find("shared_expert.gate_up_proj.weight: the tensor-parallel cut [0, 64) of its 512 rows"),
+            std::string::npos)
+      << cut.err;
+  EXPECT_EQ(testing::run_shardload({"plan", fp8.file("model"), "--tp", "8", "--dp", "8", "--moe-a2a-backend",
+                                    "deepep"})
+                .exit_code,
+            0);
 }
 
 TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {

@@ -31,9 +31,12 @@ bool is_linear_weight(std::string_view target) {
   // SGLang build it unquantized).
   if (target.ends_with("indexer.wq_b") || target.ends_with("indexer.wk")) return true;
   if (target.ends_with("indexer.weights_proj")) return false;
-  // Qwen3-Next's b/a projection: its rows per rank (2 x value heads / T) are below an FP8 block, and
-  // Qwen's FP8 checkpoints leave it in bf16 (modules_to_not_convert).
-  if (target.ends_with("linear_attn.in_proj_ba")) return false;
+  // Qwen3-Next's b/a projection (Qwen3.5's in_proj_b and in_proj_a): its rows per rank (2 x value heads
+  // / T) are below an FP8 block, and Qwen's FP8 checkpoints leave it in bf16 (modules_to_not_convert).
+  if (target.ends_with("linear_attn.in_proj_ba") || target.ends_with("linear_attn.in_proj_b") ||
+      target.ends_with("linear_attn.in_proj_a")) {
+    return false;
+  }
   return module.find("_proj") != std::string_view::npos;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -112,6 +113,10 @@ struct Family {
   // text_config and whose checkpoint names them under weight_prefix (the other towers skipped).
   std::string_view multimodal_architecture = {};
   std::string_view multimodal_weight_prefix = {};
+  // Empty: the prefix goes before every text-model name (Llama-4's "language_model."). Else the text
+  // names that start with this take the prefix in its place and the others keep theirs (Qwen3.5's
+  // "model." becomes "model.language_model.", its lm_head and mtp.* stay).
+  std::string_view multimodal_replaced_prefix = {};
   // Why make-tiny cannot write the family's FP8 checkpoints (empty: it can).
   std::string_view no_fp8_checkpoints = {};
   // make-tiny --quant mxfp4 (gpt-oss): the family's writer reads TinySizes::mxfp4_experts.
@@ -124,6 +129,14 @@ std::span<const Family* const> families();
 const Family* find_family(std::string_view name);
 // The family reading config.json's architectures[0] `architecture`, or nullptr.
 const Family* family_for_architecture(std::string_view architecture);
+
+// A text-model tensor's name in a checkpoint whose text model lives under weight_prefix (empty: a
+// text-only checkpoint, the name itself).
+std::string checkpoint_name(const Family& family, std::string_view weight_prefix, std::string_view text_name);
+// The text model's name of a checkpoint tensor, or nullopt for a tensor of another tower (a
+// multimodal checkpoint's vision tower and projector).
+std::optional<std::string> text_model_name(const Family& family, std::string_view weight_prefix,
+                                           std::string_view name);
 
 // Config readers shared by related families (src/model/arch/config_common.cc).
 

@@ -14,18 +14,21 @@
 #include <algorithm>
 
 #include "core/json_input.h"
-#include "model/arch/family.h"
+#include "model/arch/qwen3_next.h"
 #include "model/config_fields.h"
 #include "shardload/error.h"
 
 namespace shardload::arch {
-namespace {
+namespace qwen3_next {
 
 uint64_t key_dim(const ModelConfig& m) { return m.linear_key_heads * m.linear_key_head_dim; }
 uint64_t value_dim(const ModelConfig& m) { return m.linear_value_heads * m.linear_value_head_dim; }
-uint64_t conv_dim(const ModelConfig& m) { return 2 * key_dim(m) + value_dim(m); }
 
-std::vector<ParamRule> full_attention_rules() {
+namespace {
+uint64_t conv_dim(const ModelConfig& m) { return 2 * key_dim(m) + value_dim(m); }
+}  // namespace
+
+std::vector<ParamRule> gated_attention_rules() {
   const ShapeFn q = [](const ModelConfig& m) { return Shape{2 * m.heads * m.head_dim, m.hidden}; };
   const ShapeFn kv = [](const ModelConfig& m) { return Shape{m.kv_heads * m.head_dim, m.hidden}; };
   const ShapeFn head = [](const ModelConfig& m) { return Shape{m.head_dim}; };
@@ -54,21 +57,11 @@ std::vector<ParamRule> full_attention_rules() {
   };
 }
 
-std::vector<ParamRule> linear_attention_rules() {
+std::vector<ParamRule> delta_net_rules() {
   const ShapeFn conv = [](const ModelConfig& m) { return Shape{conv_dim(m), 1, m.linear_conv_kernel}; };
   const ShapeFn heads = [](const ModelConfig& m) { return Shape{m.linear_value_heads}; };
   const std::string conv_name = "linear_attn.conv1d.weight";
   return {
-      {.target = "linear_attn.in_proj_qkvz.weight",
-       .when = When::kLinearAttentionLayer,
-       .parts = {{"linear_attn.in_proj_qkvz.weight", Split::kColumn,
-                  [](const ModelConfig& m) { return Shape{2 * key_dim(m) + 2 * value_dim(m), m.hidden}; }}},
-       .group = Group::kAttention},
-      {.target = "linear_attn.in_proj_ba.weight",
-       .when = When::kLinearAttentionLayer,
-       .parts = {{"linear_attn.in_proj_ba.weight", Split::kColumn,
-                  [](const ModelConfig& m) { return Shape{2 * m.linear_value_heads, m.hidden}; }}},
-       .group = Group::kAttention},
       {.target = conv_name,
        .when = When::kLinearAttentionLayer,
        .parts = {{.source = conv_name, .split = Split::kColumn, .shape = conv,
@@ -99,21 +92,47 @@ std::vector<ParamRule> linear_attention_rules() {
   };
 }
 
+std::vector<ParamRule> moe_rules() {
+  return concat({expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
+                 shared_expert_rules("mlp.shared_expert."),
+                 {{.target = "mlp.shared_expert_gate.weight",
+                   .when = When::kMoeShared,
+                   .parts = {{"mlp.shared_expert_gate.weight", Split::kReplicated,
+                              [](const ModelConfig& m) { return Shape{1, m.hidden}; }}}}}});
+}
+
+SkipRule mtp_skip() {
+  return {"the multi-token-prediction block (mtp.*), which the main model does not load",
+          [](std::string_view name, const ModelConfig&) { return name.starts_with("mtp."); }};
+}
+
+namespace {
+
+// Qwen3-Next's input projections, fused on disk by key-head group.
+std::vector<ParamRule> fused_projection_rules() {
+  return {
+      {.target = "linear_attn.in_proj_qkvz.weight",
+       .when = When::kLinearAttentionLayer,
+       .parts = {{"linear_attn.in_proj_qkvz.weight", Split::kColumn,
+                  [](const ModelConfig& m) { return Shape{2 * key_dim(m) + 2 * value_dim(m), m.hidden}; }}},
+       .group = Group::kAttention},
+      {.target = "linear_attn.in_proj_ba.weight",
+       .when = When::kLinearAttentionLayer,
+       .parts = {{"linear_attn.in_proj_ba.weight", Split::kColumn,
+                  [](const ModelConfig& m) { return Shape{2 * m.linear_value_heads, m.hidden}; }}},
+       .group = Group::kAttention},
+  };
+}
+
 const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
-      .layer = concat({norm_rules(), linear_attention_rules(), full_attention_rules(), dense_mlp_rules(),
-                       expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
-                       shared_expert_rules("mlp.shared_expert."),
-                       {{.target = "mlp.shared_expert_gate.weight",
-                         .when = When::kMoeShared,
-                         .parts = {{"mlp.shared_expert_gate.weight", Split::kReplicated,
-                                    [](const ModelConfig& m) { return Shape{1, m.hidden}; }}}}}}),
+      .layer = concat({norm_rules(), fused_projection_rules(), delta_net_rules(), gated_attention_rules(),
+                       dense_mlp_rules(), moe_rules()}),
       .skips =
           [] {
             std::vector<SkipRule> skips = common_skips();
-            skips.push_back({"the multi-token-prediction block (mtp.*), which the main model does not load",
-                             [](std::string_view name, const ModelConfig&) { return name.starts_with("mtp."); }});
+            skips.push_back(mtp_skip());
             return skips;
           }(),
   };
@@ -126,8 +145,9 @@ Error layer_types_error(std::string expected, std::string found) {
                 .found = std::move(found)});
 }
 
-void read_config(const nlohmann::json& c, ModelConfig& m) {
-  read_qwen_moe_config(c, m, /*shared_expert=*/true);
+}  // namespace
+
+void read_hybrid_config(const nlohmann::json& c, ModelConfig& m) {
   // transformers' Qwen3NextConfig defaults.
   m.linear_key_heads = config::get_positive(c, "linear_num_key_heads", 16);
   m.linear_value_heads = config::get_positive(c, "linear_num_value_heads", 32);
@@ -161,6 +181,22 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
   }
 }
 
+void write_gated_attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
+  w.projection(p + "q_proj", 2 * m.heads * m.head_dim, m.hidden);
+  w.projection(p + "k_proj", m.kv_heads * m.head_dim, m.hidden);
+  w.projection(p + "v_proj", m.kv_heads * m.head_dim, m.hidden);
+  w.projection(p + "o_proj", m.hidden, m.heads * m.head_dim);
+  w.norm(p + "q_norm", m.head_dim);
+  w.norm(p + "k_norm", m.head_dim);
+}
+
+namespace {
+
+void read_config(const nlohmann::json& c, ModelConfig& m) {
+  read_qwen_moe_config(c, m, /*shared_expert=*/true);
+  read_hybrid_config(c, m);
+}
+
 // make-tiny.
 
 bool linear_layer(const TinySizes& m, int layer) {
@@ -182,15 +218,6 @@ void tiny_config(const TinySizes& m, nlohmann::json& c) {
   c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
   // vLLM's MTP draft reads it (default 1); written so that make-tiny --config writes the block again.
   c["num_nextn_predict_layers"] = m.mtp_layers;
-}
-
-void full_attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
-  w.projection(p + "q_proj", 2 * m.heads * m.head_dim, m.hidden);
-  w.projection(p + "k_proj", m.kv_heads * m.head_dim, m.hidden);
-  w.projection(p + "v_proj", m.kv_heads * m.head_dim, m.hidden);
-  w.projection(p + "o_proj", m.hidden, m.heads * m.head_dim);
-  w.norm(p + "q_norm", m.head_dim);
-  w.norm(p + "k_norm", m.head_dim);
 }
 
 void linear_attention(const TinySizes& m, TensorWriter& w, const std::string& p) {
@@ -219,7 +246,7 @@ void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, in
   if (linear) {
     linear_attention(m, w, p + "linear_attn.");
   } else {
-    full_attention(m, w, p + "self_attn.");
+    write_gated_attention(m, w, p + "self_attn.");
   }
   w.norm(p + "post_attention_layernorm", m.hidden);
   if (m.experts > 0 && tiny_qwen_moe_layer(m, index)) {
@@ -248,8 +275,10 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
 }
 
 }  // namespace
+}  // namespace qwen3_next
 
 const Family& qwen3_next_family() {
+  using namespace qwen3_next;
   static const Family family{
       .name = "qwen3_next",
       .architectures = {"Qwen3NextForCausalLM"},

@@ -21,6 +21,8 @@ const Family& gpt_oss_family();
 const Family& qwen3_next_family();
 const Family& glm4_moe_lite_family();
 const Family& glm_moe_dsa_family();
+const Family& qwen3_5_family();
+const Family& qwen3_5_moe_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
@@ -29,6 +31,7 @@ std::span<const Family* const> families() {
       &deepseek_v32_family(), &ernie4_5_moe_family(), &glm4_moe_family(),
       &minimax_m2_family(),   &qwen3_next_family(),   &llama4_family(),   &gpt_oss_family(),
       &glm4_moe_lite_family(), &glm_moe_dsa_family(),
+      &qwen3_5_family(),      &qwen3_5_moe_family(),
   };
   return kFamilies;
 }
@@ -50,5 +53,28 @@ const Family* family_for_architecture(std::string_view architecture) {
 }
 
 const ArchTable& table_for(const Family* family) { return family->table(); }
+
+std::string checkpoint_name(const Family& family, std::string_view weight_prefix, std::string_view text_name) {
+  const std::string_view replaced = family.multimodal_replaced_prefix;
+  if (weight_prefix.empty() || !text_name.starts_with(replaced)) return std::string(text_name);
+  text_name.remove_prefix(replaced.size());
+  std::string name;
+  name.reserve(weight_prefix.size() + text_name.size());
+  return name.append(weight_prefix).append(text_name);
+}
+
+std::optional<std::string> text_model_name(const Family& family, std::string_view weight_prefix,
+                                           std::string_view name) {
+  const std::string_view replaced = family.multimodal_replaced_prefix;
+  if (weight_prefix.empty()) return std::string(name);
+  if (name.starts_with(weight_prefix)) {
+    name.remove_prefix(weight_prefix.size());
+    return std::string(replaced).append(name);
+  }
+  // Under the replaced prefix but not the text model's: another tower (model.visual.*); outside it, a
+  // text-model name of its own (lm_head, mtp.*). Without a replaced prefix every name is under it.
+  if (name.starts_with(replaced)) return std::nullopt;
+  return std::string(name);
+}
 
 }  // namespace shardload::arch
