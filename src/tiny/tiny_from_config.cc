@@ -218,10 +218,15 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.linear_value_head_dim = c.linear_value_head_dim;
   m.linear_conv_kernel = c.linear_conv_kernel;
   m.full_attention_interval = full_attention_interval(c.linear_layer);
-  // Written by the families that have MTP layers (the planner skips them; a checkpoint has them).
+  // Written by the families that have MTP layers (the planner skips them; a checkpoint has them):
+  // DeepSeek's and Qwen3-Next's field, or Qwen3.5's (in a multimodal config's text_config).
+  const json& text = config.contains("text_config") && config.at("text_config").is_object()
+                         ? config.at("text_config")
+                         : config;
+  const char* mtp_field =
+      text.contains("mtp_num_hidden_layers") ? "mtp_num_hidden_layers" : "num_nextn_predict_layers";
   try {
-    m.mtp_layers =
-        static_cast<int>(config::get_uint(config, "num_nextn_predict_layers", 0, kMaxMtpLayers));
+    m.mtp_layers = static_cast<int>(config::get_uint(text, mtp_field, 0, kMaxMtpLayers));
   } catch (const Error& e) {
     throw in_file(e, file);
   }

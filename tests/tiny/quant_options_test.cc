@@ -174,8 +174,11 @@ bool restated_projection(const std::string& name) {
   // DeepSeek-V3.2's indexer: wq_b and wk are FP8 on the Hub, weights_proj is BF16.
   if (module.ends_with("indexer.wq_b") || module.ends_with("indexer.wk")) return true;
   if (module.ends_with("indexer.weights_proj")) return false;
-  // Qwen3-Next's b/a projection stays bf16, as in Qwen's FP8 checkpoints.
-  if (module.ends_with("linear_attn.in_proj_ba")) return false;
+  // Qwen3-Next's b/a projection stays bf16, as in Qwen's FP8 checkpoints; so do Qwen3.5's, stored apart.
+  if (module.ends_with("linear_attn.in_proj_ba") || module.ends_with("linear_attn.in_proj_b") ||
+      module.ends_with("linear_attn.in_proj_a")) {
+    return false;
+  }
   if (last.find("_proj") != std::string::npos) return true;
   return (last == "w1" || last == "w2" || last == "w3") &&
          module.find(".experts.") != std::string::npos;
