@@ -34,5 +34,11 @@ void write_indexer(const TinySizes& m, TensorWriter& w, const std::string& atten
 void tiny_indexer_defaults(TinySizes& m);
 void tiny_indexer_block_fp8(TinySizes& m);
 void tiny_indexer_config(const TinySizes& m, nlohmann::json& config);
+// DeepSeek-V3.2's table (V3's layer with the score bias, the indexer, MTP layers skipped), which GLM-5
+// has under the same names.
+const ArchTable& indexed_table();
+// make-tiny's V3.2 layer: the latent attention with the indexer, and the MoE block with the score bias.
+void write_indexed_attention(const TinySizes& m, TensorWriter& w, const std::string& attention);
+void write_moe_with_score_bias(const TinySizes& m, TensorWriter& w, const std::string& layer);
 
 }  // namespace shardload::arch::deepseek

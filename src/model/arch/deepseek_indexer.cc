@@ -75,4 +75,22 @@ void tiny_indexer_config(const TinySizes& m, nlohmann::json& c) {
   c["index_topk"] = 2048;
 }
 
+const ArchTable& indexed_table() {
+  static const ArchTable table{
+      .model = embedding_rules(),
+      .layer = concat({layer_rules(/*score_bias=*/true), indexer_rules()}),
+      .skips = skips_with_mtp_layers(),
+  };
+  return table;
+}
+
+void write_indexed_attention(const TinySizes& m, TensorWriter& w, const std::string& attention) {
+  write_latent_attention(m, w, attention);
+  write_indexer(m, w, attention);
+}
+
+void write_moe_with_score_bias(const TinySizes& m, TensorWriter& w, const std::string& layer) {
+  write_moe(m, w, layer, /*score_bias=*/true);
+}
+
 }  // namespace shardload::arch::deepseek

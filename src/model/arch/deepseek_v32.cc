@@ -5,29 +5,14 @@
 namespace shardload::arch {
 namespace {
 
-const ArchTable& table() {
-  static const ArchTable table{
-      .model = embedding_rules(),
-      .layer = concat({deepseek::layer_rules(/*score_bias=*/true), deepseek::indexer_rules()}),
-      .skips = skips_with_mtp_layers(),
-  };
-  return table;
-}
-
 void read_config(const nlohmann::json& c, ModelConfig& m) {
   deepseek::read_config(c, m);
   deepseek::read_indexer_config(c, m, "DeepSeek-V3.2");
 }
 
-constexpr TinyLayerWriter kLayer{
-    .attention =
-        [](const TinySizes& m, TensorWriter& w, const std::string& p) {
-          write_latent_attention(m, w, p);
-          deepseek::write_indexer(m, w, p);
-        },
-    .moe = [](const TinySizes& m, TensorWriter& w,
-              const std::string& l) { deepseek::write_moe(m, w, l, true); },
-    .moe_layer = deepseek::moe_layer};
+constexpr TinyLayerWriter kLayer{.attention = deepseek::write_indexed_attention,
+                                .moe = deepseek::write_moe_with_score_bias,
+                                .moe_layer = deepseek::moe_layer};
 
 }  // namespace
 
@@ -37,7 +22,7 @@ const Family& deepseek_v32_family() {
       .architectures = {"DeepseekV32ForCausalLM"},
       .expert_count_field = "n_routed_experts",
       .read_config = read_config,
-      .table = table,
+      .table = deepseek::indexed_table,
       .tiny_defaults =
           [](TinySizes& m) {
             deepseek::tiny_defaults(m, /*v3=*/true);

@@ -9,15 +9,6 @@
 namespace shardload::arch {
 namespace {
 
-const ArchTable& table() {
-  static const ArchTable table{
-      .model = embedding_rules(),
-      .layer = concat({deepseek::layer_rules(/*score_bias=*/true), deepseek::indexer_rules()}),
-      .skips = skips_with_mtp_layers(),
-  };
-  return table;
-}
-
 // Later GLM-5 configs may share one layer's top-k among the next ones (IndexCache): such a "shared"
 // layer has no indexer in transformers' model nor in vLLM's (which drops the checkpoint's copy),
 // while every layer here has one. Refused until the table can say which layers have it.
@@ -50,15 +41,9 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
   refuse_shared_indexers(c);
 }
 
-constexpr TinyLayerWriter kLayer{
-    .attention =
-        [](const TinySizes& m, TensorWriter& w, const std::string& p) {
-          write_latent_attention(m, w, p);
-          deepseek::write_indexer(m, w, p);
-        },
-    .moe = [](const TinySizes& m, TensorWriter& w,
-              const std::string& l) { deepseek::write_moe(m, w, l, true); },
-    .moe_layer = glm_mla::moe_layer};
+constexpr TinyLayerWriter kLayer{.attention = deepseek::write_indexed_attention,
+                                .moe = deepseek::write_moe_with_score_bias,
+                                .moe_layer = glm_mla::moe_layer};
 
 }  // namespace
 
@@ -68,7 +53,7 @@ const Family& glm_moe_dsa_family() {
       .architectures = {"GlmMoeDsaForCausalLM"},
       .expert_count_field = "n_routed_experts",
       .read_config = read_config,
-      .table = table,
+      .table = deepseek::indexed_table,
       .tiny_defaults =
           [](TinySizes& m) {
             glm_mla::tiny_defaults(m);
