@@ -293,30 +293,28 @@ struct FamilyRefusal {
   std::string_view family;
   std::string_view why;
 };
+// Each cause in one place: the families it stops share its words, and the support matrix one note.
+// Qwen3-Next and Qwen3.5 (its hybrid layers' Mamba-style cache).
+constexpr std::string_view kSglangNoMambaCacheOnCpu =
+    "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
+    "snapshots): not checked";
+// DeepSeek-V3.2 and GLM-5 (sglang/srt/arg_groups/model_hook.py names both).
+constexpr std::string_view kSglangNeedsNvidiaGpu =
+    "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
+    "the CUDA device's capability): not checked";
 constexpr FamilyRefusal kFamilyRefusals[] = {
     {Engine::kSglang, "gpt_oss",
      "SGLang 0.5.23's own load of it fails with expert parallelism (its fused w2 loader copies every "
      "expert into the rank's) and does not know the Hub's mxfp4 method without its CUDA kernels: "
      "nothing correct to match"},
-    {Engine::kSglang, "qwen3_next",
-     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
-     "snapshots): not checked"},
+    {Engine::kSglang, "qwen3_next", kSglangNoMambaCacheOnCpu},
     {Engine::kSglang, "llama4",
      "SGLang 0.5.23 holds Llama-4's q/k rows in the checkpoint's interleaved order, not layout.md's "
      "rotary order, and its experts otherwise: an engine layout of its own, not built yet"},
-    {Engine::kSglang, "qwen3_5",
-     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
-     "snapshots, as Qwen3-Next's): not checked"},
-    {Engine::kSglang, "qwen3_5_moe",
-     "SGLang 0.5.23 cannot build it on CPU (its Mamba cache needs platform support for state "
-     "snapshots, as Qwen3-Next's): not checked"},
-    {Engine::kSglang, "deepseek_v32",
-     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
-     "the CUDA device's capability): not checked"},
-    // GLM-5 as DeepSeek-V3.2 (sglang/srt/arg_groups/model_hook.py names both): the same words, one note.
-    {Engine::kSglang, "glm_moe_dsa",
-     "SGLang 0.5.23 cannot build it without an NVIDIA GPU (its model-specific server arguments ask "
-     "the CUDA device's capability): not checked"},
+    {Engine::kSglang, "qwen3_5", kSglangNoMambaCacheOnCpu},
+    {Engine::kSglang, "qwen3_5_moe", kSglangNoMambaCacheOnCpu},
+    {Engine::kSglang, "deepseek_v32", kSglangNeedsNvidiaGpu},
+    {Engine::kSglang, "glm_moe_dsa", kSglangNeedsNvidiaGpu},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
