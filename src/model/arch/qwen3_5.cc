@@ -2,8 +2,7 @@
 // gated DeltaNet's input projections stored apart, as vLLM 0.33's qwen3_5.py loads them
 // (docs/families/qwen3_5.md):
 // - in_proj_qkv [2 kd + vd, H] (all q, then all k, then all v rows) and in_proj_z [vd, H] fill
-// vLLM's
-//   in_proj_qkvz, a MergedColumnParallelLinear of four outputs [kd, kd, vd, vd]: a rank holds its
+//   vLLM's in_proj_qkvz, a MergedColumnParallelLinear of four outputs [kd, kd, vd, vd]: a rank holds its
 //   share of q, of k, of v, then of z. in_proj_b and in_proj_a [nv, H] fill in_proj_ba [nv, nv] the
 //   same way. (Qwen3-Next stores both fused by key-head group; the rank tensors differ in row
 //   order.)
@@ -12,8 +11,7 @@
 //   the text model model.language_model.* beside the vision tower model.visual.* (skipped and
 //   named); its lm_head and mtp.* keep their names.
 // - The multi-token-prediction block mtp.* is skipped: vLLM's main model drops it (its
-// WeightsMapper
-//   maps "mtp." to None) and loads it only as a separate draft model.
+//   WeightsMapper maps "mtp." to None) and loads it only as a separate draft model.
 // - qwen3_5_moe: every layer is MoE (vLLM's and transformers' Qwen3.5-MoE read no
 //   decoder_sparse_step or mlp_only_layers), with Qwen3-Next's routed and shared experts.
 #include "model/arch/qwen3_next.h"
@@ -66,12 +64,7 @@ const ArchTable& table() {
       .layer =
           concat({norm_rules(), separate_projection_rules(), qwen3_next::delta_net_rules(),
                   qwen3_next::gated_attention_rules(), dense_mlp_rules(), qwen3_next::moe_rules()}),
-      .skips =
-          [] {
-            std::vector<SkipRule> skips = common_skips();
-            skips.push_back(qwen3_next::mtp_skip());
-            return skips;
-          }(),
+      .skips = qwen3_next::skips(),
   };
   return table;
 }
@@ -92,10 +85,6 @@ void read_moe_config(const nlohmann::json& c, ModelConfig& m) {
 
 // make-tiny.
 
-bool linear_layer(const TinySizes& m, int layer) {
-  return m.full_attention_interval > 0 && (layer + 1) % m.full_attention_interval != 0;
-}
-
 // transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig fields (the text classes' model_type).
 void tiny_config(const TinySizes& m, nlohmann::json& c, bool moe) {
   tiny_rope(c, 10000000.0, 1e-6, 262144);
@@ -103,17 +92,11 @@ void tiny_config(const TinySizes& m, nlohmann::json& c, bool moe) {
   c["head_dim"] = m.head_dim;
   c["attention_bias"] = false;
   c["attention_dropout"] = 0.0;
-  c["partial_rotary_factor"] = 0.25;
-  c["full_attention_interval"] = m.full_attention_interval;
   nlohmann::json types = nlohmann::json::array();
   for (int i = 0; i < m.layers; ++i)
-    types.push_back(linear_layer(m, i) ? "linear_attention" : "full_attention");
+    types.push_back(qwen3_next::tiny_linear_layer(m, i) ? "linear_attention" : "full_attention");
   c["layer_types"] = types;
-  c["linear_num_key_heads"] = m.linear_key_heads;
-  c["linear_num_value_heads"] = m.linear_value_heads;
-  c["linear_key_head_dim"] = m.linear_key_head_dim;
-  c["linear_value_head_dim"] = m.linear_value_head_dim;
-  c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
+  qwen3_next::tiny_hybrid_config(m, c);
   c["mtp_num_hidden_layers"] = m.mtp_layers;
   if (!moe) return;
   c["num_experts"] = m.experts;
@@ -141,13 +124,6 @@ void linear_attention(const TinySizes& m, TensorWriter& w, const std::string& p)
   w.projection(p + "out_proj", m.hidden, values);
 }
 
-void moe(const TinySizes& m, TensorWriter& w, const std::string& p) {
-  w.weight(p + "gate.weight", {m.experts, m.hidden});
-  write_experts(m, w, p, m.moe_intermediate);
-  write_mlp(m, w, p + "shared_expert.", m.shared_intermediate);
-  w.weight(p + "shared_expert_gate.weight", {1, m.hidden});
-}
-
 void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, bool linear) {
   w.norm(p + "input_layernorm", m.hidden);
   if (linear) {
@@ -157,7 +133,7 @@ void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, bo
   }
   w.norm(p + "post_attention_layernorm", m.hidden);
   if (m.experts > 0) {
-    moe(m, w, p + "mlp.");
+    qwen3_next::write_moe(m, w, p + "mlp.");
   } else {
     write_mlp(m, w, p + "mlp.", m.intermediate);
   }
@@ -166,7 +142,7 @@ void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, bo
 void tiny_tensors(const TinySizes& m, TensorWriter& w) {
   w.weight("model.embed_tokens.weight", {m.vocab, m.hidden});
   for (int i = 0; i < m.layers; ++i) {
-    decoder_layer(m, w, "model.layers." + std::to_string(i) + ".", linear_layer(m, i));
+    decoder_layer(m, w, "model.layers." + std::to_string(i) + ".", qwen3_next::tiny_linear_layer(m, i));
   }
   w.norm("model.norm", m.hidden);
   if (!m.tie_embeddings) w.weight("lm_head.weight", {m.vocab, m.hidden});
@@ -180,20 +156,6 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
     decoder_layer(m, w, "mtp.layers." + std::to_string(k) + ".", /*linear=*/false);
     w.norm("mtp.norm", m.hidden);
   }
-}
-
-// Layers 0 and 2 linear attention, 1 and 3 full; 8 key and 16 value heads, so that tp 8 still gives
-// every rank whole heads.
-void tiny_defaults(TinySizes& m) {
-  m.head_dim = 32;
-  m.layers = 4;
-  m.mtp_layers = 1;
-  m.full_attention_interval = 2;
-  m.linear_key_heads = 8;
-  m.linear_value_heads = 16;
-  m.linear_key_head_dim = 16;
-  m.linear_value_head_dim = 16;
-  m.linear_conv_kernel = 4;
 }
 
 // A linear and a full layer; q, k, v and z are 4 x 128 or 8 x 128 rows, so every cut at tp 4
@@ -219,7 +181,7 @@ const Family& qwen3_5_family() {
       .expert_count_field = "",
       .read_config = read_dense_config,
       .table = table,
-      .tiny_defaults = tiny_defaults,
+      .tiny_defaults = qwen3_next::tiny_hybrid_defaults,
       .tiny_block_fp8 = tiny_block_fp8,
       .tiny_moe_layer = tiny_no_moe_layer,
       .tiny_config = [](const TinySizes& m,
@@ -241,7 +203,7 @@ const Family& qwen3_5_moe_family() {
       .table = table,
       .tiny_defaults =
           [](TinySizes& m) {
-            tiny_defaults(m);
+            qwen3_next::tiny_hybrid_defaults(m);
             tiny_add_experts(m, 2);
             m.shared_intermediate = 128;
           },

@@ -101,9 +101,46 @@ std::vector<ParamRule> moe_rules() {
                               [](const ModelConfig& m) { return Shape{1, m.hidden}; }}}}}});
 }
 
-SkipRule mtp_skip() {
-  return {"the multi-token-prediction block (mtp.*), which the main model does not load",
-          [](std::string_view name, const ModelConfig&) { return name.starts_with("mtp."); }};
+// Layers 0 and 2 linear attention, 1 and 3 full; 8 key and 16 value heads (two per group), so that tp 8
+// still gives every rank whole key-head groups; one MTP block.
+void tiny_hybrid_defaults(TinySizes& m) {
+  m.head_dim = 32;
+  m.layers = 4;
+  m.mtp_layers = 1;
+  m.full_attention_interval = 2;
+  m.linear_key_heads = 8;
+  m.linear_value_heads = 16;
+  m.linear_key_head_dim = 16;
+  m.linear_value_head_dim = 16;
+  m.linear_conv_kernel = 4;
+}
+
+bool tiny_linear_layer(const TinySizes& m, int layer) {
+  return m.full_attention_interval > 0 && (layer + 1) % m.full_attention_interval != 0;
+}
+
+void tiny_hybrid_config(const TinySizes& m, nlohmann::json& c) {
+  c["partial_rotary_factor"] = 0.25;
+  c["full_attention_interval"] = m.full_attention_interval;
+  c["linear_num_key_heads"] = m.linear_key_heads;
+  c["linear_num_value_heads"] = m.linear_value_heads;
+  c["linear_key_head_dim"] = m.linear_key_head_dim;
+  c["linear_value_head_dim"] = m.linear_value_head_dim;
+  c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
+}
+
+void write_moe(const TinySizes& m, TensorWriter& w, const std::string& p) {
+  w.weight(p + "gate.weight", {m.experts, m.hidden});
+  write_experts(m, w, p, m.moe_intermediate);
+  write_mlp(m, w, p + "shared_expert.", m.shared_intermediate);
+  w.weight(p + "shared_expert_gate.weight", {1, m.hidden});
+}
+
+std::vector<SkipRule> skips() {
+  std::vector<SkipRule> skips = common_skips();
+  skips.push_back({"the multi-token-prediction block (mtp.*), which the main model does not load",
+                   [](std::string_view name, const ModelConfig&) { return name.starts_with("mtp."); }});
+  return skips;
 }
 
 namespace {
@@ -129,12 +166,7 @@ const ArchTable& table() {
       .model = embedding_rules(),
       .layer = concat({norm_rules(), fused_projection_rules(), delta_net_rules(), gated_attention_rules(),
                        dense_mlp_rules(), moe_rules()}),
-      .skips =
-          [] {
-            std::vector<SkipRule> skips = common_skips();
-            skips.push_back(mtp_skip());
-            return skips;
-          }(),
+      .skips = skips(),
   };
   return table;
 }
@@ -199,23 +231,13 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
 
 // make-tiny.
 
-bool linear_layer(const TinySizes& m, int layer) {
-  return m.full_attention_interval > 0 && (layer + 1) % m.full_attention_interval != 0;
-}
-
 void tiny_config(const TinySizes& m, nlohmann::json& c) {
   tiny_qwen_config(c, m, 262144);
   tiny_qwen3_config(c, m);
   tiny_qwen_moe_config(c, m);
   c["shared_expert_intermediate_size"] = m.shared_intermediate;
   c["norm_topk_prob"] = true;
-  c["partial_rotary_factor"] = 0.25;
-  c["full_attention_interval"] = m.full_attention_interval;
-  c["linear_num_key_heads"] = m.linear_key_heads;
-  c["linear_num_value_heads"] = m.linear_value_heads;
-  c["linear_key_head_dim"] = m.linear_key_head_dim;
-  c["linear_value_head_dim"] = m.linear_value_head_dim;
-  c["linear_conv_kernel_dim"] = m.linear_conv_kernel;
+  tiny_hybrid_config(m, c);
   // vLLM's MTP draft reads it (default 1); written so that make-tiny --config writes the block again.
   c["num_nextn_predict_layers"] = m.mtp_layers;
 }
@@ -233,14 +255,6 @@ void linear_attention(const TinySizes& m, TensorWriter& w, const std::string& p)
   w.projection(p + "out_proj", m.hidden, values);
 }
 
-void moe(const TinySizes& m, TensorWriter& w, const std::string& layer) {
-  const std::string p = layer + "mlp.";
-  w.weight(p + "gate.weight", {m.experts, m.hidden});
-  write_experts(m, w, p, m.moe_intermediate);
-  write_mlp(m, w, p + "shared_expert.", m.shared_intermediate);
-  w.weight(p + "shared_expert_gate.weight", {1, m.hidden});
-}
-
 void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, int index, bool linear) {
   w.norm(p + "input_layernorm", m.hidden);
   if (linear) {
@@ -250,7 +264,7 @@ void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, in
   }
   w.norm(p + "post_attention_layernorm", m.hidden);
   if (m.experts > 0 && tiny_qwen_moe_layer(m, index)) {
-    moe(m, w, p);
+    write_moe(m, w, p + "mlp.");
   } else {
     write_mlp(m, w, p + "mlp.", m.intermediate);
   }
@@ -259,7 +273,7 @@ void decoder_layer(const TinySizes& m, TensorWriter& w, const std::string& p, in
 void tiny_tensors(const TinySizes& m, TensorWriter& w) {
   w.weight("model.embed_tokens.weight", {m.vocab, m.hidden});
   for (int i = 0; i < m.layers; ++i) {
-    decoder_layer(m, w, "model.layers." + std::to_string(i) + ".", i, linear_layer(m, i));
+    decoder_layer(m, w, "model.layers." + std::to_string(i) + ".", i, tiny_linear_layer(m, i));
   }
   w.norm("model.norm", m.hidden);
   if (!m.tie_embeddings) w.weight("lm_head.weight", {m.vocab, m.hidden});
@@ -285,21 +299,11 @@ const Family& qwen3_next_family() {
       .expert_count_field = "num_experts",
       .read_config = read_config,
       .table = table,
-      // Layers 0 and 2 linear attention, 1 and 3 full; 8 key and 16 value heads (two per group), so
-      // that tp 8 still gives every rank whole key-head groups.
       .tiny_defaults =
           [](TinySizes& m) {
-            m.head_dim = 32;
-            m.layers = 4;
+            tiny_hybrid_defaults(m);
             tiny_add_experts(m, 2);
             m.shared_intermediate = 128;
-            m.mtp_layers = 1;
-            m.full_attention_interval = 2;
-            m.linear_key_heads = 8;
-            m.linear_value_heads = 16;
-            m.linear_key_head_dim = 16;
-            m.linear_value_head_dim = 16;
-            m.linear_conv_kernel = 4;
           },
       // A linear and a full layer. A key-head group is 2 x 64 + 2 x 2 x 64 = 384 rows (3 blocks) and a
       // rank's out_proj columns at tp 4 are 128, so every cut falls on a block; no MTP block, to stay small.

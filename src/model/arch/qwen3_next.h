@@ -21,12 +21,21 @@ std::vector<ParamRule> gated_attention_rules();
 std::vector<ParamRule> delta_net_rules();
 // Routed experts, the shared expert and its gate of a MoE layer.
 std::vector<ParamRule> moe_rules();
-// The multi-token-prediction block (mtp.*), which the engines' main models do not load.
-SkipRule mtp_skip();
+// The common skips and the multi-token-prediction block (mtp.*), which the engines' main models do
+// not load.
+std::vector<SkipRule> skips();
 // The linear-attention fields (transformers' Qwen3NextConfig defaults) and which layers are linear:
 // layer_types, or else every layer but each full_attention_interval-th.
 void read_hybrid_config(const nlohmann::json& config, ModelConfig& m);
 
+// make-tiny: the hybrid layers' sizes (4 layers, every second full; linear heads that tp 8 divides).
+void tiny_hybrid_defaults(TinySizes& m);
+// make-tiny: whether a layer is linear attention (every full_attention_interval-th is full).
+bool tiny_linear_layer(const TinySizes& m, int layer);
+// make-tiny: the hybrid layers' config fields (partial rotary, full_attention_interval, linear_*).
+void tiny_hybrid_config(const TinySizes& m, nlohmann::json& c);
+// make-tiny: a MoE block under prefix ("...mlp."): router, routed experts, the shared expert and its gate.
+void write_moe(const TinySizes& m, TensorWriter& w, const std::string& prefix);
 // make-tiny: the gated attention's tensors under prefix ("...self_attn.").
 void write_gated_attention(const TinySizes& m, TensorWriter& w, const std::string& prefix);
 
