@@ -10,12 +10,15 @@
 # (default 2) more pairs are measured after SETTLE seconds of idle instead (memory handed back to the host),
 # and reported on their own line.
 #   bash bench/load_bench.sh [MODEL_DIR]      (make bench-load builds first)
+# QUANT=ct-w4a16 makes the default model with llm-compressor's W4A16 integer weights (make-tiny --quant), in
+# build/bench-moe-2g-ct-w4a16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=build/shardload
 limit=build/bench/memcpy_limit
-model="${1:-build/bench-moe-2g}"
+quant="${QUANT:-none}"
+model="${1:-build/bench-moe-2g$([[ $quant == none ]] || echo "-$quant")}"
 runs="${RUNS:-5}"
 cold_runs="${COLD_RUNS:-2}"
 settle="${SETTLE:-6}"
@@ -23,7 +26,7 @@ for tool in "$bin" "$limit"; do
   [[ -x "$tool" ]] || { echo "load_bench.sh: $tool not found; run make build" >&2; exit 1; }
 done
 if [[ ! -f "$model/config.json" ]]; then
-  "$bin" make-tiny --arch qwen3_moe --size "${SIZE:-2000000000}" --out "$model" --overwrite
+  "$bin" make-tiny --arch qwen3_moe --size "${SIZE:-2000000000}" --quant "$quant" --out "$model" --overwrite
 fi
 cat "$model"/*.safetensors > /dev/null  # into the page cache: this is the warm case
 

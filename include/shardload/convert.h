@@ -19,7 +19,7 @@ float fp8e5m2_to_f32(uint8_t bits);
 uint8_t f32_to_fp8e5m2(float value);
 
 // Bulk conversion of n elements between any two convertible float dtypes (is_convertible_float), or a copy when
-// src == dst. The dtype pair is dispatched once per call; the inner loops are vectorizable, with AVX2/AVX-512
+// src == dst; I32 and I64 also convert to a float dtype (through float32, as torch casts them). The dtype pair is dispatched once per call; the inner loops are vectorizable, with AVX2/AVX-512
 // variants picked at run time. src and dst must not overlap. Throws Error(kInvalidArgument) for other dtypes.
 void convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, size_t n);
 

@@ -41,17 +41,19 @@ enum class Quantization {
   kFp8,         // static per-tensor: F8_E4M3 weights, weight_scale (and input_scale when static)
   kFp8Block,    // weight_block_size blocks: F8_E4M3 weights, weight_scale_inv per block
   kFp8Dynamic,  // --quantization fp8 on a bf16/fp16/fp32 checkpoint: quantized per rank tensor at load
+  kWna16,       // integer weights (4 or 8 bits) packed into int32 words, scales per group or channel
 };
 
-// "none", "fp8", "fp8-block", "fp8-dynamic" (the manifest's spelling).
+// "none", "fp8", "fp8-block", "fp8-dynamic", "wna16" (the manifest's spelling).
 std::string_view quantization_name(Quantization quantization);
 
 // Who wrote the FP8 checkpoint: the "fp8" quant_method (AutoFP8, DeepSeek, Qwen), or llm-compressor's
 // "compressed-tensors" (docs/layout.md "compressed-tensors FP8"), whose scales are all `weight_scale`.
 enum class QuantFormat { kFp8, kCompressedTensors };
-// compressed-tensors weights.strategy: one scale per tensor, per output row, or per block.
-enum class WeightStrategy { kTensor, kChannel, kBlock };
-std::string_view weight_strategy_name(WeightStrategy strategy);  // "tensor", "channel", "block"
+// compressed-tensors weights.strategy: one scale per tensor, per output row, per block, or per group of
+// group_size inputs of a row.
+enum class WeightStrategy { kTensor, kChannel, kBlock, kGroup };
+std::string_view weight_strategy_name(WeightStrategy strategy);  // "tensor", "channel", "block", "group"
 
 // block_cols of per-channel scales, planned as blocks of one row by a whole row: larger than any
 // dimension (config values stop at 2^20), so a row is always one block wide.
@@ -119,6 +121,11 @@ struct ModelConfig {
   WeightStrategy weight_strategy = WeightStrategy::kTensor;
   std::vector<std::string> quant_targets;
   std::vector<std::string> quant_ignore;
+  // Integer weights (kWna16): bits per value (4 or 8), inputs per scale (group_size; kWholeRow for
+  // channel), and whether each group has a zero point (asymmetric).
+  uint32_t weight_bits = 0;
+  uint64_t group_size = 0;
+  bool zero_points = false;
   // Whether the checkpoint quantizes linear module `module` (e.g. model.layers.0.mlp.down_proj):
   // always for the "fp8" format; by targets and ignore for compressed-tensors.
   bool module_quantized(std::string_view module) const;

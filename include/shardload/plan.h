@@ -167,7 +167,7 @@ struct PlanPiece {
 };
 
 struct PlanModule {
-  std::string name;  // the rank tensor name of its main parameter
+  std::string name;  // its rule's target: its main parameter's name, but a packed format's (X.weight_packed)
   PostProcess post = PostProcess::kNone;
   std::vector<uint64_t> part_rows;  // rows of each fused part within one slot of the weight
   // Routed-expert modules: the row of Plan::physical_to_logical that places their slots (the MoE

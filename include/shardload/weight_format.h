@@ -43,7 +43,16 @@ enum class CompanionLayout {
   kPartScalar,
   // No checkpoint tensor: post-processing computes one value per slot (the merged shape above).
   kMadeAtLoad,
+  // One small tensor per part in the checkpoint (compressed-tensors' weight_shape [2]), never cut: the
+  // rank holds one part's as it is, one per slot for experts ([slots, ...]): the part read last, as the
+  // engines' loaders keep the last one they read, reading files in name order and each file's tensors
+  // in name order (in one file: v_proj of q/k/v, up_proj of gate/up, q_a_proj of q_a/kv_a).
+  kWholeLastNamed,
 };
+
+// A companion's dtype on a rank: float32, the plan's model dtype, or the checkpoint's own (codes
+// copied as they are: zero points, shapes).
+enum class CompanionDtype { kF32, kModel, kStored };
 
 struct CompanionTensor {
   std::string checkpoint_suffix;  // "X.weight" -> "X.<suffix>" in the checkpoint; empty for kMadeAtLoad
@@ -55,6 +64,14 @@ struct CompanionTensor {
   // kPartScalar, kMadeAtLoad: a two-part expert layer (w13) keeps one column per part ([slots, 2],
   // both equal) instead of [slots].
   bool merged_keeps_parts = false;
+  CompanionDtype dtype = CompanionDtype::kF32;
+  CompanionDtype expert_dtype = CompanionDtype::kF32;  // of routed experts' (vLLM keeps some apart)
+  // The dtype the checkpoint must store it in, for companions kept as stored bytes (kStored).
+  std::optional<DType> stored_dtype = std::nullopt;
+  // kBlockGrid: the grid's block, in values of the weight [N, K]; 0: the format's block_rows/cols
+  // (zero points packed along N group pack_factor rows).
+  uint64_t block_rows = 0;
+  uint64_t block_cols = 0;
 };
 
 struct WeightFormat {
@@ -68,13 +85,21 @@ struct WeightFormat {
   DType rank_dtype = DType::kF8E4M3;
   uint64_t block_rows = 0;  // kBlockGrid companions
   uint64_t block_cols = 0;  // kWholeRow: one value per weight row
+  // The quantized weight's name in the checkpoint and on a rank: "X.weight" -> "X.<weight_suffix>"
+  // (compressed-tensors' packed integers: weight_packed).
+  std::string weight_suffix = "weight";
+  // Values per stored element along K (the weight's last dimension): 8 int4 values in an int32 word.
+  // The checkpoint's weight is [N, K / pack_factor]; cuts of K fall on whole words.
+  uint64_t pack_factor = 1;
   std::vector<CompanionTensor> companions;  // in the order the rank tensors follow the weight
   PostProcess post = PostProcess::kNone;
   // Scales read from the checkpoint are checked (positive, finite) whenever they are read, including
   // formats with nothing else to post-process.
   bool checks_scales = false;
-  // The name a refusal uses for the format: "FP8".
+  // The name a refusal uses for the format: "FP8", "W4A16".
   std::string family_name = "FP8";
+  // What a block of the scale grid is called in a refusal: "blocks", "32-value groups".
+  std::string block_name = "blocks";
 
   bool quantizes() const { return quantization != Quantization::kNone; }
   bool quantized_at_load() const { return quantizes() && !checkpoint_dtype; }

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _shardload, rank_source
+from . import _shardload, packed_int, rank_source
 from .errors import Error
 from .safetensors_io import Checkpoint, SafetensorsError
 from .verify_layout import Layout, classify
@@ -100,6 +100,8 @@ class _Model:
         # Qwen3-Next's linear attention: the conv1d channels are key_dim q, key_dim k, value_dim v.
         self.key_dim = (cfg.get("linear_num_key_heads") or 0) * (cfg.get("linear_key_head_dim") or 0)
         self.value_dim = (cfg.get("linear_num_value_heads") or 0) * (cfg.get("linear_value_head_dim") or 0)
+        # compressed-tensors' packed integer weights: X.weight_packed seen as X.weight (dequantized, float64).
+        self.packed = packed_int.Scheme.of(self.ckpt.config)
         self.virtual = {}  # per-expert name -> (fused tensor name, expert, part)
         self.row_ranges = {}  # in_proj_{q,k,v} name -> (in_proj_qkv name, first row, rows)
         for name in self.ckpt.where:
@@ -135,17 +137,32 @@ class _Model:
         return None if name.startswith(self.replaced) else name
 
     def names(self):
-        return [self.inner(n) for n in self.ckpt.where if self.inner(n) is not None] + list(self.virtual)
+        names = [self.inner(n) for n in self.ckpt.where if self.inner(n) is not None] + list(self.virtual)
+        return [n[:-len("_packed")] if n.endswith(".weight_packed") else n for n in names]
+
+    def _packed(self, name):
+        """The checkpoint's X.weight_packed behind rank name X.weight, or None."""
+        if self.packed is None or not name.endswith(".weight") or self.outer(name) in self.ckpt:
+            return None
+        return self.outer(name) + "_packed" if self.outer(name) + "_packed" in self.ckpt else None
+
+    def packed_shapes(self):
+        """Every [N, K] the checkpoint's weight_shape tensors hold."""
+        return {tuple(int(v) for v in self.ckpt.get(n).tolist()) for n in self.ckpt.where
+                if n.endswith(".weight_shape")}
 
     def has(self, name):
-        return name in self.virtual or name in self.row_ranges or self.outer(name) in self.ckpt
+        return (name in self.virtual or name in self.row_ranges or self.outer(name) in self.ckpt or
+                self._packed(name) is not None)
 
     def shape(self, name):
-        if name in self.virtual or name in self.row_ranges:
+        if name in self.virtual or name in self.row_ranges or self._packed(name):
             return list(self._get(name).shape)
         return self.ckpt.shape(self.outer(name))
 
     def dtype(self, name):
+        if self._packed(name):
+            return "F64"  # dequantized exactly, as the rank's are
         if name in self.virtual and self.virtual[name][0].endswith("_blocks"):
             return "BF16"  # MXFP4 decodes exactly; the rank's codes are compared decoded too
         if name in self.row_ranges:
@@ -153,6 +170,11 @@ class _Model:
         return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.outer(name))
 
     def _get(self, name):
+        packed = self._packed(name)
+        if packed:
+            base = packed[:-len("packed")]
+            zero = self.ckpt.get(base + "zero_point") if self.packed.zero_points else None
+            return packed_int.dequantize(self.ckpt.get(packed), self.ckpt.get(base + "scale"), zero, self.packed)
         if name in self.row_ranges:
             source, begin, size = self.row_ranges[name]
             t = self.ckpt.get(source)
@@ -527,6 +549,12 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
     model = _Model(_shardload.resolve_model_path(str(model_dir)))
     if model.prefix:  # rank tensors keep the checkpoint's text-model prefix (vLLM's names): checked without it
         ranks = [{model.inner(n) or n: t for n, t in rank.items()} for rank in ranks]
+    if model.packed is not None:  # packed integer weights: dequantized (float64) under X.weight
+        shapes = model.packed_shapes()
+        try:
+            ranks = [packed_int.dequantized(rank, model.packed, shapes) for rank in ranks]
+        except ValueError as e:
+            raise VerifyError(f"packed integer weights: {e}") from None
     lay = Layout(layout, len(ranks))
     v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
     layers = default_layers(ranks) if layers is None else sorted(set(layers))

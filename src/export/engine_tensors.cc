@@ -73,21 +73,25 @@ constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_sca
 // first scale), which only the requantizing branches read: the spreading ones would give the second
 // and third parts' rows that value as their scale.
 
-// An FP8 checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor or
-// block scales, or llm-compressor's compressed-tensors by weight strategy.
+// A quantized checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor
+// or block scales, llm-compressor's compressed-tensors FP8 by weight strategy, or its pack-quantized
+// integer weights (W4A16, W8A16: every strategy, the rank tensors being the loaders' own).
 enum Fp8Format : unsigned {
   kFp8Tensor = 1u << 0,
   kFp8Block = 1u << 1,
   kCtTensor = 1u << 2,
   kCtChannel = 1u << 3,
   kCtBlock = 1u << 4,
+  kCtPacked = 1u << 5,
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kFp8Tensor, "fp8 (static per-tensor)"},  {kFp8Block, "fp8-block"},
     {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
-    {kCtBlock, "compressed-tensors block"},
+    {kCtBlock, "compressed-tensors block"},   {kCtPacked, "compressed-tensors pack-quantized"},
 };
+// vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
+constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -244,14 +248,14 @@ constexpr DtypeRule kSglangErnieRouter[] = {
 
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
-    {Engine::kVllm, "llama", {}, kVllmAttention},
-    {Engine::kVllm, "qwen2", {}, kVllmAttention},
-    {Engine::kVllm, "qwen3", {}, kVllmAttention},
-    {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention},
-    {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention},
-    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention},
-    {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla},
-    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla},
+    {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "qwen2", {}, kVllmAttention},  // its tiny MLP (352) splits no 32-group at tp 2: W4A16 unchecked
+    {Engine::kVllm, "qwen3", {}, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
+    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
     // FP8 and compressed-tensors of these families are not checked against vLLM yet.
     {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0, {}, {},
      /*kv_heads_not_replicated=*/true},
@@ -358,6 +362,7 @@ bool is_qk_norm(const std::string& name) {
 
 // The checkpoint's FP8 format; none for FP8 made by shardload (--quantization fp8).
 std::optional<Fp8Format> fp8_format(const Plan& plan) {
+  if (plan.quantization == Quantization::kWna16) return kCtPacked;
   if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
     switch (plan.model.weight_strategy) {
       case WeightStrategy::kTensor:
@@ -366,6 +371,8 @@ std::optional<Fp8Format> fp8_format(const Plan& plan) {
         return kCtChannel;
       case WeightStrategy::kBlock:
         return kCtBlock;
+      case WeightStrategy::kGroup:
+        return kCtPacked;
     }
   }
   if (plan.quantization == Quantization::kFp8) return kFp8Tensor;
@@ -443,9 +450,9 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
         if (row->fp8 & bit) taken += fmt::format("{}{}", taken.empty() ? "" : ", ", name);
       }
       refuse(engine,
-             fmt::format("this FP8 format of {}: its engine layout is not checked against the engine yet",
+             fmt::format("this quantization format of {}: its engine layout is not checked against the engine yet",
                          family),
-             taken.empty() ? "an unquantized checkpoint" : "an unquantized checkpoint or FP8 as " + taken,
+             taken.empty() ? "an unquantized checkpoint" : "an unquantized checkpoint or " + taken,
              format ? std::string(fp8_format_name(*format)) : std::string(quantization_name(plan.quantization)));
     }
   }
@@ -462,7 +469,7 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
            std::string(quantization_name(plan.quantization)));
   }
   // The format itself was checked against the family's row above.
-  if (use == EngineUse::kExportPostProcessed && !fp8_format(plan)) {
+  if (use == EngineUse::kExportPostProcessed && (!fp8_format(plan) || fp8_format(plan) == kCtPacked)) {
     refuse(engine,
            "--engine-post-processed for this checkpoint: only an FP8 checkpoint's layers are "
            "post-processed; export without the flag",
@@ -599,10 +606,12 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
     if (per_part_scale) tensor.shape = Shape{module.part_rows.size()};  // the one scale, repeated
     const std::optional<Fp8Format> format = fp8_format(plan);
     if (post_processed && format) post_process_for_sglang(*format, module, param, tensor);
+    // A module's buffers follow its weight, which a packed format names otherwise (weight_packed).
+    const std::string& weight_name = param.role == ParamRole::kData ? module.name : param.name;
     for (const Buffers& buffers : row->buffers) {
-      if (!param.name.ends_with(buffers.after)) continue;
+      if (!weight_name.ends_with(buffers.after)) continue;
       const std::string prefix =
-          param.name.substr(0, param.name.size() - buffers.after.size()) + std::string(buffers.module);
+          weight_name.substr(0, weight_name.size() - buffers.after.size()) + std::string(buffers.module);
       if (buffers.attention_scales) {
         for (std::string_view scale : kAttentionScales)
           out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});

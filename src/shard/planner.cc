@@ -255,6 +255,11 @@ class Planner {
         for (const std::string& name : inst.sources[x]) names.push_back(with_suffix(name, suffix));
       }
     }
+    if (inst.quantized && format().weight_suffix != "weight") {  // packed codes under their own name
+      for (auto& names : inst.sources) {
+        for (std::string& name : names) name = with_suffix(name, format().weight_suffix);
+      }
+    }
     if (rule.optional && ckpt_ == nullptr) {
       if (!optional_present_(inst.target)) return;
     } else if (rule.optional) {
@@ -338,26 +343,38 @@ class Planner {
     for (Instance& inst : instances_) {
       std::vector<Shape> shapes;  // per part: what config.json implies
       for (const Part& part : inst.rule->parts) shapes.push_back(part.shape(model()));
+      // Packed codes are stored with K / pack_factor words (companions follow the values' shapes).
+      std::vector<Shape> stored = shapes;
+      if (inst.quantized && format().pack_factor > 1) {
+        for (size_t k = 0; k < stored.size(); ++k) stored[k] = packed_shape(inst, k, shapes[k]);
+      }
       // Part k of every row of a table expects shapes[k]; the id table turns from checkpoint
       // positions into source ids (and a source's name moves into its PlanSource).
       const bool codes = inst.rule->keep == Keep::kCheckpoint;  // stored bytes, kept as they are
       const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
-                               const std::vector<Shape>& part_shapes, DType assumed) {
+                               const std::vector<Shape>& part_shapes, DType assumed,
+                               std::optional<DType> exact) {
         for (size_t x = 0; x < table.size(); ++x) {
           for (size_t k = 0; k < table[x].size(); ++k) {
-            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed, codes);
+            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed, exact);
           }
         }
       };
       // Without a checkpoint, the dtype a source is assumed to have: it decides no rank tensor but
       // kept codes'.
       const bool coded_source = inst.quantized && !format().quantized_at_load();
-      resolve(inst.sources, inst.source_ids, shapes,
-              codes ? DType::kU8 : coded_source ? *format().checkpoint_dtype : model().dtype);
+      // Integer codes (packed words) are no float to convert: copied as stored, in that dtype only.
+      const std::optional<DType> integer_codes =
+          coded_source && !is_convertible_float(*format().checkpoint_dtype) ? format().checkpoint_dtype
+                                                                            : std::nullopt;
+      resolve(inst.sources, inst.source_ids, stored,
+              codes ? DType::kU8 : coded_source ? *format().checkpoint_dtype : model().dtype,
+              codes ? std::optional<DType>(DType::kU8) : integer_codes);
       for (size_t c = 0; c < inst.companions.size(); ++c) {
-        resolve(inst.companions[c], inst.companion_ids[c], companion_shapes(format().companions[c], shapes),
-                DType::kF32);
+        const CompanionTensor& companion = format().companions[c];
+        resolve(inst.companions[c], inst.companion_ids[c], companion_shapes(companion, shapes),
+                companion.stored_dtype.value_or(DType::kF32), companion.stored_dtype);
       }
       if (coded_source) {
         for (const auto& ids : inst.source_ids) {
@@ -370,20 +387,53 @@ class Planner {
     }
   }
 
-  // The shape config.json implies for a companion of each part of shapes `parts`: a block grid, or a
-  // scalar ([1] accepted too).
+  // The shape config.json implies for a companion of each part of shapes `parts`: a block grid, a
+  // part's shape (one value per dimension), or a scalar ([1] accepted too).
   std::vector<Shape> companion_shapes(const CompanionTensor& companion, const std::vector<Shape>& parts) const {
     std::vector<Shape> out;
     for (const Shape& shape : parts) {
+      if (companion.layout == CompanionLayout::kWholeLastNamed) {
+        out.push_back({shape.size()});
+        continue;
+      }
       if (companion.layout != CompanionLayout::kBlockGrid) {
         out.push_back({});
         continue;
       }
       const uint64_t rows = shape.empty() ? 1 : shape[0];
       const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
-      out.push_back({ceil_div(rows, format().block_rows), ceil_div(cols, format().block_cols)});
+      out.push_back({ceil_div(rows, grid_block_rows(companion)), ceil_div(cols, grid_block_cols(companion))});
     }
     return out;
+  }
+
+  uint64_t grid_block_rows(const CompanionTensor& c) const { return c.block_rows ? c.block_rows : format().block_rows; }
+  uint64_t grid_block_cols(const CompanionTensor& c) const { return c.block_cols ? c.block_cols : format().block_cols; }
+
+  // A companion's dtype on a rank (a routed experts' layer: `experts`).
+  DType companion_dtype(const CompanionTensor& c, bool experts) const {
+    switch (experts ? c.expert_dtype : c.dtype) {
+      case CompanionDtype::kF32: return DType::kF32;
+      case CompanionDtype::kModel: return plan_.dtype;
+      case CompanionDtype::kStored: return c.stored_dtype.value_or(DType::kF32);
+    }
+    return DType::kF32;
+  }
+
+  // Part k of a layer of packed codes: [N, K] holds K / pack_factor words a row. A K that is not a
+  // whole number of words cannot be stored so: refused before any read.
+  Shape packed_shape(const Instance& inst, size_t k, Shape shape) const {
+    const uint64_t pack = format().pack_factor;
+    if (shape.empty() || shape.back() % pack != 0) {
+      throw Error(ErrorKind::kShapeMismatch,
+                  fmt::format("{} weights pack {} values a word: the inputs of a layer must be whole words",
+                              quantized_name(), pack),
+                  {.file = "config.json", .tensor = inst.sources.front()[k], .field = inst.target,
+                   .expected = fmt::format("inputs a multiple of {}", pack),
+                   .found = shape_text(shape)});
+    }
+    shape.back() /= pack;
+    return shape;
   }
 
   // What a refusal calls a quantized layer: "FP8".
@@ -397,8 +447,9 @@ class Planner {
   // The Plan::sources id of checkpoint tensor `tensor` (kMissing: absent), added at its first use,
   // which takes `name` (later uses of the tensor find its name in the PlanSource).
   // Without a checkpoint the source is assumed: `expected_shape`, dtype `assumed`, in no file.
+  // `exact`: a tensor kept as stored (codes, zero points, shapes) must have that dtype; else a float.
   uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape,
-                        DType assumed, bool codes = false) {
+                        DType assumed, std::optional<DType> exact = std::nullopt) {
     if (tensor == kMissing && ckpt_ == nullptr) {
       plan_.sources.push_back(
           matrix_view(PlanSource{std::move(name), 0, 0, assumed, expected_shape, 0, 0}));
@@ -419,12 +470,18 @@ class Planner {
                   {.file = file.path(), .tensor = name, .field = "shape",
                    .expected = shape_text(expected_shape), .found = shape_text(info.shape)});
     }
-    if (codes && info.dtype != DType::kU8) {
+    if (exact == DType::kU8 && info.dtype != DType::kU8) {
       throw Error(ErrorKind::kUnsupportedDtype, "codes and scales kept as the checkpoint stores them are bytes",
                   {.file = file.path(), .tensor = name, .field = "dtype", .expected = "U8",
                    .found = std::string(dtype_name(info.dtype))});
     }
-    if (!codes && (!is_loadable(info.dtype) || !is_convertible_float(info.dtype))) {
+    if (exact && info.dtype != *exact) {
+      throw Error(ErrorKind::kUnsupportedDtype,
+                  fmt::format("an {} checkpoint stores it as {}", quantized_name(), dtype_name(*exact)),
+                  {.file = file.path(), .tensor = name, .field = "dtype",
+                   .expected = std::string(dtype_name(*exact)), .found = std::string(dtype_name(info.dtype))});
+    }
+    if (!exact && (!is_loadable(info.dtype) || !is_convertible_float(info.dtype))) {
       throw Error(ErrorKind::kUnsupportedDtype, "model weights must be a floating-point dtype",
                   {.file = file.path(), .tensor = name, .field = "dtype",
                    .expected = "F16, BF16, F32, F64, F8_E4M3 or F8_E5M2",
@@ -743,7 +800,7 @@ class Planner {
     const ParamRule& rule = *inst.rule;
     const bool at_load = inst.quantized && format().quantized_at_load();
     PlanParam param;
-    param.name = inst.target;
+    param.name = inst.quantized ? with_suffix(inst.target, format().weight_suffix) : inst.target;
     param.module = module;
     param.dtype = inst.quantized                   ? format().rank_dtype
                   : rule.keep == Keep::kFloat32    ? DType::kF32
@@ -785,18 +842,57 @@ class Planner {
         case CompanionLayout::kMadeAtLoad:
           out.push_back(float_param(name, module, companion.role, merged_shape(companion, expert, slots, parts)));
           break;
+        case CompanionLayout::kWholeLastNamed:
+          out.push_back(last_part_param(inst, c, slot_logical, expert, module));
+          break;
       }
     }
     if (twin) out.push_back(std::move(*twin));
     return out;
   }
 
+  // Companion `c` kept whole from the part an engine reads last, one per slot of routed experts: files
+  // in name order, each file's tensors in name order (vLLM's safetensors iterator).
+  PlanParam last_part_param(const Instance& inst, size_t c, const std::vector<size_t>& slot_logical, bool expert,
+                            uint32_t module) const {
+    const CompanionTensor& companion = format().companions[c];
+    const auto read_before = [&](uint32_t a, uint32_t b) {
+      const PlanSource& x = source(a);
+      const PlanSource& y = source(b);
+      if (ckpt_ != nullptr && x.file != y.file) return ckpt_->files()[x.file].path() < ckpt_->files()[y.file].path();
+      return x.name < y.name;
+    };
+    const auto last_named = [&](size_t logical) {
+      const std::vector<uint32_t>& ids = inst.companion_ids[c][logical];
+      return *std::max_element(ids.begin(), ids.end(), read_before);
+    };
+    PlanParam whole;
+    whole.name = with_suffix(inst.target, companion.rank_suffix);
+    whole.module = module;
+    whole.role = companion.role;
+    whole.dtype = companion_dtype(companion, expert);
+    const PlanSource& first = source(last_named(slot_logical.front()));
+    const uint64_t elements = first.rows * first.cols;
+    whole.shape = first.shape;
+    if (expert) whole.shape.insert(whole.shape.begin(), slot_logical.size());
+    whole.nbytes = shape_nbytes(whole.shape, whole.dtype);
+    const uint64_t esize = dtype_bits(whole.dtype) / 8;
+    for (uint64_t j = 0; j < slot_logical.size(); ++j) {
+      const uint32_t id = last_named(slot_logical[j]);
+      whole.pieces.push_back({id, 0, source(id).rows, 0, source(id).cols, j * elements * esize, 1});
+    }
+    return whole;
+  }
+
   // A block grid (companion `c`) is cut with its weight, block rows for row cuts and block columns for
-  // column cuts, per part; a cut inside a block would mix two ranks' values, so it is an error.
+  // column cuts, per part; a cut inside a block would mix two ranks' values, so it is an error. Packed
+  // codes' columns are words: their values are pack_factor times as many.
   PlanParam block_grid_param(const Instance& inst, size_t c, const std::vector<Block>& blocks,
                              const std::vector<size_t>& slot_logical, bool expert, uint32_t module) const {
-    const uint64_t br = format().block_rows;
-    const uint64_t bc = format().block_cols;
+    const CompanionTensor& companion = format().companions[c];
+    const uint64_t br = grid_block_rows(companion);
+    const uint64_t bc = grid_block_cols(companion);
+    const uint64_t pack = format().pack_factor;
     const ParamGroup group = inst.rule->group;
     const uint64_t ranks = plan_.parallel.split_group(group, 0).size;
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
@@ -804,10 +900,13 @@ class Planner {
       if (begin == 0 && end == full) return;
       if (block == kWholeRow) return;  // one column for the whole row, never cut
       if (begin % block != 0 || (end % block != 0 && end != full)) {
+        const std::string blocks = format().block_name == "blocks"
+                                       ? fmt::format("the {}-wide {} blocks", block, quantized_name())
+                                       : fmt::format("whole {} {}", quantized_name(), format().block_name);
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on the {}-wide {} "
-                                "blocks (group {}, split over {} ranks)",
-                                begin, end, full, dim, block, quantized_name(), group_name(group), ranks),
+                    fmt::format("the tensor-parallel cut [{}, {}) of its {} {} does not fall on {} (group {}, "
+                                "split over {} ranks)",
+                                begin, end, full, dim, blocks, group_name(group), ranks),
                     {.tensor = part, .field = inst.target,
                      .expected = fmt::format("a multiple of {}", block),
                      .found = fmt::format("{} {} per rank", end - begin, dim)});
@@ -820,27 +919,27 @@ class Planner {
       const Block& b = blocks[k];
       const PlanSource& src = source(inst.source_ids.front()[k]);
       check(b.row_begin, b.row_end, src.rows, br, src.name, "rows");
-      check(b.col_begin, b.col_end, src.cols, bc, src.name, "columns");
+      check(b.col_begin * pack, b.col_end * pack, src.cols * pack, bc, src.name, "columns");
       part_row0.push_back(grid_rows);
       grid_rows += ceil_div(b.out_rows, br);
-      grid_cols = ceil_div(b.col_end - b.col_begin, bc);
+      grid_cols = ceil_div((b.col_end - b.col_begin) * pack, bc);
     }
-    const CompanionTensor& companion = format().companions[c];
     PlanParam grid;
     grid.name = with_suffix(inst.target, companion.rank_suffix);
     grid.module = module;
     grid.role = companion.role;
-    grid.dtype = DType::kF32;
+    grid.dtype = companion_dtype(companion, expert);
+    const uint64_t esize = dtype_bits(grid.dtype) / 8;
     const uint64_t slots = slot_logical.size();
     grid.shape = expert ? Shape{slots, grid_rows, grid_cols} : Shape{grid_rows, grid_cols};
     grid.nbytes = shape_nbytes(grid.shape, grid.dtype);
-    const uint64_t slot_bytes = grid_rows * grid_cols * 4;
+    const uint64_t slot_bytes = grid_rows * grid_cols * esize;
     for (uint64_t j = 0; j < slots; ++j) {
       for (size_t k = 0; k < blocks.size(); ++k) {
         const Block& b = blocks[k];
         grid.pieces.push_back({inst.companion_ids[c][slot_logical[j]][k], b.row_begin / br,
-                               ceil_div(b.row_end, br), b.col_begin / bc, ceil_div(b.col_end, bc),
-                               j * slot_bytes + part_row0[k] * grid_cols * 4, 1});
+                               ceil_div(b.row_end, br), b.col_begin * pack / bc, ceil_div(b.col_end * pack, bc),
+                               j * slot_bytes + part_row0[k] * grid_cols * esize, 1});
       }
     }
     return grid;

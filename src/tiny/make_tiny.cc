@@ -235,6 +235,16 @@ tiny::TinyModel model_from_options(const TinyOptions& options) {
   model.mxfp4_experts = quant == tiny::Quant::kMxfp4;
   model.static_activations = static_activations;
   if (options.size_bytes > 0) tiny::scale_to_size(model, options.size_bytes);
+  if (options.size_bytes > 0 && tiny::is_packed_int(quant)) {
+    // Integer weights' 32-value groups must survive every TP split up to 4 of every projection's inputs.
+    const auto whole_groups = [](uint64_t& size) {
+      constexpr uint64_t kGranule = 4 * tiny::kTinyIntGroup;
+      size = (size + kGranule - 1) / kGranule * kGranule;
+    };
+    for (uint64_t* size : {&model.hidden, &model.intermediate, &model.moe_intermediate, &model.shared_intermediate}) {
+      if (*size > 0) whole_groups(*size);
+    }
+  }
   return model;
 }
 

@@ -66,7 +66,29 @@ std::string ignore_entry(const std::string& module) {
   return pattern + "$";
 }
 
-// llm-compressor's quantization_config for FP8_DYNAMIC (channel), FP8_BLOCK and static FP8 (tensor).
+// llm-compressor's W4A16 (group 32 here), W4A16_ASYM and W8A16 (channel) schemes: integer weights,
+// activations left alone.
+json packed_int_group(const TinyModel& m) {
+  const bool channel = m.quant == Quant::kCtW8a16;
+  json weights = {{"num_bits", channel ? 8 : 4},
+                  {"type", "int"},
+                  {"symmetric", m.quant != Quant::kCtW4a16Asym},
+                  {"strategy", channel ? "channel" : "group"},
+                  {"dynamic", false},
+                  {"group_size", channel ? json(nullptr) : json(kTinyIntGroup)},
+                  {"block_structure", nullptr},
+                  {"actorder", nullptr},
+                  {"observer", "minmax"},
+                  {"observer_kwargs", json::object()}};
+  return {{"targets", json::array({"Linear"})},
+          {"weights", std::move(weights)},
+          {"input_activations", nullptr},
+          {"output_activations", nullptr},
+          {"format", "pack-quantized"}};
+}
+
+// llm-compressor's quantization_config for FP8_DYNAMIC (channel), FP8_BLOCK and static FP8 (tensor), and
+// its integer schemes (packed_int_group).
 json compressed_tensors_config(const TinyModel& m) {
   const bool block = m.quant == Quant::kCtBlock;
   const char* strategy = m.quant == Quant::kCtTensor ? "tensor" : block ? "block" : "channel";
@@ -90,16 +112,17 @@ json compressed_tensors_config(const TinyModel& m) {
     const std::string entry = ignore_entry(module.get<std::string>());
     if (std::find(ignore.begin(), ignore.end(), entry) == ignore.end()) ignore.push_back(entry);
   }
+  const bool packed = is_packed_int(m.quant);
+  json group = packed ? packed_int_group(m)
+                      : json{{"targets", json::array({"Linear"})},
+                             {"weights", std::move(weights)},
+                             {"input_activations", std::move(inputs)},
+                             {"output_activations", nullptr},
+                             {"format", "float-quantized"}};
   return {{"quant_method", "compressed-tensors"},
-          {"format", "float-quantized"},
+          {"format", packed ? "pack-quantized" : "float-quantized"},
           {"quantization_status", "compressed"},
-          {"config_groups",
-           {{"group_0",
-             {{"targets", json::array({"Linear"})},
-              {"weights", std::move(weights)},
-              {"input_activations", std::move(inputs)},
-              {"output_activations", nullptr},
-              {"format", "float-quantized"}}}}},
+          {"config_groups", {{"group_0", std::move(group)}}},
           {"ignore", std::move(ignore)},
           {"kv_cache_scheme", nullptr},
           {"sparsity_config", json::object()},

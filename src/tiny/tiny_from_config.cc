@@ -77,6 +77,14 @@ int full_attention_interval(const std::vector<bool>& linear) {
 }
 
 Quant quant_of(const ModelConfig& c, const std::string& file) {
+  if (c.quant_format == QuantFormat::kCompressedTensors && c.quantization == Quantization::kWna16) {
+    if (c.weight_bits == 4 && c.group_size == kTinyIntGroup) return c.zero_points ? Quant::kCtW4a16Asym : Quant::kCtW4a16;
+    if (c.weight_bits == 8 && c.group_size == kWholeRow && !c.zero_points) return Quant::kCtW8a16;
+    throw config_error(file, "make-tiny writes int4 in 32-value groups and int8 per channel only",
+                       "quantization_config.config_groups.*.weights", "int4 group 32, or int8 channel symmetric",
+                       fmt::format("int{} {}", c.weight_bits, c.group_size == kWholeRow ? std::string("channel")
+                                                                                         : fmt::format("group {}", c.group_size)));
+  }
   if (c.quant_format == QuantFormat::kCompressedTensors) {
     if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
     if (c.weight_strategy == WeightStrategy::kChannel) return Quant::kCtChannel;
@@ -101,6 +109,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
       }
       return Quant::kFp8Block;
     case Quantization::kFp8Dynamic:
+    case Quantization::kWna16:
       break;
   }
   throw config_error(file, "unsupported quantization", "quantization_config", "fp8", "?");

@@ -17,12 +17,22 @@ namespace shardload::tiny {
 // The "fp8" format's per-tensor and 128-block FP8, and llm-compressor's compressed-tensors FP8 by
 // weight strategy (per tensor, per output row, per 128-block).
 // kMxfp4: gpt-oss's experts as the Hub stores them (the family writes them; no FP8 anywhere).
-enum class Quant { kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4 };
+// llm-compressor's pack-quantized integer weights: int4 in 32-value groups, symmetric (W4A16, Kimi-K2.5's
+// experts' scheme) or with zero points (W4A16_ASYM), and int8 per channel (W8A16).
+enum class Quant {
+  kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16
+};
 // 128 x 128 blocks: the geometry every tp split must respect.
 inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
-inline bool is_compressed_tensors(Quant q) {
-  return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock;
+inline bool is_packed_int(Quant q) {
+  return q == Quant::kCtW4a16 || q == Quant::kCtW4a16Asym || q == Quant::kCtW8a16;
 }
+inline bool is_compressed_tensors(Quant q) {
+  return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock || is_packed_int(q);
+}
+// Inputs per scale of make-tiny's int4 weights (Kimi-K2.5's group size): every TP split of its models
+// falls on whole groups at tp 4.
+inline constexpr uint64_t kTinyIntGroup = 32;
 
 // Far above any real model (DeepSeek-V3: 61 layers x 256 experts; Kimi-K2: 61 x 384), low enough
 // that the tensor list (and the MoE-layer fit, quadratic in the layers) stays small, and a typo
@@ -58,7 +68,10 @@ bool is_moe_layer(const TinyModel& model, int layer);
 
 // How a tensor's values are drawn: weights small around 0, norms around 1; FP8 weight scales from
 // the values of their weight, input scales from their name (tiny_quant.h).
-enum class ValueKind { kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales };
+// Packed integer weights come with zero points and their [N, K] (kZeroPoint, kWeightShape).
+enum class ValueKind {
+  kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape
+};
 
 struct TensorSpec {
   std::string name;

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "core/parallel_for.h"
 #include "shardload/convert.h"
 #include "shardload/error.h"
@@ -73,10 +75,11 @@ std::optional<std::string_view> strip(std::string_view name, std::string_view su
   return name.substr(0, name.size() - suffix.size());
 }
 
-// The module a quantized tensor belongs to: "<m>" of <m>.weight, .weight_scale(_inv), .input_scale.
+// The module a quantized tensor belongs to: "<m>" of <m>.weight, .weight_scale(_inv), .input_scale,
+// .weight_packed, .weight_zero_point, .weight_shape.
 std::string_view module_of(const TensorSpec& spec) {
-  for (std::string_view suffix :
-       {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale"}) {
+  for (std::string_view suffix : {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale", ".weight_packed",
+                                  ".weight_zero_point", ".weight_shape"}) {
     if (auto module = strip(spec.name, suffix)) return *module;
   }
   throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale name",
@@ -164,9 +167,114 @@ struct Group {
   const FillJob* weight = nullptr;
   const FillJob* scale = nullptr;
   const FillJob* input = nullptr;
+  const FillJob* zero = nullptr;
+  const FillJob* shape = nullptr;
 };
 
+struct IntScheme {
+  uint32_t bits = 4;
+  uint64_t group = kTinyIntGroup;  // inputs per scale; 0: the whole row
+  bool zero_points = false;
+  uint64_t pack() const { return 32 / bits; }
+};
+
+IntScheme int_scheme(Quant quant) {
+  if (quant == Quant::kCtW8a16) return {8, 0, false};
+  return {4, kTinyIntGroup, quant == Quant::kCtW4a16Asym};
+}
+
+// Integer weights of one module: scales (BF16-rounded), zero points and signed codes per value.
+struct IntCodes {
+  std::vector<float> scales;    // [rows, groups]
+  std::vector<int32_t> zeros;   // [rows, groups], 0 when symmetric
+  std::vector<int32_t> codes;   // [rows, cols], in [-2^(bits-1), 2^(bits-1))
+  uint64_t groups = 0;
+};
+
+IntCodes int_codes(const std::vector<float>& w, uint64_t rows, uint64_t cols, const IntScheme& q) {
+  const uint64_t group = q.group == 0 ? cols : q.group;
+  const int32_t qmin = -(1 << (q.bits - 1));
+  const int32_t qmax = (1 << (q.bits - 1)) - 1;
+  IntCodes out;
+  out.groups = cols / group;
+  out.scales.resize(rows * out.groups);
+  out.zeros.assign(rows * out.groups, 0);
+  out.codes.resize(rows * cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t g = 0; g < out.groups; ++g) {
+      const float* v = w.data() + r * cols + g * group;
+      float lo = 0, hi = 0, amax = 0;
+      for (uint64_t i = 0; i < group; ++i) {
+        lo = std::min(lo, v[i]);
+        hi = std::max(hi, v[i]);
+        amax = std::max(amax, std::fabs(v[i]));
+      }
+      float scale = q.zero_points ? (hi - lo) / static_cast<float>(qmax - qmin) : amax / static_cast<float>(qmax);
+      scale = bf16_to_f32(f32_to_bf16(std::max(scale, 1e-6f)));
+      const int32_t zero =
+          q.zero_points ? std::clamp(static_cast<int32_t>(std::nearbyint(-lo / scale)) + qmin, qmin, qmax) : 0;
+      out.scales[r * out.groups + g] = scale;
+      out.zeros[r * out.groups + g] = zero;
+      for (uint64_t i = 0; i < group; ++i) {
+        const auto code = static_cast<int32_t>(std::nearbyint(v[i] / scale)) + zero;
+        out.codes[r * cols + g * group + i] = std::clamp(code, qmin, qmax);
+      }
+    }
+  }
+  return out;
+}
+
+// Word c of a run of values holds values pack*c + j at bits bits*j, each offset by 2^(bits-1).
+uint32_t pack_word(const int32_t* values, uint64_t stride, const IntScheme& q) {
+  uint32_t word = 0;
+  const uint32_t mask = (1u << q.bits) - 1;
+  for (uint64_t j = 0; j < q.pack(); ++j) {
+    const auto stored = static_cast<uint32_t>(values[j * stride] + (1 << (q.bits - 1))) & mask;
+    word |= stored << (q.bits * j);
+  }
+  return word;
+}
+
+void fill_packed_int(const Group& group, uint64_t seed) {
+  const TensorSpec& any = group.weight != nullptr ? *group.weight->spec
+                          : group.scale != nullptr ? *group.scale->spec
+                          : group.zero != nullptr  ? *group.zero->spec
+                                                   : *group.shape->spec;
+  const std::string_view module = module_of(any);
+  const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
+  const uint64_t rows = shape[0], cols = shape[1];
+  if (group.shape != nullptr) {
+    const int64_t dims[2] = {static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+    std::memcpy(group.shape->out.data(), dims, sizeof dims);
+  }
+  if (group.weight == nullptr && group.scale == nullptr && group.zero == nullptr) return;
+  const IntScheme q = int_scheme(any.quant);
+  const IntCodes codes = int_codes(reference_values(std::string(module) + ".weight", shape, seed), rows, cols, q);
+  if (group.weight != nullptr) {
+    auto* words = reinterpret_cast<uint32_t*>(group.weight->out.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols / q.pack(); ++c) {
+        words[r * (cols / q.pack()) + c] = pack_word(codes.codes.data() + r * cols + c * q.pack(), 1, q);
+      }
+    }
+  }
+  if (group.scale != nullptr) write_floats(codes.scales, DType::kBF16, group.scale->out);
+  if (group.zero != nullptr) {  // packed along the rows: [rows / pack, groups]
+    auto* words = reinterpret_cast<uint32_t*>(group.zero->out.data());
+    for (uint64_t r = 0; r < rows / q.pack(); ++r) {
+      for (uint64_t g = 0; g < codes.groups; ++g) {
+        words[r * codes.groups + g] = pack_word(codes.zeros.data() + r * q.pack() * codes.groups + g, codes.groups, q);
+      }
+    }
+  }
+}
+
 void fill_group(const Group& group, uint64_t seed) {
+  const FillJob* first = group.weight ? group.weight : group.scale ? group.scale : group.zero ? group.zero : group.shape;
+  if (first != nullptr && is_packed_int(first->spec->quant)) {
+    fill_packed_int(group, seed);
+    return;
+  }
   if (group.input != nullptr) {
     // llm-compressor observes each module's input, so the projections that read one input (q/k/v,
     // gate/up, an expert's gate/up, q_a/kv_a) get one input scale; vLLM's compressed-tensors MoE
@@ -197,14 +305,16 @@ void fill_group(const Group& group, uint64_t seed) {
 const std::vector<std::string>& quant_names() {
   static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
                                                  "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
-                                                 "mxfp4"};
+                                                 "mxfp4",         "ct-w4a16",      "ct-w4a16-asym",
+                                                 "ct-w8a16"};
   return names;
 }
 
 std::optional<Quant> parse_quant(std::string_view name) {
   static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
                                        Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
-                                       Quant::kMxfp4};
+                                       Quant::kMxfp4,    Quant::kCtW4a16,   Quant::kCtW4a16Asym,
+                                       Quant::kCtW8a16};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -245,6 +355,27 @@ std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shap
   return specs;
 }
 
+std::vector<TensorSpec> packed_int_tensors(const std::string& module, const Shape& shape, Quant quant) {
+  const IntScheme q = int_scheme(quant);
+  const uint64_t rows = shape.at(0), cols = shape.at(1);
+  const uint64_t group = q.group == 0 ? cols : q.group;
+  if (cols % group != 0 || cols % q.pack() != 0 || (q.zero_points && rows % q.pack() != 0)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("make-tiny's {}-bit weights need whole {}-value groups and words", q.bits, group),
+                {.tensor = module + ".weight", .expected = fmt::format("inputs a multiple of {}", group),
+                 .found = fmt::format("[{}, {}]", rows, cols)});
+  }
+  std::vector<TensorSpec> specs;
+  specs.push_back({module + ".weight_packed", DType::kI32, {rows, cols / q.pack()}, ValueKind::kWeight, quant, shape});
+  specs.push_back({module + ".weight_scale", DType::kBF16, {rows, cols / group}, ValueKind::kWeightScale, quant, shape});
+  if (q.zero_points) {
+    specs.push_back({module + ".weight_zero_point", DType::kI32, {rows / q.pack(), cols / group},
+                     ValueKind::kZeroPoint, quant, shape});
+  }
+  specs.push_back({module + ".weight_shape", DType::kI64, {2}, ValueKind::kWeightShape, quant, shape});
+  return specs;
+}
+
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {
   std::map<std::string_view, Group>
       by_module;  // ordered, so the work list does not depend on hashing
@@ -259,6 +390,12 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
         break;
       case ValueKind::kInputScale:
         group.input = &job;
+        break;
+      case ValueKind::kZeroPoint:
+        group.zero = &job;
+        break;
+      case ValueKind::kWeightShape:
+        group.shape = &job;
         break;
       case ValueKind::kNorm:
       case ValueKind::kBias:

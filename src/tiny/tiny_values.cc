@@ -36,6 +36,8 @@ Distribution distribution(ValueKind kind) {
     case ValueKind::kInputScale:
     case ValueKind::kMxfp4Codes:  // bytes, not values: mxfp4_byte
     case ValueKind::kMxfp4Scales:
+    case ValueKind::kZeroPoint:  // tiny_quant.cc's
+    case ValueKind::kWeightShape:
       break;
   }
   return {0.0f, 0.0f};

@@ -233,11 +233,32 @@ TEST(ConvertTest, EveryFp8CodeWidensExactly) {
   }
 }
 
+// vLLM's MoE keeps compressed-tensors' int64 weight_shape in the model dtype: torch's cast, through float32
+// then rounded to nearest even (257 is between two BF16 values: 256). Integer codes copy as they are.
+TEST(ConvertTest, IntegersConvertThroughFloat32) {
+  const int64_t shapes[] = {7168, 2880, 257, -3};
+  uint16_t bf16[4];
+  convert(DType::kI64, shapes, DType::kBF16, bf16, 4);
+  EXPECT_EQ(bf16_to_f32(bf16[0]), 7168.0f);
+  EXPECT_EQ(bf16_to_f32(bf16[1]), 2880.0f);
+  EXPECT_EQ(bf16_to_f32(bf16[2]), 256.0f);
+  EXPECT_EQ(bf16_to_f32(bf16[3]), -3.0f);
+  const int32_t words[] = {-1, 0x12345678};
+  float f32[2];
+  convert(DType::kI32, words, DType::kF32, f32, 2);
+  EXPECT_EQ(f32[0], -1.0f);
+  int32_t copied[2] = {};
+  convert(DType::kI32, words, DType::kI32, copied, 2);
+  EXPECT_EQ(copied[1], 0x12345678);
+  EXPECT_THROW(convert(DType::kF32, f32, DType::kI32, copied, 2), Error);  // no float to integer
+}
+
 TEST(ConvertTest, NonFloatDTypesThrowInvalidArgument) {
   std::vector<std::byte> src(64), dst(64);
   int checked = 0;
   for (DType dtype : kAllDTypes) {
-    if (is_convertible_float(dtype)) continue;
+    // Integer sources (a packed format's int64 weight_shape) convert to floats: IntegersConvertThroughFloat32.
+    if (is_convertible_float(dtype) || dtype == DType::kI32 || dtype == DType::kI64) continue;
     ++checked;
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     for (const size_t n : {size_t{0}, size_t{4}}) {

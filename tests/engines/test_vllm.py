@@ -3,9 +3,10 @@
 checkpoint and from the weight server, each holding what vLLM's own loader holds from the checkpoint; then a
 live model is synced in place after the server's update and rebalance, equal to vLLM's own reload and EPLB.
 Every family shardload exports for vLLM at tp 2 with MoE-TP and with expert parallelism (ep = tp), and at
-tp 4 with expert parallelism; static per-tensor FP8, block FP8 and llm-compressor's compressed-tensors FP8
-at both (per-tensor FP8 compared after vLLM's own FP8 post-processing too); a forward pass on every load's
-parameters against transformers' (forward_ranks.py)."""
+tp 4 with expert parallelism; static per-tensor FP8, block FP8, llm-compressor's compressed-tensors FP8 and
+its packed integer weights (W4A16, W8A16) at both (per-tensor FP8 compared after vLLM's own FP8
+post-processing too); a forward pass on every load's parameters against transformers' (forward_ranks.py; FP8
+and unquantized loads)."""
 from engines import check_engine, needs_engines
 
 pytestmark = needs_engines
@@ -26,6 +27,13 @@ COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen2", 1, "ct-fp8-channel"), ("
                ("qwen2_moe", 2, "ct-fp8-tensor"), ("qwen3_moe", 2, "ct-fp8-channel"), ("qwen3_moe", 1, "ct-fp8-block"),
                ("deepseek_v2", 2, "ct-fp8-block"), ("deepseek_v3", 2, "ct-fp8-block")])
 
+# llm-compressor's packed integer weights (make-tiny --quant ct-w4a16 / ct-w4a16-asym: int4 in 32-value groups,
+# symmetric or with zero points; ct-w8a16: int8 per channel), held as vLLM's CompressedTensorsWNA16 and its
+# MoE method hold them: dense, MoE with EP and with MoE-TP, MLA.
+PACKED = [("llama", 1, "ct-w4a16"), ("qwen3", 1, "ct-w4a16-asym"), ("qwen3_moe", 2, "ct-w4a16"),
+          ("qwen3_moe", 1, "ct-w4a16-asym"), ("mixtral", 2, "ct-w8a16"), ("qwen2_moe", 1, "ct-w4a16"),
+          ("deepseek_v3", 2, "ct-w4a16"), ("deepseek_v2", 1, "ct-w8a16")]
+
 
 # The families vLLM builds on CPU with the harness's stand-ins for a kernel choice (vllm_ranks.py:
 # cpu_model_stand_ins), each with expert parallelism; gpt-oss also with its experts in MXFP4 as the Hub
@@ -39,7 +47,7 @@ MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deeps
 def test_vllm_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       MORE + [(a, 2) for a in MOE], sync=True, hub=True))
+                       PACKED + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
@@ -53,6 +61,8 @@ def test_vllm_tp4_expert_parallel(tmp_path):
                                              ("qwen3_next", 4), ("deepseek_v32", 4), ("llama4", 4),
                                              ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8"),
                                              ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
+                                             ("llama", 1, "ct-w4a16-asym"), ("qwen3_moe", 4, "ct-w4a16"),
+                                             ("deepseek_v3", 4, "ct-w8a16"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))
 
 

@@ -148,6 +148,32 @@ def cpu_model_stand_ins(built):
     import torch
 
     quant_methods = {c.quantization for c, _, _ in built}
+    if any(packed_int(c) for c, _, _ in built):
+        # vLLM's CPU platform offers its integer MoE experts only with AMX (and int4 symmetric alone): its own
+        # CUDA experts are named instead (Marlin, which takes per-channel scales too, then its emulation and
+        # Triton ones), which changes nothing its loaders do (the buffers are N-first whichever it picks).
+        from vllm.model_executor.layers.fused_moe.experts.int4_emulation_moe import Int4EmulationTritonExperts
+        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonWNA16Experts
+        from vllm.model_executor.layers.fused_moe.oracle import int_wna16
+
+        int_wna16._get_priority_backends = lambda: [int_wna16.WNA16MoEBackend.MARLIN,
+                                                    int_wna16.WNA16MoEBackend.EMULATION,
+                                                    int_wna16.WNA16MoEBackend.TRITON]
+        for experts in (int_wna16.MarlinExperts, Int4EmulationTritonExperts, TritonWNA16Experts):
+            experts._supports_current_device = staticmethod(lambda: True)
+        # Its dense CPU kernel takes int4 only: int8 (W8A16) layers get the same kernel class named.
+        from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
+        from vllm.model_executor.layers.quantization.compressed_tensors.schemes import compressed_tensors_wNa16
+
+        choose = compressed_tensors_wNa16.choose_mp_linear_kernel
+
+        def choose_or_cpu(config, *args, **kwargs):
+            try:
+                return choose(config, *args, **kwargs)
+            except ValueError:
+                return CPUWNA16LinearKernel
+
+        compressed_tensors_wNa16.choose_mp_linear_kernel = choose_or_cpu
     if "gpt_oss_mxfp4" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
@@ -171,11 +197,19 @@ def cpu_model_stand_ins(built):
         init_workspace_manager(torch.device("cpu"))
 
 
+def packed_int(model_config):
+    """llm-compressor's integer weights (compressed-tensors pack-quantized: W4A16, W8A16)."""
+    quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    return model_config.quantization == "compressed-tensors" and quant.get("format") == "pack-quantized"
+
+
 def per_tensor_fp8(model_config):
     """An FP8 checkpoint whose scales vLLM's post-processing requantizes (static per-tensor): the harness
     runs that post-processing and saves its result too. Block FP8 is left as loaded (its CPU kernels need
     AMX; its post-processing changes no value)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    if packed_int(model_config):
+        return False
     if model_config.quantization == "compressed-tensors":  # llm-compressor's: its weights' strategy
         return all(g["weights"]["strategy"] == "tensor" for g in quant["config_groups"].values())
     return model_config.quantization == "fp8" and not quant.get("weight_block_size")

@@ -89,6 +89,90 @@ TEST(CompressedTensorsConfig, TargetsMinusIgnoreMatchedFromTheStart) {
   EXPECT_TRUE(m.module_quantized("model.layers.0.mlp.gate_proj"));
 }
 
+// llm-compressor's W4A16 / W4A16_ASYM / W8A16 groups (pack-quantized).
+json int_group(int bits, const std::string& strategy, bool symmetric) {
+  json weights = {{"num_bits", bits}, {"type", "int"}, {"strategy", strategy}, {"dynamic", false},
+                  {"symmetric", symmetric}, {"actorder", nullptr}};
+  weights["group_size"] = strategy == "group" ? json(128) : json(nullptr);
+  return {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr},
+          {"output_activations", nullptr}, {"format", "pack-quantized"}};
+}
+
+json packed(json groups) {
+  json q = ct(std::move(groups));
+  q["format"] = "pack-quantized";
+  return q;
+}
+
+TEST(CompressedTensorsConfig, PackedIntegerWeightsAreRead) {
+  ModelConfig m = ModelConfig::from_json(config_with(packed({{"group_0", int_group(4, "group", true)}})));
+  EXPECT_EQ(m.quantization, Quantization::kWna16);
+  EXPECT_EQ(m.weight_strategy, WeightStrategy::kGroup);
+  EXPECT_EQ(m.weight_bits, 4u);
+  EXPECT_EQ(m.group_size, 128u);
+  EXPECT_FALSE(m.zero_points);
+  EXPECT_EQ(quantization_label(m, m.quantization), "compressed-tensors");
+
+  m = ModelConfig::from_json(config_with(packed({{"group_0", int_group(4, "group", false)}})));
+  EXPECT_TRUE(m.zero_points);
+
+  m = ModelConfig::from_json(config_with(packed({{"group_0", int_group(8, "channel", true)}})));
+  EXPECT_EQ(m.weight_strategy, WeightStrategy::kChannel);
+  EXPECT_EQ(m.weight_bits, 8u);
+  EXPECT_EQ(m.group_size, kWholeRow);
+
+  // GPTQModifier's actorder "weight" stores the weights in their own order: read as any other.
+  json weight_order = int_group(4, "group", true);
+  weight_order["weights"]["actorder"] = "weight";
+  m = ModelConfig::from_json(config_with(packed({{"group_0", weight_order}})));
+  EXPECT_EQ(m.quantization, Quantization::kWna16);
+}
+
+TEST(CompressedTensorsConfig, PackedWeightsOutsideTheLoadedSchemesAreRefusedNamingTheField) {
+  struct Bad {
+    std::string what;
+    json group;
+    std::string field;
+  };
+  json three_bits = int_group(4, "group", true);
+  three_bits["weights"]["num_bits"] = 3;
+  json float_type = int_group(8, "channel", true);
+  float_type["weights"]["type"] = "float";
+  json tensor = int_group(4, "tensor", true);
+  json g_idx = int_group(4, "group", true);
+  g_idx["weights"]["actorder"] = "group";
+  json odd_group = int_group(4, "group", true);
+  odd_group["weights"]["group_size"] = 12;
+  json no_group = int_group(4, "group", true);
+  no_group["weights"]["group_size"] = nullptr;
+  json w4a8 = int_group(4, "group", true);
+  w4a8["input_activations"] = {{"num_bits", 8}, {"type", "int"}, {"dynamic", true}};
+  json nvfp4_group = int_group(4, "group", true);
+  nvfp4_group["format"] = "nvfp4-pack-quantized";
+  const Bad cases[] = {
+      {"3-bit weights", three_bits, "weights.num_bits"},
+      {"float weights", float_type, "weights.type"},
+      {"a scale per tensor", tensor, "weights.strategy"},
+      {"a g_idx (actorder group)", g_idx, "weights.actorder"},
+      {"a group of 12 int4 values (not whole words)", odd_group, "weights.group_size"},
+      {"a group strategy without its size", no_group, "weights.group_size"},
+      {"quantized activations (W4A8)", w4a8, "input_activations"},
+      {"a group of another format", nvfp4_group, "group_0.format"},
+  };
+  for (const Bad& bad : cases) {
+    try {
+      ModelConfig::from_json(config_with(packed({{"group_0", bad.group}})));
+      ADD_FAILURE() << bad.what << " must be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << bad.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("quantization_config.config_groups.group_0." + bad.field.substr(
+                                               bad.field.starts_with("group_0.") ? 8 : 0)),
+                std::string::npos)
+          << bad.what << ": " << e.what();
+    }
+  }
+}
+
 TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   struct Bad {
     std::string what;
@@ -104,7 +188,7 @@ TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   json kv_cache = ct({{"group_0", group("tensor", true)}});
   kv_cache["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
   json other_format = ct({{"group_0", group("tensor", true)}});
-  other_format["format"] = "pack-quantized";
+  other_format["format"] = "int-quantized";
   json no_block = group("block", true);
   no_block["weights"].erase("block_structure");
   const Bad cases[] = {

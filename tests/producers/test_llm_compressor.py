@@ -1,6 +1,7 @@
-"""FP8 checkpoints as llm-compressor writes them (compressed-tensors): `oneshot` with FP8_DYNAMIC, FP8_BLOCK
-and static FP8 on tiny random models of a dense, a MoE and an MLA family. Each loads, exports, verifies,
-and a live model updates in place from a second such checkpoint (and rebalances its experts)."""
+"""FP8 and integer checkpoints as llm-compressor writes them (compressed-tensors): `oneshot` with FP8_DYNAMIC,
+FP8_BLOCK and static FP8, and W4A16, W4A16_ASYM and W8A16 (pack-quantized) on tiny random models of a dense, a
+MoE and an MLA family. Each loads, exports, verifies, and a live model updates in place from a second such
+checkpoint (and rebalances its experts)."""
 import json
 
 import pytest
@@ -14,6 +15,9 @@ pytestmark = needs_producers
 
 FAMILIES = ["llama", "qwen3_moe", "deepseek_v3"]
 SCHEMES = {"FP8_DYNAMIC": ("channel", True), "FP8_BLOCK": ("block", True), "FP8": ("tensor", False)}
+# Integer weights (no input quantization): bits, symmetric. llm-compressor 0.14's W8A16 is int8 in groups of
+# 128 too; make-tiny's block-aligned geometry keeps every 128-group whole at tp 2.
+PACKED = {"W4A16": (4, True), "W4A16_ASYM": (4, False), "W8A16": (8, True)}
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +29,7 @@ def quantized(tmp_path_factory):
     for arch in FAMILIES:
         cli("make-tiny", "--arch", arch, "--quant", "ct-fp8-block", "--out", root / f"config-{arch}")
     models, args = {}, []
-    for scheme in SCHEMES:
+    for scheme in [*SCHEMES, *PACKED]:
         for seed in (1, 2):
             for arch in FAMILIES:
                 models[(arch, scheme, seed)] = root / f"{arch}-{scheme}-{seed}"
@@ -38,14 +42,20 @@ def rank_bytes(tensors):
     return {name: torch.from_dlpack(t).view(torch.uint8).clone() for name, t in tensors.items()}
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", [*SCHEMES, *PACKED])
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_path, arch, scheme):
     a, b = quantized[(arch, scheme, 1)], quantized[(arch, scheme, 2)]
     quant = json.loads((a / "config.json").read_text())["quantization_config"]
-    assert quant["quant_method"] == "compressed-tensors" and quant["format"] == "float-quantized"
     weights = quant["config_groups"]["group_0"]["weights"]
-    assert (weights["strategy"], quant["config_groups"]["group_0"]["input_activations"]["dynamic"]) == SCHEMES[scheme]
+    assert quant["quant_method"] == "compressed-tensors"
+    if scheme in PACKED:
+        assert quant["format"] == "pack-quantized"
+        assert (weights["num_bits"], weights["symmetric"], weights["strategy"]) == (*PACKED[scheme], "group")
+    else:
+        assert quant["format"] == "float-quantized"
+        assert (weights["strategy"],
+                quant["config_groups"]["group_0"]["input_activations"]["dynamic"]) == SCHEMES[scheme]
 
     flags = layout(arch, 2)
     out = tmp_path / "export"

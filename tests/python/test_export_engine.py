@@ -186,7 +186,7 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     ("gpt_oss", "none", ["--tp", 2, "--engine", "sglang"], ["gpt_oss", "llama, qwen2", "expert parallelism"]),
     ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
     # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
-    ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["FP8 format of glm4_moe", "unquantized"]),
+    ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["quantization format of glm4_moe", "unquantized"]),
     # vLLM 0.33's gpt-oss divides the KV heads by tp without replicating them: make-tiny's 2 at tp 4 is none
     ("gpt_oss", "mxfp4", ["--tp", 4, "--ep", 4, "--engine", "vllm"], ["gpt_oss at tp 4 over 2 KV heads", "tp 4"]),
     ("llama", "fp8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "--engine-post-processed", "fp8"]),
@@ -195,13 +195,17 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     ("llama", "fp8", ["--tp", 2, "--engine-post-processed"], ["SGLang", "none"]),
     ("llama", "none", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"], ["FP8 checkpoint", "none"]),
     ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"],
-     ["FP8 format of llama", "fp8-block"]),
-    ("deepseek_v3", "fp8", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["FP8 format of deepseek_v3"]),
-    ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang"], ["FP8 format of llama", "fp8-block"]),
+     ["quantization format of llama", "fp8-block"]),
+    ("deepseek_v3", "fp8", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["quantization format of deepseek_v3"]),
+    ("llama", "fp8-block", ["--tp", 2, "--engine", "sglang"], ["quantization format of llama", "fp8-block"]),
     ("deepseek_v3", "fp8-block", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["sharded_state", "fp8-block"]),
     ("deepseek_v3", "ct-fp8-tensor", ["--tp", 2, "--ep", 2, "--engine", "sglang"],
-     ["FP8 format of deepseek_v3", "compressed-tensors tensor", "fp8-block, compressed-tensors block"]),
-    ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["FP8 format", "fp8-dynamic"]),
+     ["quantization format of deepseek_v3", "compressed-tensors tensor", "fp8-block, compressed-tensors block"]),
+    ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["quantization format", "fp8-dynamic"]),
+    # Packed integer weights: checked against vLLM's loaders only; SGLang's not yet.
+    ("llama", "ct-w4a16", ["--tp", 2, "--engine", "sglang"],
+     ["quantization format of llama", "found compressed-tensors pack-quantized"]),
+    ("qwen2", "ct-w4a16", ["--tp", 1, "--engine", "vllm"], ["quantization format of qwen2", "pack-quantized"]),
     ("llama", "none", ["--tp", 2, "--row-bias", "divided", "--engine", "sglang"], ["--row-bias divided"]),
     ("llama", "none", ["--tp", 2, "--dp", 2, "--engine", "vllm"], ["--dp 2"]),
     ("llama", "none", ["--tp", 2, "--engine", "tensorrt"], ["--engine"]),
@@ -358,7 +362,7 @@ def test_engine_layout_is_what_the_export_holds(tiny, tmp_path, arch, quant, eng
 
 
 def test_engine_layout_refuses_what_the_engine_cannot_take(tiny):
-    with pytest.raises(shardload.InvalidArgumentError, match="FP8 format of deepseek_v3"):
+    with pytest.raises(shardload.InvalidArgumentError, match="quantization format of deepseek_v3"):
         shardload.engines.engine_layout(tiny("deepseek_v3", "fp8"), rank=0, engine="sglang", tp=2, ep=2)
     # SGLang's FP8 export is refused (its sharded_state reads post-processed layers); its hooks take FP8.
     assert shardload.engines.engine_layout(tiny("llama", "fp8"), rank=0, engine="sglang", tp=2)

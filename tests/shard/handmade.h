@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -194,7 +195,19 @@ inline void write_handmade(const std::string& dir, const nlohmann::json& config,
       }
     }
     std::vector<std::byte>& bytes = data.emplace_back(shape_nbytes(t.shape, t.dtype));
-    convert(DType::kF32, values.data(), t.dtype, bytes.data(), n);
+    if (t.dtype == DType::kI32) {  // packed integer words: any bits
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto word = static_cast<int32_t>(values[i] * 1e9f);
+        std::memcpy(bytes.data() + 4 * i, &word, 4);
+      }
+    } else if (t.dtype == DType::kI64) {  // a packed weight's [N, K]: set by the caller's values
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto value = static_cast<int64_t>(values[i]);
+        std::memcpy(bytes.data() + 8 * i, &value, 8);
+      }
+    } else {
+      convert(DType::kF32, values.data(), t.dtype, bytes.data(), n);
+    }
     to_write.push_back({t.name, t.dtype, t.shape, bytes});
   }
   std::filesystem::create_directories(dir);

@@ -1,6 +1,7 @@
 // quantization_config of llm-compressor's compressed-tensors checkpoints (docs/layout.md
-// "compressed-tensors FP8"): FP8 weights only, one weight strategy and activation scheme for the
-// whole model; anything else is refused naming the field.
+// "compressed-tensors FP8" and "compressed-tensors W4A16 / W8A16"): FP8 weights (float-quantized) or
+// integer weights packed into words (pack-quantized), one scheme for the whole model; anything else is
+// refused naming the field.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,7 +39,7 @@ bool bool_field(const json& o, const char* field, const std::string& where, bool
   return it->get<bool>();
 }
 
-// num_bits 8 and type "float": FP8 E4M3, the only format shardload loads.
+// num_bits 8 and type "float": FP8 E4M3, the float format shardload loads.
 void require_fp8(const json& args, const std::string& where) {
   const auto bits = args.find("num_bits");
   if (bits == args.end() || *bits != 8) {
@@ -73,10 +74,78 @@ struct Scheme {
   WeightStrategy strategy = WeightStrategy::kTensor;
   uint64_t block_rows = 0, block_cols = 0;
   bool static_activations = false;
+  uint32_t bits = 8;  // pack-quantized: 4 or 8
+  bool zero_points = false;
   bool operator==(const Scheme&) const = default;
 };
 
-Scheme read_group(const json& group, const std::string& where) {
+// A positive integer field of at most `max`.
+uint64_t size_field(const json& o, const char* field, const std::string& where, uint64_t max) {
+  const auto it = o.find(field);
+  if (it == o.end() || !it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<uint64_t>() > max) {
+    throw quant_error("not a positive integer", path(where, field), fmt::format("1 to {}", max),
+                      it == o.end() ? "(missing)" : brief_json(*it));
+  }
+  return it->get<uint64_t>();
+}
+
+// The weights of a pack-quantized group: int, 4 or 8 bits, per group (of a multiple of the words'
+// values) or per channel, symmetric or with zero points; activations left in the model dtype (W4A16,
+// W8A16). Activation ordering "group" stores a g_idx, not loaded yet; "weight" and "static" store the
+// weights in their own order and are read as any other.
+Scheme read_packed_weights(const json& group, const json& weights, const std::string& w, const std::string& where) {
+  Scheme scheme;
+  const auto bits = weights.find("num_bits");
+  if (bits == weights.end() || (*bits != 4 && *bits != 8)) {
+    throw quant_error("pack-quantized weights of 4 or 8 bits are loaded", w + ".num_bits", "4 or 8",
+                      bits == weights.end() ? "(missing)" : brief_json(*bits));
+  }
+  scheme.bits = bits->get<uint32_t>();
+  const std::string type = string_field(weights, "type", w, "(missing)");
+  if (type != "int") throw quant_error("pack-quantized weights are integers", w + ".type", "int", type);
+  if (bool_field(weights, "dynamic", w, false)) {
+    throw quant_error("weights quantized at run time are not a checkpoint's weights", w + ".dynamic", "false", "true");
+  }
+  scheme.zero_points = !bool_field(weights, "symmetric", w, true);
+  const std::string strategy = string_field(weights, "strategy", w, "(missing)");
+  const uint64_t pack = 32 / scheme.bits;
+  if (strategy == "group") {
+    scheme.strategy = WeightStrategy::kGroup;
+    constexpr uint64_t kMaxGroup = uint64_t{1} << 20;
+    scheme.block_rows = 1;
+    scheme.block_cols = size_field(weights, "group_size", w, kMaxGroup);
+    if (scheme.block_cols % pack != 0) {
+      throw quant_error("a group must be whole int32 words of packed values", w + ".group_size",
+                        fmt::format("a multiple of {} ({}-bit values a word)", pack, scheme.bits),
+                        std::to_string(scheme.block_cols));
+    }
+  } else if (strategy == "channel") {
+    scheme.strategy = WeightStrategy::kChannel;
+    scheme.block_rows = 1;
+    scheme.block_cols = kWholeRow;
+  } else {
+    throw quant_error("unsupported strategy for pack-quantized weights", w + ".strategy", "group or channel",
+                      strategy);
+  }
+  const std::string actorder = string_field(weights, "actorder", w, "static");
+  if (actorder == "group") {
+    throw quant_error("activation ordering \"group\" (a g_idx per input) is not loaded yet", w + ".actorder",
+                      "null, static or weight", actorder);
+  }
+  if (actorder != "static" && actorder != "weight") {
+    throw quant_error("unknown activation ordering", w + ".actorder", "null, static, weight or group", actorder);
+  }
+  for (const char* field : {"input_activations", "output_activations"}) {
+    if (const auto it = group.find(field); it != group.end() && !it->is_null()) {
+      throw quant_error("pack-quantized weights with quantized activations are not loaded (W4A16 and W8A16 "
+                        "keep activations in the model dtype)",
+                        where + "." + field, "null", brief_json(*it));
+    }
+  }
+  return scheme;
+}
+
+Scheme read_group(const json& group, const std::string& where, bool packed) {
   if (!group.is_object()) throw quant_error("not a JSON object", where, "object", group.type_name());
   Scheme scheme;
   const auto weights = group.find("weights");
@@ -85,6 +154,7 @@ Scheme read_group(const json& group, const std::string& where) {
                    weights == group.end() ? "(missing)" : brief_json(*weights));
   }
   const std::string w = where + ".weights";
+  if (packed) return read_packed_weights(group, *weights, w, where);
   require_fp8(*weights, w);
   if (bool_field(*weights, "dynamic", w, false)) {
     throw quant_error("weights quantized at run time are not a checkpoint's weights", w + ".dynamic", "false", "true");
@@ -136,9 +206,10 @@ Scheme read_group(const json& group, const std::string& where) {
 
 void read_compressed_tensors(const json& q, ModelConfig& m) {
   const std::string format = string_field(q, "format", "", "(missing)");
-  if (format != "float-quantized" && format != "naive-quantized") {
-    throw quant_error("only FP8 (float-quantized) compressed-tensors checkpoints are loaded", "format",
-                   "float-quantized or naive-quantized", format);
+  const bool packed = format == "pack-quantized";
+  if (format != "float-quantized" && format != "naive-quantized" && !packed) {
+    throw quant_error("unsupported compressed-tensors format", "format",
+                   "float-quantized, naive-quantized (FP8) or pack-quantized (integer weights)", format);
   }
   for (const char* field : {"kv_cache_scheme", "sparsity_config", "transform_config"}) {
     const auto it = q.find(field);
@@ -155,7 +226,12 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
   std::string first_group;
   for (const auto& [name, group] : groups->items()) {
     const std::string where = "config_groups." + name;
-    const Scheme scheme = read_group(group, where);
+    if (const auto own = group.is_object() ? group.find("format") : group.end();
+        own != group.end() && !own->is_null() && *own != format) {
+      throw quant_error("config groups of another format than the checkpoint's are not loaded", where + ".format",
+                        format, brief_json(*own));
+    }
+    const Scheme scheme = read_group(group, where, packed);
     if (model_scheme && !(scheme == *model_scheme)) {
       throw quant_error("config groups with different schemes are not loaded (one scheme per model)", where,
                      "the scheme of config_groups." + first_group, "another weight strategy or activations");
@@ -174,9 +250,16 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
   m.quant_format = QuantFormat::kCompressedTensors;
   m.weight_strategy = model_scheme->strategy;
   m.static_activations = model_scheme->static_activations;
-  m.quantization = m.weight_strategy == WeightStrategy::kTensor ? Quantization::kFp8 : Quantization::kFp8Block;
   m.block_rows = model_scheme->block_rows;
   m.block_cols = model_scheme->block_cols;
+  if (packed) {
+    m.quantization = Quantization::kWna16;
+    m.weight_bits = model_scheme->bits;
+    m.group_size = model_scheme->block_cols;
+    m.zero_points = model_scheme->zero_points;
+    return;
+  }
+  m.quantization = m.weight_strategy == WeightStrategy::kTensor ? Quantization::kFp8 : Quantization::kFp8Block;
 }
 
 bool ModelConfig::module_quantized(std::string_view module) const {
@@ -193,6 +276,7 @@ namespace shardload {
 // Tensor weights are per-tensor FP8 and channel and block weights block FP8 (channel as 1 x kWholeRow
 // blocks); every scale is named weight_scale.
 WeightFormat compressed_tensors_weight_format(const ModelConfig& m) {
+  if (m.quantization == Quantization::kWna16) return pack_quantized_format(m);
   if (m.quantization == Quantization::kFp8Block) return block_fp8_format(m, "weight_scale");
   return per_tensor_fp8_format(m);
 }

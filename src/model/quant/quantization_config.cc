@@ -35,6 +35,7 @@ std::string_view quantization_name(Quantization quantization) {
     case Quantization::kFp8: return "fp8";
     case Quantization::kFp8Block: return "fp8-block";
     case Quantization::kFp8Dynamic: return "fp8-dynamic";
+    case Quantization::kWna16: return "wna16";
   }
   return "?";
 }
@@ -57,6 +58,7 @@ std::string_view weight_strategy_name(WeightStrategy strategy) {
     case WeightStrategy::kTensor: return "tensor";
     case WeightStrategy::kChannel: return "channel";
     case WeightStrategy::kBlock: return "block";
+    case WeightStrategy::kGroup: return "group";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 
 #include "shardload/error.h"
 #include "shardload/model.h"
+#include "shardload/weight_format.h"
 
 namespace shardload {
 
@@ -19,6 +20,9 @@ void read_quantization(const nlohmann::json& config, ModelConfig& m);
 void read_compressed_tensors(const nlohmann::json& quantization_config, ModelConfig& m);
 void read_fp8(const nlohmann::json& quantization_config, ModelConfig& m);
 void read_mxfp4(const nlohmann::json& quantization_config, ModelConfig& m);
+
+// compressed-tensors pack-quantized integer weights (pack_quantized.cc).
+WeightFormat pack_quantized_format(const ModelConfig& model);
 
 // Error(kConfig) in config.json at quantization_config.<field>, for both formats' readers.
 Error quant_error(std::string message, const std::string& field, std::string expected, std::string found);

@@ -1,0 +1,90 @@
+"""`shardload.verify` on llm-compressor's packed integer weights (compressed-tensors pack-quantized: W4A16 in
+32-value groups, with zero points, W8A16 per channel): dense, MoE with expert parallelism and MoE-TP, and MLA
+pass; a swapped group, a mis-cut scale, a wrong nibble order, a zero point of another rank and a wrong
+weight_shape are each caught (issue 47, item 4)."""
+import pytest
+import torch
+
+from shardload import rank_source
+from shardload.verify import VerifyError, verify
+
+from verify_helpers import check, export  # noqa: F401 (an autouse fixture)
+
+
+@pytest.mark.parametrize("arch,args", [("llama", ["--tp", "2"]), ("qwen3_moe", ["--tp", "2", "--ep", "2"]),
+                                       ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"])])
+@pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16"])
+def test_packed_integer_weights_pass(tiny, arch, args, quant):
+    report, layout = check(tiny(arch, quant), args)
+    assert layout["quantization"] == "compressed-tensors"
+    assert layout["weight_strategy"] == ("channel" if quant == "ct-w8a16" else "group")
+    assert any("experts.w2" in c.module for c in report.checks) == (arch != "llama")
+
+
+def _corrupted(model, tmp_path, args, edit):
+    """The export's ranks with `edit(ranks)` applied to writable copies, verified."""
+    ranks, layout = rank_source.load_export(export(model, tmp_path / "export", *args))
+    ranks = [{n: t.clone() for n, t in rank.items()} for rank in ranks]
+    edit(ranks)
+    return verify(model, ranks, layout)
+
+
+def _failed(report):
+    return sorted({c.module for c in report.failures})
+
+
+def test_a_swapped_group_scale_fails(tiny, tmp_path):
+    def swap(ranks):
+        s = ranks[1]["model.layers.0.self_attn.o_proj.weight_scale"]
+        s[0, [0, 1]] = s[0, [1, 0]].clone()  # two groups of row 0 (their scales differ: make-tiny's amax)
+
+    report = _corrupted(tiny("llama", "ct-w4a16"), tmp_path, ["--tp", "2"], swap)
+    assert _failed(report) == ["layer 0 self_attn.o_proj"]
+
+
+def test_a_scale_cut_for_another_rank_fails(tiny, tmp_path):
+    def other_rank(ranks):  # row-parallel: rank 1 given rank 0's groups' scales
+        name = "model.layers.0.mlp.down_proj.weight_scale"
+        ranks[1][name] = ranks[0][name].clone()
+
+    report = _corrupted(tiny("llama", "ct-w4a16"), tmp_path, ["--tp", "2"], other_rank)
+    assert _failed(report) == ["layer 0 mlp.down_proj"]
+
+
+def test_a_wrong_nibble_order_fails(tiny, tmp_path):
+    def reverse_nibbles(ranks):  # value j of each word at bits 4 * (7 - j) instead of 4 * j
+        name = "model.layers.0.mlp.gate_up_proj.weight_packed"
+        w = ranks[0][name].to(torch.int64) & 0xFFFFFFFF
+        out = torch.zeros_like(w)
+        for j in range(8):
+            out |= ((w >> (4 * j)) & 0xF) << (4 * (7 - j))
+        ranks[0][name] = torch.where(out >= 2 ** 31, out - 2 ** 32, out).to(torch.int32)
+
+    report = _corrupted(tiny("llama", "ct-w4a16"), tmp_path, ["--tp", "2"], reverse_nibbles)
+    assert _failed(report) == ["layer 0 mlp.gate_up_proj"]
+
+
+def test_a_zero_point_of_another_rank_fails(tiny, tmp_path):
+    def other_rank(ranks):  # column-parallel: rank 1's rows given rank 0's zero points
+        name = "model.layers.0.self_attn.qkv_proj.weight_zero_point"
+        ranks[1][name] = ranks[0][name].clone()
+
+    report = _corrupted(tiny("llama", "ct-w4a16-asym"), tmp_path, ["--tp", "2"], other_rank)
+    assert _failed(report) == ["layer 0 self_attn.qkv_proj"]
+
+
+def test_an_expert_scale_of_another_expert_fails(tiny, tmp_path):
+    def other_expert(ranks):
+        name = "model.layers.1.mlp.experts.w2_weight_scale"
+        ranks[0][name][0] = ranks[0][name][1].clone()
+
+    report = _corrupted(tiny("qwen3_moe", "ct-w4a16"), tmp_path, ["--tp", "2", "--ep", "2"], other_expert)
+    assert [m.rsplit(" ", 1)[-1] for m in _failed(report)] == ["experts.w2"]
+
+
+def test_a_weight_shape_no_part_has_is_refused(tiny, tmp_path):
+    def wrong(ranks):
+        ranks[0]["model.layers.0.self_attn.o_proj.weight_shape"][0] += 1
+
+    with pytest.raises(VerifyError, match="weight_shape"):
+        _corrupted(tiny("llama", "ct-w4a16"), tmp_path, ["--tp", "2"], wrong)
