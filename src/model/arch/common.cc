@@ -8,7 +8,8 @@ namespace {
 uint64_t q_head_rows(const ModelConfig& m) { return m.heads * m.head_dim; }
 uint64_t kv_head_rows(const ModelConfig& m) { return m.kv_heads * m.head_dim; }
 
-// The decoder layer index of "model.layers.N....", or -1.
+}  // namespace
+
 long layer_index(std::string_view name) {
   constexpr std::string_view kPrefix = "model.layers.";
   if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
@@ -18,8 +19,6 @@ long layer_index(std::string_view name) {
   if (ec != std::errc() || end == name.data() + name.size() || *end != '.') return -1;
   return index;
 }
-
-}  // namespace
 
 bool is_linear_weight(std::string_view target) {
   if (target.ends_with("experts.w13_weight") || target.ends_with("experts.w2_weight")) return true;
