@@ -212,6 +212,14 @@ constexpr Rename kVllmGlm4MoeLite[] = {
     {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
     {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},
 };
+// Gemma 4: the routed experts in the fused MoE layer's child (the router is a module of its own, beside
+// it); a layer that reads an earlier layer's KV cache holds q_proj alone beside its Attention module.
+constexpr Rename kVllmGemma4[] = {
+    {".experts.w13_", ".experts.routed_experts.w13_"},
+    {".experts.w2_", ".experts.routed_experts.w2_"},
+};
+constexpr Buffers kVllmGemma4Attention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true},
+                                            {"self_attn.q_proj.weight", "self_attn.attn.", true}};
 // vLLM and SGLang build GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
 constexpr DtypeRule kGlm4MoeRouter[] = {{"mlp.gate.weight", DType::kF32}};
 // DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
@@ -270,6 +278,8 @@ constexpr EngineFamily kEngineFamilies[] = {
     // block FP8 checked too (in_proj_ba unquantized, as the checkpoints leave it).
     {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block},
     {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block},
+    // Gemma 4, dense and MoE: every tensor in the model dtype (its norms, router and scales too).
+    {Engine::kVllm, "gemma4", kVllmGemma4, kVllmGemma4Attention, false, 0},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
