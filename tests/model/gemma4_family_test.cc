@@ -16,6 +16,8 @@
 #include "shardload/model.h"
 
 namespace shardload {
+// Named: the unity build puts this file beside the other tests of its folder.
+namespace gemma4_test {
 namespace {
 
 using json = nlohmann::json;
@@ -170,4 +172,5 @@ TEST(Gemma4Family, RefusesWhatItCannotHoldNamingTheField) {
 }
 
 }  // namespace
+}  // namespace gemma4_test
 }  // namespace shardload

@@ -13,6 +13,8 @@
 #include "shardload/plan.h"
 
 namespace shardload {
+// Named: the unity build puts this file beside the other tests of its folder.
+namespace gemma4_test {
 namespace {
 
 using json = nlohmann::json;
@@ -114,4 +116,5 @@ TEST(Gemma4Plan, PlansEachKindOfLayerWithItsOwnShapes) {
 }
 
 }  // namespace
+}  // namespace gemma4_test
 }  // namespace shardload
