@@ -655,7 +655,8 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     if mod == "linear_attn.conv1d":
         name = prefix + mod + ".weight"
         return lambda: v.value(label, name, name, "attention", split="conv")
-    if mod.endswith("norm") or mod in _VALUES:
+    # Gemma 4's MoE layers number their extra norms (pre_feedforward_layernorm_2, post_feedforward_layernorm_1).
+    if mod.endswith("norm") or re.search(r"layernorm_\d$", mod) or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
         # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.
         # ... and gpt-oss's router a bias beside its weight.

@@ -36,6 +36,12 @@ bool is_linear_weight(std::string_view target) {
       target.ends_with("linear_attn.in_proj_a")) {
     return false;
   }
+  // Gemma 4's per-layer inputs: the norm behind their projection (per_layer_projection_norm) is no
+  // linear layer, and the small per-layer-input matrices stay in the model dtype, as per_layer_input_gate
+  // (docs/families/gemma4.md).
+  if (module.ends_with("norm") || module == "per_layer_projection" || module == "per_layer_model_projection") {
+    return false;
+  }
   return module.find("_proj") != std::string_view::npos;
 }
 
