@@ -401,7 +401,9 @@ class Reassembler {
     const bool per_layer = name == "model.embed_tokens_per_layer.weight";
     const uint64_t vocab = per_layer ? config_.per_layer_vocab : config_.vocab;
     const uint64_t padded = (vocab + 63) / 64 * 64;
-    const Shape expected = {padded / tp_, per_layer ? static_cast<uint64_t>(config_.layers) * config_.per_layer_hidden : config_.hidden};
+    const uint64_t columns =
+        per_layer ? static_cast<uint64_t>(config_.layers) * config_.per_layer_hidden : config_.hidden;
+    const Shape expected = {padded / tp_, columns};
     if (at(0, name).shape != expected) {
       return problems_.add("{}: rank shape {}, expected {} (vocab {} padded to {}, tp {})", name,
                            shape_string(at(0, name).shape), shape_string(expected), vocab, padded, tp_);
