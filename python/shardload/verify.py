@@ -118,7 +118,7 @@ class _Model:
             m = _FUSED_EXPERTS.fullmatch(name)
             if not m or not name.startswith(self.prefix):
                 continue
-            base = m.group(1)[len(self.prefix):]
+            base = self.inner(m.group(1))  # the multimodal classes' text model under the engines' names
             for x in range(self.ckpt.shape(name)[0]):
                 parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
                 for part in parts:

@@ -154,3 +154,29 @@ def test_gemma4_transformers_built_from_its_own_config_plans_loads_exports_and_v
         cli("export", model, *flags(tp), "--out", out)
         assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
     open_with_official_safetensors(model, *(tmp_path / f"tp{tp}" for tp in (1, 2, 4)))
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_gemma4_multimodal_checkpoint_loads_its_text_model(tmp_path, kind):
+    # transformers' own Gemma4ForConditionalGeneration (random, with a small vision tower) around the text model
+    # of gemma4_random.py, saved by save_pretrained: the text model under model.language_model., the vision
+    # tower under model.vision_tower. and model.embed_vision., the head tied.
+    text = tmp_path / "text"
+    producer("gemma4_random.py", 3, kind, text)
+    model = tmp_path / "multimodal"
+    producer("gemma4_multimodal.py", 3, text, model)
+    names = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    assert any(n.startswith("model.language_model.layers.") for n in names) and "lm_head.weight" not in names
+    skipped = sum(1 for n in names if n.startswith(("model.vision_tower.", "model.embed_vision.")))
+    assert skipped > 0 and skipped + sum(1 for n in names if n.startswith("model.language_model.")) == len(names)
+    ep = ["--ep", "2"] if kind == "moe" else []
+    planned = cli("plan", model, "--tp", 2, *ep, stderr=True)
+    assert f"{skipped} tensors of model.embed_vision.*, model.vision_tower.* (the vision tower and projector) " \
+           "are skipped" in planned
+    for tp in (2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, "--tp", tp, *ep, "--out", out)
+        ranks = shardload.load_export(out)
+        assert all(n.startswith("model.language_model.") for rank in ranks.values() for n in rank), "the checkpoint's names"
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, tmp_path / "tp2")
