@@ -109,6 +109,18 @@ struct ModelConfig {
   uint64_t linear_value_head_dim = 0;
   uint64_t linear_conv_kernel = 0;
   std::vector<bool> linear_layer;  // per decoder layer; all false for the families without it
+  // Gemma 4: the full-attention layers (global_layer) with their own head_dim and KV heads, K reused
+  // as V in them (k_eq_v); the layers from first_kv_shared_layer on read an earlier layer's KV cache
+  // (a query projection only) and, with double_wide_mlp, have a dense MLP twice as wide; per-layer
+  // embeddings (PLE) of per_layer_hidden a layer from a table of per_layer_vocab rows.
+  std::vector<bool> global_layer;  // per decoder layer; all false for the families without it
+  uint64_t global_head_dim = 0;
+  uint64_t global_kv_heads = 0;
+  bool k_eq_v = false;
+  int first_kv_shared_layer = 0;  // layers for none
+  bool double_wide_mlp = false;
+  uint64_t per_layer_hidden = 0;
+  uint64_t per_layer_vocab = 0;
 
   // FP8 (quantization_config).
   Quantization quantization = Quantization::kNone;

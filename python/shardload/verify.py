@@ -67,7 +67,8 @@ class Report:
 # goes before every name; Qwen3.5's stands in place of "model." (its lm_head and mtp.* keep their names).
 _MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": ("language_model.", ""),
                       "Qwen3_5ForConditionalGeneration": ("model.language_model.", "model."),
-                      "Qwen3_5MoeForConditionalGeneration": ("model.language_model.", "model.")}
+                      "Qwen3_5MoeForConditionalGeneration": ("model.language_model.", "model."),
+                      "Gemma4ForConditionalGeneration": ("model.language_model.", "model.")}
 # Qwen3.5's linear-attention projections stored apart: in_proj_qkv's q, k and v row ranges are checked as
 # parts of the rank's in_proj_qkvz, beside in_proj_z (and in_proj_b, in_proj_a of in_proj_ba).
 _SEPARATE_PROJECTIONS = {"linear_attn.in_proj_qkvz": ["linear_attn.in_proj_q", "linear_attn.in_proj_k",
@@ -94,6 +95,7 @@ class _Model:
             cfg = cfg.get("text_config") or {}
         self.rotary_pairs = arch.startswith("Llama4")
         self.interleaved = arch in _INTERLEAVED_GATE_UP
+        self.fused_out_in = arch.startswith("Gemma4")  # its fused experts [E, out, in], the others' [E, in, out]
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
         self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)
@@ -102,6 +104,10 @@ class _Model:
         self.value_dim = (cfg.get("linear_num_value_heads") or 0) * (cfg.get("linear_value_head_dim") or 0)
         # compressed-tensors' packed integer weights: X.weight_packed seen as X.weight (dequantized, float64).
         self.packed = packed_int.Scheme.of(self.ckpt.config)
+        self.layer_dims = {}  # layer -> (head_dim, KV heads) where they are not the config's (Gemma 4)
+        self.aliases = {}  # a name another tensor stands for: Gemma 4's v_proj of a layer reusing K as V
+        if arch.startswith("Gemma4"):
+            self._gemma4_layers(cfg)
         self.virtual = {}  # per-expert name -> (fused tensor name, expert, part)
         self.row_ranges = {}  # in_proj_{q,k,v} name -> (in_proj_qkv name, first row, rows)
         for name in self.ckpt.where:
@@ -114,13 +120,45 @@ class _Model:
             m = _FUSED_EXPERTS.fullmatch(name)
             if not m or not name.startswith(self.prefix):
                 continue
-            base = m.group(1)[len(self.prefix):]
+            base = self.inner(m.group(1))  # the multimodal classes' text model under the engines' names
             for x in range(self.ckpt.shape(name)[0]):
                 parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
                 for part in parts:
                     self.virtual[f"{base}.{x}.{part}.weight"] = (name, x, part)
                     if self.prefix + m.group(1) + "." + m.group(2) + "_bias" in self.ckpt:
                         self.virtual[f"{base}.{x}.{part}.bias"] = (name, x, part + ".bias")
+
+    def _gemma4_layers(self, cfg):
+        """Gemma 4's full-attention layers: their head size and KV heads as transformers reads them (its saved
+        per_layer_config, else the Hub's global_head_dim, default 512, and with attention_k_eq_v
+        num_global_key_value_heads), and their k_proj standing for v_proj when K is reused as V; the layers past
+        num_hidden_layers - num_kv_shared_layers have no K/V of their own."""
+        n = cfg.get("num_hidden_layers") or 0
+        types = list(cfg.get("layer_types") or
+                     ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)])
+        if types:
+            types[-1] = "full_attention"
+        k_eq_v = bool(cfg.get("attention_k_eq_v"))
+        overrides = cfg.get("per_layer_config")
+        first_shared = n - (cfg.get("num_kv_shared_layers") or 0)
+        for i, kind in enumerate(types):
+            if overrides is not None:
+                o = overrides.get(str(i)) or {}
+            elif kind == "full_attention":
+                o = {"head_dim": cfg.get("global_head_dim") or 512}
+                if k_eq_v:
+                    o["num_key_value_heads"] = cfg.get("num_global_key_value_heads") or self.kv_heads
+            else:
+                o = {}
+            self.layer_dims[i] = (o.get("head_dim") or self.head_dim, o.get("num_key_value_heads") or self.kv_heads)
+            if k_eq_v and kind == "full_attention" and i < first_shared:
+                self.aliases[f"model.layers.{i}.self_attn.v_proj.weight"] = f"model.layers.{i}.self_attn.k_proj.weight"
+
+    def head_dim_at(self, layer):
+        return self.layer_dims.get(layer, (self.head_dim, self.kv_heads))[0]
+
+    def kv_heads_at(self, layer):
+        return self.layer_dims.get(layer, (self.head_dim, self.kv_heads))[1]
 
     def outer(self, name):
         """A text-model name as the checkpoint spells it."""
@@ -152,15 +190,18 @@ class _Model:
                 if n.endswith(".weight_shape")}
 
     def has(self, name):
+        name = self.aliases.get(name, name)
         return (name in self.virtual or name in self.row_ranges or self.outer(name) in self.ckpt or
                 self._packed(name) is not None)
 
     def shape(self, name):
+        name = self.aliases.get(name, name)
         if name in self.virtual or name in self.row_ranges or self._packed(name):
             return list(self._get(name).shape)
         return self.ckpt.shape(self.outer(name))
 
     def dtype(self, name):
+        name = self.aliases.get(name, name)
         if self._packed(name):
             return "F64"  # dequantized exactly, as the rank's are
         if name in self.virtual and self.virtual[name][0].endswith("_blocks"):
@@ -170,6 +211,7 @@ class _Model:
         return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.outer(name))
 
     def _get(self, name):
+        name = self.aliases.get(name, name)
         packed = self._packed(name)
         if packed:
             base = packed[:-len("packed")]
@@ -194,6 +236,8 @@ class _Model:
                 w = decode_mxfp4(self.ckpt.get(fused)[x], self.ckpt.get(fused[:-len("_blocks")] + "_scales")[x]).T
             else:
                 w = self.ckpt.get(fused)[x]  # [in, out]
+                if self.fused_out_in:
+                    w = w.T
             if part != "down_proj":
                 half = w.shape[1] // 2
                 if self.interleaved:
@@ -220,7 +264,7 @@ class _Model:
         return self.value(base + ".bias") if self.has(base + ".bias") else None
 
 
-_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2"),
+_EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2"),
                  "feed_forward": (["gate_proj", "up_proj"], "down_proj")}
 
 
@@ -292,7 +336,7 @@ class _Verifier:
             _, n, k = self.lay.place(group, r)
             ranges = []
             for j, w in enumerate(full):
-                kv_heads = self.model.kv_heads if kind_name == "qkv" and j > 0 else None
+                kv_heads = self.model.kv_heads_at(_layer_of(prefix)) if kind_name == "qkv" and j > 0 else None
                 ranges.append(_rank_rows(label, parts[j], w.shape[0], n, k, kv_heads))
             rows = [b - a for a, b in ranges]
             wt = self._get(r, prefix + mod + ".weight")
@@ -361,9 +405,11 @@ class _Verifier:
 
     # ---- routed experts: every slot against the logical expert the expert map gives it ----
     def experts(self, i, prefix, moe_index):
-        moe = next((m for m in _EXPERT_PARTS if prefix + m + ".experts.w13_weight" in self.ranks[0]), "mlp")
+        # The experts' module: "mlp." and the like, or none (Gemma 4's layer.experts).
+        moe = next((m for m in _EXPERT_PARTS if f"{prefix}{m}{'.' if m else ''}experts.w13_weight" in self.ranks[0]),
+                   "mlp")
         (gate, up), down = _EXPERT_PARTS[moe]
-        base = f"{prefix}{moe}.experts"
+        base = f"{prefix}{moe}{'.' if moe else ''}experts"
         tm = self.lay.tm
         el = self.ranks[0][base + ".w13_weight"].shape[0]
         pattern = re.compile(re.escape(base) + rf"\.(\d+)\.{down}\.weight")
@@ -575,6 +621,17 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
             work.append((name, lambda name=name, group=group: v.value(name, name, name, group, vocab=True)))
     if "model.norm.weight" in ranks[0]:
         work.append(("model.norm.weight", lambda: v.value(*["model.norm.weight"] * 3)))
+    # Gemma 4's per-layer embeddings: a vocab-parallel table, its projection split by rows, a norm.
+    if "model.embed_tokens_per_layer.weight" in ranks[0]:
+        work.append(("model.embed_tokens_per_layer.weight", lambda: v.value(
+            *["model.embed_tokens_per_layer.weight"] * 3, "embedding", vocab=True)))
+    if "model.per_layer_model_projection.weight" in ranks[0]:
+        work.append(("model.per_layer_model_projection", lambda: v.column(
+            "model.per_layer_model_projection", "model.", "per_layer_model_projection", "column", "embedding",
+            ["per_layer_model_projection"])))
+    if "model.per_layer_projection_norm.weight" in ranks[0]:
+        work.append(("model.per_layer_projection_norm.weight",
+                     lambda: v.value(*["model.per_layer_projection_norm.weight"] * 3)))
     for label, run in work:
         if run is None:
             continue
@@ -593,7 +650,10 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
 
 _SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
 _VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.router", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
-           "block_sparse_moe.e_score_correction_bias", "feed_forward.router")
+           "block_sparse_moe.e_score_correction_bias", "feed_forward.router", "router.proj", "per_layer_input_gate",
+           "per_layer_projection")
+# Replicated tensors named without .weight (Gemma 4's router scales and layer scalar).
+_BARE_VALUES = ("router.scale", "router.per_expert_scale", "layer_scalar")
 
 
 def _check_for(v, model, i, prefix, mod, moe_layers):
@@ -610,10 +670,12 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     if cls:
         return lambda: v.row(label, prefix, mod, cls[1], cls[2][0])
     if mod in ("self_attn.q_norm", "self_attn.k_norm") and model.has(prefix + mod + ".weight") and \
-            model.shape(prefix + mod + ".weight")[0] > model.head_dim:
+            model.shape(prefix + mod + ".weight")[0] > model.head_dim_at(i):
         # MiniMax-M2's per-layer q/k norms (over the whole projection) are split with the heads.
         split = "heads" if mod == "self_attn.q_norm" else "kv_heads"
         return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)
+    if mod in _BARE_VALUES:
+        return lambda: v.value(label, prefix + mod, prefix + mod)
     if mod == "self_attn.sinks":  # gpt-oss: one logit per query head, split with the heads
         return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")
     if mod in ("linear_attn.A_log", "linear_attn.dt_bias"):
@@ -621,7 +683,8 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     if mod == "linear_attn.conv1d":
         name = prefix + mod + ".weight"
         return lambda: v.value(label, name, name, "attention", split="conv")
-    if mod.endswith("norm") or mod in _VALUES:
+    # Gemma 4's MoE layers number their extra norms (pre_feedforward_layernorm_2, post_feedforward_layernorm_1).
+    if mod.endswith("norm") or re.search(r"layernorm_\d$", mod) or mod in _VALUES:
         name = mod if mod.endswith("correction_bias") else mod + ".weight"
         # A LayerNorm (DeepSeek-V3.2's indexer k_norm) has a bias beside its weight.
         # ... and gpt-oss's router a bias beside its weight.

@@ -24,8 +24,9 @@ void add_make_tiny_command(CLI::App& app) {
   CLI::Option* layers = cmd->add_option("--layers", options->layers, "Number of decoder layers")
                             ->check(CLI::Range(1, 100000));
   CLI::Option* experts =
-      cmd->add_option("--experts", options->experts, "Number of routed experts (MoE families only)")
-          ->check(CLI::Range(1, 100000));
+      cmd->add_option("--experts", options->experts,
+                      "Number of routed experts (MoE families only; 0: gemma4 without its MoE block)")
+          ->check(CLI::Range(0, 100000));
   // A byte size as every other size flag takes it (K/M/G/T suffixes); 0 is the default, no growth.
   CLI::Option* size =
       cmd->add_option("--size", options->size_bytes,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -131,6 +132,8 @@ struct EngineFamily {
   // The engine's attention takes num_key_value_heads / tp KV heads a rank, without replicating them
   // (vLLM 0.33's gpt-oss): above tp = KV heads it builds an attention with none.
   bool kv_heads_not_replicated = false;
+  // Names that depend on the model (after the renames): vLLM's Gemma 4 holds some layers elsewhere.
+  std::string (*model_names)(std::string name, const ModelConfig& m) = nullptr;
 };
 
 // With tied word embeddings, the engine's lm_head holds the embedding table itself: one tensor
@@ -216,6 +219,32 @@ constexpr Rename kVllmGlm4MoeLite[] = {
     {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
     {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},
 };
+// Gemma 4: the routed experts in the fused MoE layer's child (the router is a module of its own, beside
+// it); a layer that reads an earlier layer's KV cache holds q_proj alone beside its Attention module.
+constexpr Rename kVllmGemma4[] = {
+    {".experts.w13_", ".experts.routed_experts.w13_"},
+    {".experts.w2_", ".experts.routed_experts.w2_"},
+};
+// vLLM 0.33's Gemma 4 splits its layers for You-Only-Cache-Once prefill: the layers that read an earlier
+// layer's KV cache (num_kv_shared_layers) are reachable as model.layers.N and as
+// model.cross_decoder.decoder_layers.(N - first shared), the others as model.self_decoder.decoder_layers.N
+// too; a state dict keeps the smaller name, cross_decoder's for the first, layers' for the others.
+std::string vllm_gemma4_cross_decoder(std::string name, const ModelConfig& m) {
+  constexpr std::string_view kLayers = "layers.";
+  size_t at = name.find(kLayers);
+  while (at != std::string::npos && at > 0 && name[at - 1] != '.') at = name.find(kLayers, at + 1);
+  if (at == std::string::npos) return name;
+  const size_t digits = at + kLayers.size();
+  size_t end = digits;
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == digits || end - digits > 6 || end >= name.size() || name[end] != '.') return name;
+  const int layer = std::stoi(name.substr(digits, end - digits));
+  if (layer < m.first_kv_shared_layer) return name;
+  return name.substr(0, at) +
+         fmt::format("cross_decoder.decoder_layers.{}", layer - m.first_kv_shared_layer) + name.substr(end);
+}
+constexpr Buffers kVllmGemma4Attention[] = {{"self_attn.qkv_proj.weight", "self_attn.attn.", true},
+                                            {"self_attn.q_proj.weight", "self_attn.attn.", true}};
 // vLLM and SGLang build GLM-4-MoE's router in float32 (ERNIE's is float32 in docs/layout.md already).
 constexpr DtypeRule kGlm4MoeRouter[] = {{"mlp.gate.weight", DType::kF32}};
 // DeepSeek-V3.2's indexer: vLLM builds its k_norm (a LayerNorm) in float32 and holds wk and
@@ -274,6 +303,9 @@ constexpr EngineFamily kEngineFamilies[] = {
     // block FP8 checked too (in_proj_ba unquantized, as the checkpoints leave it).
     {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block},
     {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block},
+    // Gemma 4, dense and MoE: every tensor in the model dtype (its norms, router and scales too).
+    {Engine::kVllm, "gemma4", kVllmGemma4, kVllmGemma4Attention, false, 0, {}, {}, false,
+     vllm_gemma4_cross_decoder},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -319,6 +351,14 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
     {Engine::kSglang, "qwen3_5_moe", kSglangNoMambaCacheOnCpu},
     {Engine::kSglang, "deepseek_v32", kSglangNeedsNvidiaGpu},
     {Engine::kSglang, "glm_moe_dsa", kSglangNeedsNvidiaGpu},
+    // Measured with sglang_ranks.py on transformers 5.17's random Gemma4ForCausalLM (per_layer_config)
+    // and on the same config in the Hub's spelling (global_head_dim), both at tp 2 x ep 2.
+    {Engine::kSglang, "gemma4",
+     "SGLang 0.5.23 cannot read a Gemma 4 config whose full-attention layers have their own head "
+     "size or KV heads (its config parser's hasattr(config, 'num_key_value_heads') raises "
+     "transformers 5.20's AmbiguousGlobalPerLayerAttributeError), and its gemma4_causal.py would "
+     "build those layers from head_dim and num_key_value_heads (it never reads global_head_dim): "
+     "not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
@@ -598,6 +638,7 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
       name = param.name.substr(0, param.name.size() - fused->first.size()) + std::string(fused->name);
       shape[0] += second->shape[0];
     }
+    if (row->model_names != nullptr) name = row->model_names(std::move(name), plan.model);
     EngineTensor& tensor = out.emplace_back(EngineTensor{name, dtype, shape, &param, 0, EngineReduce::kNone, second});
     const PlanModule& module = plan.modules[param.module];
     const bool per_part_scale = module.post == PostProcess::kFp8Requantize &&
@@ -610,8 +651,9 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
     const std::string& weight_name = param.role == ParamRole::kData ? module.name : param.name;
     for (const Buffers& buffers : row->buffers) {
       if (!weight_name.ends_with(buffers.after)) continue;
-      const std::string prefix =
+      std::string prefix =
           weight_name.substr(0, weight_name.size() - buffers.after.size()) + std::string(buffers.module);
+      if (row->model_names != nullptr) prefix = row->model_names(std::move(prefix), plan.model);
       if (buffers.attention_scales) {
         for (std::string_view scale : kAttentionScales)
           out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});

@@ -90,7 +90,15 @@ struct Part {
   // tensor that concatenates differently split pieces along its rows, as Qwen3-Next's conv1d stacks
   // the q, k and v channels, each of which a rank takes its share of. Null: the whole source.
   RowRangeFn rows = nullptr;
+  // kKvHeads: the KV heads the part's rows hold, where a layer's differ from num_key_value_heads
+  // (Gemma 4's full-attention layers). Null: num_key_value_heads.
+  uint64_t (*kv_heads)(const ModelConfig&) = nullptr;
 };
+
+// A family's own rule of which decoder layers hold a parameter (`layer` -1 for a model-level one),
+// beside ParamRule::when: Gemma 4's sliding and full-attention layers, the layers that share an
+// earlier layer's KV cache.
+using LayerWhen = bool (*)(const ModelConfig&, int layer);
 
 // A rank parameter: its parts are stacked along the first dimension in order (fused qkv, gate_up, ...).
 struct ParamRule {
@@ -101,6 +109,7 @@ struct ParamRule {
   Keep keep = Keep::kModelDtype;
   bool optional = false;  // absent from some checkpoints (e.g. ERNIE moe_statics): skipped then
   bool flatten = false;   // the rank tensor is 1-D (ERNIE's [1, E] bias becomes [E])
+  LayerWhen in_layer = nullptr;  // null: every layer (or the model) `when` takes
 };
 
 // Checkpoint tensors no parameter consumes, each by a stated rule.
@@ -143,5 +152,7 @@ std::vector<SkipRule> common_skips();
 std::vector<SkipRule> skips_with_mtp_layers();
 
 std::vector<ParamRule> concat(std::initializer_list<std::vector<ParamRule>> blocks);
+// The decoder layer index of a text-model name "model.layers.N....", or -1.
+long layer_index(std::string_view name);
 
 }  // namespace shardload::arch

@@ -106,6 +106,8 @@ ModelConfig ModelConfig::from_json(const json& outer) {
   m.mlp_bias = get_bool(c, "mlp_bias", false) || get_bool(c, "use_bias", false);
   m.moe_layer.assign(m.layers, false);
   m.linear_layer.assign(m.layers, false);
+  m.global_layer.assign(m.layers, false);
+  m.first_kv_shared_layer = m.layers;
   m.family->read_config(c, m);
   read_quantization(c, m);
   return m;

@@ -145,11 +145,15 @@ void validate_attention(const ModelConfig& m, const ParallelConfig& p) {
   if (m.heads % a != 0) invalid(fmt::format("{} does not divide {} attention heads", ranks, m.heads));
   validate_linear_attention(m, a, ranks);
   if (m.is_mla()) return;
-  if (a >= m.kv_heads && a % m.kv_heads != 0) {
-    invalid(fmt::format("{} is not a multiple of {} kv heads", ranks, m.kv_heads));
-  }
-  if (a < m.kv_heads && m.kv_heads % a != 0) {
-    invalid(fmt::format("{} does not divide {} kv heads", ranks, m.kv_heads));
+  // Gemma 4's full-attention layers have KV heads of their own.
+  const bool global_layers = std::find(m.global_layer.begin(), m.global_layer.end(), true) != m.global_layer.end();
+  for (const uint64_t kv_heads : {m.kv_heads, global_layers ? m.global_kv_heads : m.kv_heads}) {
+    if (a >= kv_heads && a % kv_heads != 0) {
+      invalid(fmt::format("{} is not a multiple of {} kv heads", ranks, kv_heads));
+    }
+    if (a < kv_heads && kv_heads % a != 0) {
+      invalid(fmt::format("{} does not divide {} kv heads", ranks, kv_heads));
+    }
   }
 }
 

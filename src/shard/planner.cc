@@ -65,6 +65,10 @@ bool applies(When when, const ModelConfig& m, int layer) {
   return false;
 }
 
+bool applies(const ParamRule& rule, const ModelConfig& m, int layer) {
+  return applies(rule.when, m, layer) && (rule.in_layer == nullptr || rule.in_layer(m, layer));
+}
+
 // One applicable rule, for one layer (or the model), with its source names resolved.
 struct Instance {
   const ParamRule* rule = nullptr;
@@ -275,14 +279,14 @@ class Planner {
   void instantiate() {
     const arch::ArchTable& table = arch::table_for(model().family);
     for (const ParamRule& rule : table.model) {
-      if (applies(rule.when, model(), -1)) add_instance(rule, -1, -1, "");
+      if (applies(rule, model(), -1)) add_instance(rule, -1, -1, "");
     }
     int moe_index = 0;
     for (int layer = 0; layer < model().layers; ++layer) {
       const std::string prefix = outer_name(fmt::format("model.layers.{}.", layer));
       const bool moe_layer = model().moe_layer[static_cast<size_t>(layer)];
       for (const ParamRule& rule : table.layer) {
-        if (applies(rule.when, model(), layer)) {
+        if (applies(rule, model(), layer)) {
           add_instance(rule, layer, moe_layer ? moe_index : -1, prefix);
         }
       }
@@ -592,7 +596,7 @@ class Planner {
         return b;
       }
       case Split::kKvHeads: {
-        const uint64_t heads = model().kv_heads;
+        const uint64_t heads = part.kv_heads != nullptr ? part.kv_heads(model()) : model().kv_heads;
         const uint64_t head_rows = must_divide(view.rows, heads, "rows over kv heads");
         if (group >= heads) {
           const uint64_t head = r / (group / heads);

@@ -37,6 +37,10 @@ void apply_counts(TinyModel& m, int layers, int experts) {
     std::erase_if(m.mlp_only_layers, [&](int i) { return i >= layers; });
   }
   if (experts == -1) return;
+  if (experts == 0 && m.family->tiny_dense_variant) {  // the family's model without its MoE block
+    m.experts = 0;
+    return;
+  }
   if (m.experts ==
       0) {  // silently ignoring it would hand back a dense model the caller did not ask for
     throw Error(ErrorKind::kInvalidArgument, "a dense family has no experts",

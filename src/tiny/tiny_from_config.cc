@@ -121,6 +121,8 @@ std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig
   for (bool b : c.moe_layer) moe.emplace_back(b ? "1" : "0");
   std::vector<std::string> linear;
   for (bool b : c.linear_layer) linear.emplace_back(b ? "1" : "0");
+  std::vector<std::string> global;
+  for (bool b : c.global_layer) global.emplace_back(b ? "1" : "0");
   return {
       {"torch_dtype", std::string(dtype_name(c.dtype))},
       {"hidden_size", std::to_string(c.hidden)},
@@ -149,6 +151,14 @@ std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig
       {"linear_key_head_dim", std::to_string(c.linear_key_head_dim)},
       {"linear_value_head_dim", std::to_string(c.linear_value_head_dim)},
       {"linear_conv_kernel_dim", std::to_string(c.linear_conv_kernel)},
+      {"full-attention layers (Gemma 4)", fmt::format("{}", fmt::join(global, ""))},
+      {"global_head_dim", std::to_string(c.global_head_dim)},
+      {"num_global_key_value_heads", std::to_string(c.global_kv_heads)},
+      {"attention_k_eq_v", c.k_eq_v ? "true" : "false"},
+      {"num_kv_shared_layers", std::to_string(c.layers - c.first_kv_shared_layer)},
+      {"use_double_wide_mlp", c.double_wide_mlp ? "true" : "false"},
+      {"hidden_size_per_layer_input", std::to_string(c.per_layer_hidden)},
+      {"vocab_size_per_layer_input", std::to_string(c.per_layer_vocab)},
       {"quantization_config", std::string(quantization_label(c, c.quantization))},
       {"quantization_config weights.strategy", std::string(weight_strategy_name(c.weight_strategy))},
       {"quantization_config.activation_scheme", c.static_activations ? "static" : "dynamic"},
@@ -227,6 +237,15 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.linear_value_head_dim = c.linear_value_head_dim;
   m.linear_conv_kernel = c.linear_conv_kernel;
   m.full_attention_interval = full_attention_interval(c.linear_layer);
+  // Gemma 4: every sliding_pattern-th layer full (the first full one's place), the round trip checks the rest.
+  const auto first_global = std::find(c.global_layer.begin(), c.global_layer.end(), true);
+  m.sliding_pattern = static_cast<int>(first_global - c.global_layer.begin()) + 1;
+  m.global_head_dim = c.global_head_dim;
+  m.global_kv_heads = c.global_kv_heads;
+  m.k_eq_v = c.k_eq_v;
+  m.kv_shared_layers = c.layers - c.first_kv_shared_layer;
+  m.double_wide_mlp = c.double_wide_mlp;
+  m.per_layer_hidden = c.per_layer_hidden;
   // Written by the families that have MTP layers (the planner skips them; a checkpoint has them):
   // DeepSeek's and Qwen3-Next's field, or Qwen3.5's (in a multimodal config's text_config).
   const json& text = config.contains("text_config") && config.at("text_config").is_object()

@@ -40,7 +40,7 @@ PACKED = [("llama", 1, "ct-w4a16"), ("qwen3", 1, "ct-w4a16-asym"), ("qwen3_moe",
 # ships them.
 MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deepseek_v32", "glm4_moe",
                          "ernie4_5_moe", "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"]] + \
-    [("gpt_oss", 2, "mxfp4"), ("qwen3_5", 1)] + \
+    [("gpt_oss", 2, "mxfp4"), ("qwen3_5", 1), ("gemma4", 2)] + \
     [("qwen3_5", 1, "fp8-block"), ("qwen3_5_moe", 2, "fp8-block")]
 
 

@@ -203,7 +203,9 @@ std::vector<Model> models() {
                            "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"}) {
     for (const char* quant : {"none", "fp8", "fp8-block", "dynamic"}) out.push_back({arch, quant});
   }
-  for (const char* quant : {"none", "dynamic"}) out.push_back({"llama4", quant});  // no FP8 checkpoints
+  for (const char* arch : {"llama4", "gemma4"}) {  // no FP8 checkpoints
+    for (const char* quant : {"none", "dynamic"}) out.push_back({arch, quant});
+  }
   for (const char* quant : {"none", "mxfp4", "dynamic"}) out.push_back({"gpt_oss", quant});
   return out;
 }

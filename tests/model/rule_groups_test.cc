@@ -23,7 +23,11 @@ ParamGroup expected_group(const std::string& target, std::string_view family) {
   if (target.starts_with("linear_attn.")) {
     return target == "linear_attn.norm.weight" ? ParamGroup::kReplicated : ParamGroup::kAttention;
   }
-  if (target == "model.embed_tokens.weight") return ParamGroup::kEmbedding;
+  // Gemma 4's per-layer embeddings: a vocab-parallel table and its projection, cut with the embedding.
+  if (target == "model.embed_tokens.weight" || target == "model.embed_tokens_per_layer.weight" ||
+      target == "model.per_layer_model_projection.weight") {
+    return ParamGroup::kEmbedding;
+  }
   if (target == "lm_head.weight") return ParamGroup::kLmHead;
   if (target.find("shared_expert") != std::string::npos && target.find("_proj.") != std::string::npos) {
     return ParamGroup::kSharedExperts;

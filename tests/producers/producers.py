@@ -16,8 +16,9 @@ BIN = os.environ.get("SHARDLOAD_BIN", "")
 DENSE = ["llama", "qwen2", "qwen3", "qwen3_5"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
        "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss", "glm4_moe_lite", "glm_moe_dsa",
-       "qwen3_5_moe"]
-NO_FP8_CHECKPOINTS = {"llama4", "gpt_oss"}  # make-tiny writes none (docs/families/llama4.md, gpt_oss.md)
+       "qwen3_5_moe", "gemma4"]
+# make-tiny writes none (docs/families/llama4.md, gpt_oss.md, gemma4.md)
+NO_FP8_CHECKPOINTS = {"llama4", "gpt_oss", "gemma4"}
 
 needs_producers = pytest.mark.skipif(not PRODUCERS or not os.access(PRODUCERS, os.X_OK),
                                      reason="no producers' environment (scripts/pypi-env.sh could not make it)")

@@ -131,3 +131,52 @@ def test_qwen3_5_multimodal_checkpoint_loads_its_text_model(tmp_path, arch):
                    for rank in ranks.values() for n in rank), "the checkpoint's names"
         assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
     open_with_official_safetensors(model, tmp_path / "tp2")
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_gemma4_transformers_built_from_its_own_config_plans_loads_exports_and_verifies(tmp_path, kind):
+    # transformers' own Gemma4TextConfig and Gemma4ForCausalLM (gemma4_random.py: not make-tiny's config),
+    # random init, save_pretrained: the full layers' geometry as per_layer_config, the shared-KV layers with
+    # q_proj alone, the MoE block beside the dense MLP with kind "moe".
+    model = tmp_path / kind
+    producer("gemma4_random.py", 3, kind, model)
+    config = json.loads((model / "config.json").read_text())
+    assert "per_layer_config" in config and config["num_kv_shared_layers"] == 2
+    assert config.get("enable_moe_block", False) == (kind == "moe")
+    assert "gemma4" in cli("inspect", model)
+
+    def flags(tp):  # as layout(): the MoE model with expert parallelism 2 from tp 2 on
+        return ["--tp", str(tp)] + (["--ep", "2"] if kind == "moe" and tp > 1 else [])
+    assert "rank 1" in cli("plan", model, *flags(2))
+    cli("load", model, *flags(4))
+    for tp in (1, 2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, *flags(tp), "--out", out)
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, *(tmp_path / f"tp{tp}" for tp in (1, 2, 4)))
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_gemma4_multimodal_checkpoint_loads_its_text_model(tmp_path, kind):
+    # transformers' own Gemma4ForConditionalGeneration (random, with a small vision tower) around the text model
+    # of gemma4_random.py, saved by save_pretrained: the text model under model.language_model., the vision
+    # tower under model.vision_tower. and model.embed_vision., the head tied.
+    text = tmp_path / "text"
+    producer("gemma4_random.py", 3, kind, text)
+    model = tmp_path / "multimodal"
+    producer("gemma4_multimodal.py", 3, text, model)
+    names = json.loads((model / "model.safetensors.index.json").read_text())["weight_map"]
+    assert any(n.startswith("model.language_model.layers.") for n in names) and "lm_head.weight" not in names
+    skipped = sum(1 for n in names if n.startswith(("model.vision_tower.", "model.embed_vision.")))
+    assert skipped > 0 and skipped + sum(1 for n in names if n.startswith("model.language_model.")) == len(names)
+    ep = ["--ep", "2"] if kind == "moe" else []
+    planned = cli("plan", model, "--tp", 2, *ep, stderr=True)
+    assert f"{skipped} tensors of model.embed_vision.*, model.vision_tower.* (the vision tower and projector) " \
+           "are skipped" in planned
+    for tp in (2, 4):
+        out = tmp_path / f"tp{tp}"
+        cli("export", model, "--tp", tp, *ep, "--out", out)
+        ranks = shardload.load_export(out)
+        assert all(n.startswith("model.language_model.") for rank in ranks.values() for n in rank), "the checkpoint's names"
+        assert verify([str(model), "--export", str(out)]) == 0, f"verify at tp {tp}"
+    open_with_official_safetensors(model, tmp_path / "tp2")

@@ -179,12 +179,25 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     assert "model.embedding.weight" in oss and "model.layers.0.attn.qkv_proj.weight" in oss
     assert {n for n in oss if n.startswith("model.layers.0.attn.attn.")} == {
         f"model.layers.0.attn.attn._{s}_scale" for s in ("k", "v", "q", "prob")}
+    # Gemma 4: vLLM holds the layers on an earlier layer's KV cache (make-tiny's 4 and 5) under its
+    # You-Only-Cache-Once cross decoder (the smaller of their two names), with q_proj alone; the experts
+    # under routed_experts, the router beside them.
+    gemma = rank_tensors(export(tiny("gemma4"), tmp_path / "gemma", "--tp", 2, "--ep", 2, "--engine", "vllm"), 0)
+    assert not any(n.startswith(("model.layers.4.", "model.layers.5.")) for n in gemma)
+    cross = "model.cross_decoder.decoder_layers.1."
+    assert {cross + "self_attn.q_proj.weight", cross + "self_attn.attn._k_scale", cross + "router.proj.weight",
+            cross + "experts.routed_experts.w13_weight"} <= gemma.keys()
+    assert not any(n.startswith(cross + "self_attn.") and "k_proj" in n or "qkv_proj" in n and n.startswith(cross)
+                   for n in gemma)
+    assert "model.layers.3.self_attn.qkv_proj.weight" in gemma
 
 
 @pytest.mark.parametrize("arch,quant,flags,words", [
     ("qwen3_moe", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["qwen3_moe", "dense layers"]),
     ("gpt_oss", "none", ["--tp", 2, "--engine", "sglang"], ["gpt_oss", "llama, qwen2", "expert parallelism"]),
     ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
+    # SGLang 0.5.23 cannot read Gemma 4's per-layer geometry (docs/engines.md)
+    ("gemma4", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["gemma4", "global_head_dim"]),
     # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
     ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["quantization format of glm4_moe", "unquantized"]),
     # vLLM 0.33's gpt-oss divides the KV heads by tp without replicating them: make-tiny's 2 at tp 4 is none

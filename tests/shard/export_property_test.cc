@@ -95,7 +95,8 @@ const std::string& biased_llama() {
 const std::vector<std::string> kDense = {"llama", "qwen2", "qwen3", "qwen3_5"};
 const std::vector<std::string> kMoe = {"qwen2_moe",    "qwen3_moe",    "mixtral",     "deepseek_v2", "deepseek_v3",
                                        "deepseek_v32", "ernie4_5_moe", "glm4_moe",    "minimax_m2",
-                                       "qwen3_next", "llama4",      "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"};
+                                       "qwen3_next", "llama4",      "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe",
+                                       "gemma4"};
 
 struct Case {
   std::string label = {};

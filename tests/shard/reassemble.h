@@ -57,6 +57,24 @@ struct ConfigView {
   bool separate_projections = false;
   uint64_t linear_key_dim = 0;
   uint64_t linear_value_dim = 0;
+  // Gemma 4: the full-attention layers' own head size and KV heads (global_head_dim and
+  // num_global_key_value_heads, or per_layer_config), K reused as V there (attention_k_eq_v), the
+  // layers from first_kv_shared on reading an earlier layer's cache (q_proj alone), its fused
+  // [E, out, in] experts.
+  bool gemma4 = false;
+  std::vector<bool> full_layer;
+  uint64_t global_head_dim = 0;
+  uint64_t global_kv_heads = 0;
+  bool k_eq_v = false;
+  int first_kv_shared = 1 << 30;
+  uint64_t per_layer_hidden = 0;  // hidden_size_per_layer_input
+  uint64_t per_layer_vocab = 0;   // vocab_size_per_layer_input
+
+  bool full(int layer) const {
+    return layer >= 0 && static_cast<size_t>(layer) < full_layer.size() && full_layer[static_cast<size_t>(layer)];
+  }
+  uint64_t head_dim_of(int layer) const { return full(layer) ? global_head_dim : head_dim; }
+  uint64_t kv_heads_of(int layer) const { return full(layer) ? global_kv_heads : kv_heads; }
 
   static ConfigView from_json(const nlohmann::json& c) {
     auto number = [&](const char* key, uint64_t fallback) {
@@ -82,6 +100,26 @@ struct ConfigView {
     v.gated_q = v.architecture == "Qwen3NextForCausalLM" || v.separate_projections;
     v.linear_key_dim = number("linear_num_key_heads", 0) * number("linear_key_head_dim", 0);
     v.linear_value_dim = number("linear_num_value_heads", 0) * number("linear_value_head_dim", 0);
+    v.gemma4 = v.architecture == "Gemma4ForCausalLM";
+    if (v.gemma4) {
+      v.k_eq_v = c.value("attention_k_eq_v", false);
+      v.global_head_dim = number("global_head_dim", 512);
+      v.global_kv_heads = v.k_eq_v ? number("num_global_key_value_heads", v.kv_heads) : v.kv_heads;
+      const auto& types = c.at("layer_types");
+      for (const auto& type : types) v.full_layer.push_back(type == "full_attention");
+      if (!v.full_layer.empty()) v.full_layer.back() = true;
+      if (const auto it = c.find("per_layer_config"); it != c.end() && it->is_object()) {
+        for (const auto& [layer, override] : it->items()) {
+          if (!v.full(std::stoi(layer))) continue;
+          v.global_head_dim = override.value("head_dim", v.head_dim);
+          v.global_kv_heads = override.value("num_key_value_heads", v.kv_heads);
+        }
+      }
+      v.first_kv_shared = v.layers - static_cast<int>(number("num_kv_shared_layers", 0));
+      v.per_layer_hidden = number("hidden_size_per_layer_input", 256);
+      v.per_layer_vocab = number("vocab_size_per_layer_input", 262144);
+      v.tie_embeddings = c.value("tie_word_embeddings", true);
+    }
     return v;
   }
   bool is_ernie_moe() const { return architecture == "Ernie4_5_MoeForCausalLM"; }
@@ -118,6 +156,12 @@ inline bool skipped_by_rule(std::string_view name, const ConfigView& config) {
   if (layer_of(name) >= config.layers) return true;  // multi-token-prediction layers
   if (config.is_ernie_moe() && name.find("mtp") != std::string_view::npos) return true;
   if (config.gated_q && name.starts_with("mtp.")) return true;  // Qwen3-Next's multi-token-prediction block
+  // Gemma 4's layers on an earlier layer's KV cache: the K/V tensors a checkpoint still ships for them.
+  if (config.gemma4 && layer_of(name) >= config.first_kv_shared &&
+      (name.ends_with(".self_attn.k_proj.weight") || name.ends_with(".self_attn.v_proj.weight") ||
+       name.ends_with(".self_attn.k_norm.weight"))) {
+    return true;
+  }
   return false;
 }
 
@@ -205,6 +249,7 @@ class Reassembler {
       rebuild(name);
     }
     if (config_.architecture.starts_with("Llama4")) llama4_checkpoint_order();
+    if (config_.gemma4) gemma4_checkpoint_order();
     return std::move(out_);
   }
 
@@ -278,7 +323,9 @@ class Reassembler {
 
   void rebuild(const std::string& name) {
     const std::string_view n = name;
-    if (n == "model.embed_tokens.weight" || n == "lm_head.weight") return vocab(name);
+    if (n == "model.embed_tokens.weight" || n == "lm_head.weight" || n == "model.embed_tokens_per_layer.weight") {
+      return vocab(name);
+    }
     if (n.ends_with("self_attn.qkv_proj.weight")) return qkv(name, ".weight");
     if (n.ends_with("self_attn.qkv_proj.bias")) return qkv(name, ".bias");
     if (n.ends_with("experts.w13_weight")) return w13(name);
@@ -312,7 +359,7 @@ class Reassembler {
     if (n.ends_with("self_attn.o_proj.bias") || n.ends_with("mlp.down_proj.bias"))
       return row_bias(name);
     if (n.ends_with("self_attn.q_b_proj.weight") || n.ends_with("self_attn.kv_b_proj.weight") ||
-        n.ends_with("self_attn.q_proj.weight")) {
+        n.ends_with("self_attn.q_proj.weight") || n == "model.per_layer_model_projection.weight") {
       return column(name);
     }
     if (n.ends_with("self_attn.fused_qkv_a_proj.weight")) return fused_qkv_a(name);
@@ -328,14 +375,19 @@ class Reassembler {
           "mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.shared_expert_gate.weight",
           "feed_forward.router.weight",
           "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
-          "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight", "linear_attn.norm.weight"}) {
+          "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight", "linear_attn.norm.weight",
+          // Gemma 4's
+          "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight", "pre_feedforward_layernorm_2.weight",
+          "post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight", ".layer_scalar",
+          "router.proj.weight", "router.scale", "router.per_expert_scale", "per_layer_input_gate.weight",
+          "per_layer_projection.weight", "post_per_layer_input_norm.weight"}) {
       if (n.ends_with(suffix)) {
         HostTensor whole;
         replicated(name, whole);
         return emit(name, std::move(whole), name);
       }
     }
-    if (n == "model.norm.weight") {
+    if (n == "model.norm.weight" || n == "model.per_layer_projection_norm.weight") {
       HostTensor whole;
       replicated(name, whole);
       return emit(name, std::move(whole), name);
@@ -344,34 +396,41 @@ class Reassembler {
   }
 
   // Vocab-parallel: rank r holds rows [r*Vp/T, (r+1)*Vp/T) of the table padded to a multiple of 64.
+  // Gemma 4's per-layer table: vocab_size_per_layer_input rows of layers x hidden_size_per_layer_input.
   void vocab(const std::string& name) {
-    const uint64_t padded = (config_.vocab + 63) / 64 * 64;
-    const Shape expected = {padded / tp_, config_.hidden};
+    const bool per_layer = name == "model.embed_tokens_per_layer.weight";
+    const uint64_t vocab = per_layer ? config_.per_layer_vocab : config_.vocab;
+    const uint64_t padded = (vocab + 63) / 64 * 64;
+    const uint64_t columns =
+        per_layer ? static_cast<uint64_t>(config_.layers) * config_.per_layer_hidden : config_.hidden;
+    const Shape expected = {padded / tp_, columns};
     if (at(0, name).shape != expected) {
       return problems_.add("{}: rank shape {}, expected {} (vocab {} padded to {}, tp {})", name,
-                           shape_string(at(0, name).shape), shape_string(expected), config_.vocab,
-                           padded, tp_);
+                           shape_string(at(0, name).shape), shape_string(expected), vocab, padded, tp_);
     }
     const HostTensor table = internal::concat_rows(all_ranks(name));
-    for (uint64_t row = config_.vocab; row < padded; ++row) {
+    for (uint64_t row = vocab; row < padded; ++row) {
       const std::byte* p = table.row(row);
       if (std::any_of(p, p + table.row_bytes(), [](std::byte b) { return b != std::byte{0}; })) {
         problems_.add("{}: padding row {} (rank {}, local row {}) is not zero", name, row,
                       row / (padded / tp_), row % (padded / tp_));
       }
     }
-    emit(name, internal::slice_rows(table, 0, config_.vocab), name);
+    emit(name, internal::slice_rows(table, 0, vocab), name);
   }
 
   // q block, then k, then v; with T >= Hkv every rank holds one kv head, replicated T/Hkv times.
   void qkv(const std::string& name, const std::string& suffix) {
     const std::string prefix =
         name.substr(0, name.size() - std::string("qkv_proj").size() - suffix.size());
-    const uint64_t d = config_.head_dim;
+    // Gemma 4's layers each with their own head size and KV heads.
+    const int layer = layer_of(name);
+    const uint64_t d = config_.head_dim_of(layer);
+    const uint64_t kv_heads = config_.kv_heads_of(layer);
     // A gated query's rows count twice: each head's query rows then its gate rows.
     const uint64_t nq = config_.heads / tp_ * (config_.gated_q ? 2 : 1);
-    const bool replicate = tp_ >= config_.kv_heads;
-    const uint64_t nkv = replicate ? 1 : config_.kv_heads / tp_;
+    const bool replicate = tp_ >= kv_heads;
+    const uint64_t nkv = replicate ? 1 : kv_heads / tp_;
     const uint64_t rows = (nq + 2 * nkv) * d;
     if (at(0, name).rows() != rows) {
       return problems_.add("{}: {} rows, expected (q rows {} + 2 * nkv {}) * head_dim {} = {}", name,
@@ -384,9 +443,16 @@ class Reassembler {
       k.push_back(internal::slice_rows(t, nq * d, (nq + nkv) * d));
       v.push_back(internal::slice_rows(t, (nq + nkv) * d, rows));
     }
-    if (replicate) keep_one_copy_per_kv_head(name, {&k, &v});
+    if (replicate) keep_one_copy_per_kv_head(name, {&k, &v}, kv_heads);
     emit(prefix + "q_proj" + suffix, internal::concat_rows(q), name);
     emit(prefix + "k_proj" + suffix, internal::concat_rows(k), name);
+    // Gemma 4's K reused as V: the V rows are k_proj's again, and the checkpoint has no v_proj.
+    if (config_.gemma4 && config_.k_eq_v && config_.full(layer)) {
+      for (uint64_t r = 0; r < k.size(); ++r) {
+        if (k[r].bytes != v[r].bytes) problems_.add("{}: the V rows of share {} are not its K rows", name, r);
+      }
+      return;
+    }
     emit(prefix + "v_proj" + suffix, internal::concat_rows(v), name);
   }
 
@@ -477,15 +543,16 @@ class Reassembler {
     if (tp_ < config_.kv_heads) return column(name);
     std::vector<HostTensor> rows;
     for (uint64_t r = 0; r < tp_; ++r) rows.push_back(at(r, name));
-    keep_one_copy_per_kv_head(name, {&rows});
+    keep_one_copy_per_kv_head(name, {&rows}, config_.kv_heads);
     emit(name, internal::concat_rows(rows), name);
   }
 
   // With T >= Hkv, ranks h*rep .. h*rep+rep-1 hold kv head h: keeps rank h*rep's copy of each part
   // (per-rank tensors, in rank order), after checking the other ranks' copies match it.
-  void keep_one_copy_per_kv_head(const std::string& name, std::initializer_list<std::vector<HostTensor>*> parts) {
-    const uint64_t rep = tp_ / config_.kv_heads;
-    for (uint64_t h = 0; h < config_.kv_heads; ++h) {
+  void keep_one_copy_per_kv_head(const std::string& name, std::initializer_list<std::vector<HostTensor>*> parts,
+                                 uint64_t kv_heads) {
+    const uint64_t rep = tp_ / kv_heads;
+    for (uint64_t h = 0; h < kv_heads; ++h) {
       for (uint64_t r = h * rep + 1; r < (h + 1) * rep; ++r) {
         if (std::any_of(parts.begin(), parts.end(),
                         [&](const std::vector<HostTensor>* p) { return (*p)[r].bytes != (*p)[h * rep].bytes; })) {
@@ -495,7 +562,7 @@ class Reassembler {
     }
     for (std::vector<HostTensor>* part : parts) {
       std::vector<HostTensor> heads;
-      for (uint64_t h = 0; h < config_.kv_heads; ++h) heads.push_back((*part)[h * rep]);
+      for (uint64_t h = 0; h < kv_heads; ++h) heads.push_back((*part)[h * rep]);
       *part = std::move(heads);
     }
   }
@@ -734,6 +801,53 @@ class Reassembler {
       };
       fused({"gate_proj", "up_proj"}, "gate_up_proj");
       fused({"down_proj"}, "down_proj");
+    }
+  }
+
+  // Gemma 4 as its checkpoint stores its experts (docs/families/gemma4.md): the per-expert [out, in]
+  // matrices rebuilt above back into experts.gate_up_proj [E, 2 Im, H] (each expert's gate rows, then
+  // its up rows: not transposed) and experts.down_proj [E, H, Im].
+  void gemma4_checkpoint_order() {
+    std::map<std::string, std::map<uint64_t, std::map<std::string, Rebuilt>>> experts;  // module -> x -> part
+    for (auto it = out_.begin(); it != out_.end();) {
+      const std::string& name = it->first;
+      const size_t at = name.find(".experts.");
+      if (layer_of(name) < 0 || at == std::string::npos) {
+        ++it;
+        continue;
+      }
+      const std::string module = name.substr(0, at + std::string(".experts.").size());
+      std::string_view rest = std::string_view(name).substr(module.size());
+      uint64_t x = 0;
+      const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), x);
+      if (ec != std::errc() || end == rest.data() + rest.size() || *end != '.') {
+        problems_.add("{}: not a per-expert name", name);
+        ++it;
+        continue;
+      }
+      experts[module][x][std::string(end + 1, rest.data() + rest.size())] = std::move(it->second);
+      it = out_.erase(it);
+    }
+    for (auto& entry : experts) {
+      const std::string& module = entry.first;
+      auto& by_expert = entry.second;
+      auto stacked = [&](std::initializer_list<const char*> parts, const std::string& name) {
+        std::vector<HostTensor> rows;
+        std::string from;
+        for (auto& [x, by_part] : by_expert) {
+          for (const char* part : parts) {
+            const Rebuilt& m = by_part.at(std::string(part) + ".weight");
+            rows.push_back(m.tensor);
+            from = m.from;
+          }
+        }
+        HostTensor t = internal::concat_rows(rows);
+        const uint64_t count = by_expert.size(), per_expert = t.rows() / count;
+        t.shape = {count, per_expert, t.shape[1]};
+        emit(module + name, std::move(t), from);
+      };
+      stacked({"gate_proj", "up_proj"}, "gate_up_proj");
+      stacked({"down_proj"}, "down_proj");
     }
   }
 

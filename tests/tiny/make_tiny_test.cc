@@ -247,9 +247,61 @@ std::optional<Shape> layer_shape(const Dims& d, const std::string& rest) {
   return std::nullopt;
 }
 
+// Gemma 4 (gemma4_text): a layer's head size, KV heads and MLP width follow from its kind (full or
+// sliding attention, reading an earlier layer's KV cache), restated from transformers' Gemma4TextConfig;
+// the per-layer embeddings beside the embedding.
+std::optional<Shape> gemma4_shape(const json& c, const std::string& name) {
+  const Dims d = dims(c);
+  const uint64_t layers = u(c, "num_hidden_layers");
+  const uint64_t ple = u(c, "hidden_size_per_layer_input");
+  if (name == "model.embed_tokens.weight") return Shape{d.v, d.h};
+  if (name == "model.norm.weight") return Shape{d.h};
+  if (name == "model.embed_tokens_per_layer.weight") return Shape{u(c, "vocab_size_per_layer_input"), layers * ple};
+  if (name == "model.per_layer_model_projection.weight") return Shape{layers * ple, d.h};
+  if (name == "model.per_layer_projection_norm.weight") return Shape{ple};
+  uint64_t i = 0;
+  std::string rest;
+  if (!split_indexed(name, "model.layers.", i, rest) || i >= layers) return std::nullopt;
+  const bool full = c.at("layer_types").at(i) == "full_attention";
+  const uint64_t hd = full ? u(c, "global_head_dim") : d.d;
+  const uint64_t kv = (full && c.at("attention_k_eq_v").get<bool>() ? u(c, "num_global_key_value_heads") : d.hkv) * hd;
+  const bool shared = i >= layers - u(c, "num_kv_shared_layers");
+  const uint64_t mlp = (shared && c.at("use_double_wide_mlp").get<bool>() ? 2 : 1) * d.i;
+  const std::map<std::string, Shape> fixed = {
+      {"input_layernorm.weight", {d.h}},
+      {"post_attention_layernorm.weight", {d.h}},
+      {"pre_feedforward_layernorm.weight", {d.h}},
+      {"post_feedforward_layernorm.weight", {d.h}},
+      {"pre_feedforward_layernorm_2.weight", {d.h}},
+      {"post_feedforward_layernorm_1.weight", {d.h}},
+      {"post_feedforward_layernorm_2.weight", {d.h}},
+      {"post_per_layer_input_norm.weight", {d.h}},
+      {"layer_scalar", {1}},
+      {"self_attn.q_proj.weight", {d.hq * hd, d.h}},
+      {"self_attn.k_proj.weight", {kv, d.h}},
+      {"self_attn.v_proj.weight", {kv, d.h}},
+      {"self_attn.o_proj.weight", {d.h, d.hq * hd}},
+      {"self_attn.q_norm.weight", {hd}},
+      {"self_attn.k_norm.weight", {hd}},
+      {"mlp.gate_proj.weight", {mlp, d.h}},
+      {"mlp.up_proj.weight", {mlp, d.h}},
+      {"mlp.down_proj.weight", {d.h, mlp}},
+      {"router.proj.weight", {d.e, d.h}},
+      {"router.scale", {d.h}},
+      {"router.per_expert_scale", {d.e}},
+      {"experts.gate_up_proj", {d.e, 2 * d.im, d.h}},
+      {"experts.down_proj", {d.e, d.h, d.im}},
+      {"per_layer_input_gate.weight", {ple, d.h}},
+      {"per_layer_projection.weight", {d.h, ple}},
+  };
+  if (auto it = fixed.find(rest); it != fixed.end()) return it->second;
+  return std::nullopt;
+}
+
 // Shape of any checkpoint tensor from config.json alone; nullopt for a name the family does not
 // have.
 std::optional<Shape> expected_shape(const json& c, const std::string& name) {
+  if (c.value("model_type", "") == "gemma4_text") return gemma4_shape(c, name);
   const Dims d = dims(c);
   if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return Shape{d.v, d.h};
   if (name == "model.norm.weight") return Shape{d.h};
@@ -295,6 +347,7 @@ bool is_moe(const json& c, int i) {
     return sparse;
   }
   if (type == "qwen3_5_moe_text") return u(c, "num_experts") > 0;  // every layer
+  if (type == "gemma4_text") return c.at("enable_moe_block").get<bool>();  // every layer
 
   if (type == "llama4_text") return (i + 1) % c.at("interleave_moe_layer_step").get<int>() == 0;
   if (type == "ernie4_5_moe") {
@@ -326,6 +379,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"glm_moe_dsa", "GlmMoeDsaForCausalLM"},
     {"qwen3_5", "Qwen3_5ForCausalLM"},
     {"qwen3_5_moe", "Qwen3_5MoeForCausalLM"},
+    {"gemma4", "Gemma4ForCausalLM"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -375,8 +429,8 @@ TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
 
   EXPECT_EQ(c.config.at("architectures"), json::array({kArchitectures.at(GetParam())}));
   // Llama4ForCausalLM's config is transformers' llama4_text (llama4 is the multimodal one's), and so
-  // are Qwen3.5's text classes'.
-  const bool text_type = GetParam() == "llama4" || GetParam().starts_with("qwen3_5");
+  // are Qwen3.5's and Gemma 4's text classes'.
+  const bool text_type = GetParam() == "llama4" || GetParam().starts_with("qwen3_5") || GetParam() == "gemma4";
   EXPECT_EQ(c.config.at("model_type"), text_type ? GetParam() + "_text" : GetParam());
   EXPECT_EQ(c.config.at("torch_dtype"), "bfloat16");
   EXPECT_NE(u(c.config, "vocab_size") % 64, 0u) << "vocab padding must matter";
@@ -411,9 +465,13 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     EXPECT_TRUE(has(c, p + "input_layernorm.weight")) << i;
     const bool routed = has(c, p + "mlp.gate.weight") || has(c, p + "block_sparse_moe.gate.weight") ||
-                        has(c, p + "feed_forward.router.weight") || has(c, p + "mlp.router.weight");
+                        has(c, p + "feed_forward.router.weight") || has(c, p + "mlp.router.weight") ||
+                        has(c, p + "router.proj.weight");
     EXPECT_EQ(routed, is_moe(c.config, i)) << "layer " << i;
-    EXPECT_EQ(has(c, p + "mlp.gate_proj.weight") || has(c, p + "feed_forward.gate_proj.weight"), !routed)
+    // Gemma 4's layers keep their dense MLP beside the MoE block.
+    const bool dense_beside = GetParam() == "gemma4";
+    EXPECT_EQ(has(c, p + "mlp.gate_proj.weight") || has(c, p + "feed_forward.gate_proj.weight"),
+              !routed || dense_beside)
         << "layer " << i;
     moe_layers += routed;
   }

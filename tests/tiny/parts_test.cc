@@ -120,9 +120,9 @@ TEST(TinyModel, ConfigNamesTheArchitecture) {
     const nlohmann::json c = config_json(default_model(*family));
     EXPECT_EQ(c.at("architectures")[0], std::string(family->architectures.front()));
     // Llama4ForCausalLM's own model_type is transformers' llama4_text (llama4 is the multimodal class's),
-    // and so are Qwen3.5's text classes'.
+    // and so are Qwen3.5's and Gemma 4's text classes'.
     const std::string name(family->name);
-    const bool text_type = name == "llama4" || name.starts_with("qwen3_5");
+    const bool text_type = name == "llama4" || name.starts_with("qwen3_5") || name == "gemma4";
     EXPECT_EQ(c.at("model_type"), text_type ? name + "_text" : name);
     EXPECT_EQ(arch::find_family(family->name), family);
     EXPECT_EQ(arch::family_for_architecture(family->architectures.front()), family);

@@ -179,6 +179,9 @@ bool restated_projection(const std::string& name) {
       module.ends_with("linear_attn.in_proj_a")) {
     return false;
   }
+  // Gemma 4's per-layer-input projections stay in the model dtype, as its per_layer_input_gate
+  // (docs/families/gemma4.md).
+  if (last == "per_layer_model_projection" || last == "per_layer_projection") return false;
   if (last.find("_proj") != std::string::npos) return true;
   return (last == "w1" || last == "w2" || last == "w3") &&
          module.find(".experts.") != std::string::npos;

@@ -112,7 +112,7 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     // planned at their own deployments in their own tests below (each of their plans takes about a second
     // on the sanitized build).
     if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0 ||
-        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0) {
+        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0) {
       continue;
     }
     const uint64_t heads = real.n("num_attention_heads");
@@ -387,6 +387,48 @@ TEST(TinyRealConfigs, Qwen36PlansItsMultimodalCheckpointsTextModelAtItsDeploymen
                                     "deepep"})
                 .exit_code,
             0);
+}
+
+TEST(TinyRealConfigs, Gemma4PlansItsMultimodalCheckpointsTextModelAtItsDeployments) {
+  // Gemma-4-26B-A4B (every layer MoE with 128 experts of 704 beside its dense MLP) and Gemma-4-31B (dense), as
+  // Gemma4ForConditionalGeneration: sliding layers with 256-wide heads, every sixth layer full attention with
+  // 512-wide heads and its own KV heads (2 and 4), K reused as V there (no v_proj). Planned at tp 8 (x ep 8)
+  // and with data-parallel attention; the full layers' 2 KV heads replicated over 4 and 8 ranks.
+  for (const char* name : {"gemma-4-26b-a4b", "gemma-4-31b"}) {
+    SCOPED_TRACE(name);
+    const Real r(name);
+    const json& t = r.config.at("text_config");
+    const uint64_t h = t.at("hidden_size"), heads = t.at("num_attention_heads"), kv = t.at("num_key_value_heads");
+    const uint64_t global_kv = t.at("num_global_key_value_heads");
+    const std::string l0 = "model.language_model.layers.0.", l5 = "model.language_model.layers.5.";
+    r.expect(l0 + "self_attn.q_proj.weight", DType::kBF16, {heads * 256, h});
+    r.expect(l0 + "self_attn.v_proj.weight", DType::kBF16, {kv * 256, h});
+    r.expect(l5 + "self_attn.q_proj.weight", DType::kBF16, {heads * 512, h});
+    r.expect(l5 + "self_attn.k_proj.weight", DType::kBF16, {global_kv * 512, h});
+    r.expect(l5 + "self_attn.k_norm.weight", DType::kBF16, {512});
+    r.expect(l5 + "layer_scalar", DType::kBF16, {1});
+    EXPECT_FALSE(r.has(l5 + "self_attn.v_proj.weight")) << "K reused as V";
+    EXPECT_FALSE(r.has("lm_head.weight")) << "tied";
+    const bool moe = t.at("enable_moe_block").get<bool>();
+    if (moe) {
+      const uint64_t e = t.at("num_experts"), im = t.at("moe_intermediate_size");
+      r.expect(l5 + "experts.gate_up_proj", DType::kBF16, {e, 2 * im, h});
+      r.expect(l5 + "experts.down_proj", DType::kBF16, {e, h, im});
+      r.expect(l5 + "router.per_expert_scale", DType::kBF16, {e});
+    }
+    const std::vector<std::vector<std::string>> layouts =
+        moe ? std::vector<std::vector<std::string>>{{"--tp", "8", "--ep", "8"},
+                                                    {"--tp", "8", "--dp", "2", "--ep", "8"},
+                                                    {"--tp", "8", "--dp", "8", "--ep", "8", "--enable-dp-lm-head"}}
+            : std::vector<std::vector<std::string>>{{"--tp", "8"}, {"--tp", "8", "--dp", "8"}, {"--tp", "4"}};
+    for (const std::vector<std::string>& layout : layouts) {
+      std::vector<std::string> args = {"plan", r.out};
+      args.insert(args.end(), layout.begin(), layout.end());
+      const testing::CommandResult plan = testing::run_shardload(args);
+      EXPECT_EQ(plan.exit_code, 0) << layout.back() << plan.err;
+      EXPECT_NE(plan.out.find("rank 3 "), std::string::npos) << plan.out;
+    }
+  }
 }
 
 TEST(TinyRealConfigs, Qwen3MoeAndMixtralHaveEveryExpert) {

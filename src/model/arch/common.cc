@@ -8,7 +8,8 @@ namespace {
 uint64_t q_head_rows(const ModelConfig& m) { return m.heads * m.head_dim; }
 uint64_t kv_head_rows(const ModelConfig& m) { return m.kv_heads * m.head_dim; }
 
-// The decoder layer index of "model.layers.N....", or -1.
+}  // namespace
+
 long layer_index(std::string_view name) {
   constexpr std::string_view kPrefix = "model.layers.";
   if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
@@ -18,8 +19,6 @@ long layer_index(std::string_view name) {
   if (ec != std::errc() || end == name.data() + name.size() || *end != '.') return -1;
   return index;
 }
-
-}  // namespace
 
 bool is_linear_weight(std::string_view target) {
   if (target.ends_with("experts.w13_weight") || target.ends_with("experts.w2_weight")) return true;
@@ -35,6 +34,12 @@ bool is_linear_weight(std::string_view target) {
   // / T) are below an FP8 block, and Qwen's FP8 checkpoints leave it in bf16 (modules_to_not_convert).
   if (target.ends_with("linear_attn.in_proj_ba") || target.ends_with("linear_attn.in_proj_b") ||
       target.ends_with("linear_attn.in_proj_a")) {
+    return false;
+  }
+  // Gemma 4's per-layer inputs: the norm behind their projection (per_layer_projection_norm) is no
+  // linear layer, and the small per-layer-input matrices stay in the model dtype, as per_layer_input_gate
+  // (docs/families/gemma4.md).
+  if (module.ends_with("norm") || module == "per_layer_projection" || module == "per_layer_model_projection") {
     return false;
   }
   return module.find("_proj") != std::string_view::npos;

@@ -67,6 +67,17 @@ struct TinySizes {
   uint64_t linear_value_head_dim = 0;
   uint64_t linear_conv_kernel = 0;
   bool mxfp4_experts = false;  // gpt-oss under --quant mxfp4: the experts as the Hub stores them
+
+  // Gemma 4: every sliding_pattern-th layer (and the last) has full attention, with global_head_dim x
+  // global_kv_heads (K reused as V with k_eq_v); the last kv_shared_layers read an earlier layer's KV
+  // cache (with double_wide_mlp, twice the dense MLP); per-layer embeddings of per_layer_hidden a layer.
+  int sliding_pattern = 0;
+  uint64_t global_head_dim = 0;
+  uint64_t global_kv_heads = 0;
+  bool k_eq_v = false;
+  int kv_shared_layers = 0;
+  bool double_wide_mlp = false;
+  uint64_t per_layer_hidden = 0;
 };
 
 // Where a family's generator writes the checkpoint tensors, in the order Hugging Face writes them.
@@ -121,6 +132,9 @@ struct Family {
   std::string_view no_fp8_checkpoints = {};
   // make-tiny --quant mxfp4 (gpt-oss): the family's writer reads TinySizes::mxfp4_experts.
   bool tiny_mxfp4 = false;
+  // make-tiny --experts 0 writes the family's dense model: its MoE block is a config switch (Gemma 4's
+  // enable_moe_block), the default model has it.
+  bool tiny_dense_variant = false;
 };
 
 // Every registered family, in a fixed order (registry.cc).

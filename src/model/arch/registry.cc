@@ -23,6 +23,7 @@ const Family& glm4_moe_lite_family();
 const Family& glm_moe_dsa_family();
 const Family& qwen3_5_family();
 const Family& qwen3_5_moe_family();
+const Family& gemma4_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
@@ -31,7 +32,7 @@ std::span<const Family* const> families() {
       &deepseek_v32_family(), &ernie4_5_moe_family(), &glm4_moe_family(),
       &minimax_m2_family(),   &qwen3_next_family(),   &llama4_family(),   &gpt_oss_family(),
       &glm4_moe_lite_family(), &glm_moe_dsa_family(),
-      &qwen3_5_family(),      &qwen3_5_moe_family(),
+      &qwen3_5_family(),      &qwen3_5_moe_family(),   &gemma4_family(),
   };
   return kFamilies;
 }
