@@ -152,24 +152,33 @@ def cpu_model_stand_ins(built):
         # vLLM's CPU platform offers its integer MoE experts only with AMX (and int4 symmetric alone): its own
         # CUDA experts are named instead (Marlin, which takes per-channel scales too, then its emulation and
         # Triton ones), which changes nothing its loaders do (the buffers are N-first whichever it picks).
-        from vllm.model_executor.layers.fused_moe.experts.int4_emulation_moe import Int4EmulationTritonExperts
-        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonWNA16Experts
         from vllm.model_executor.layers.fused_moe.oracle import int_wna16
+
+        import types
 
         int_wna16._get_priority_backends = lambda: [int_wna16.WNA16MoEBackend.MARLIN,
                                                     int_wna16.WNA16MoEBackend.EMULATION,
                                                     int_wna16.WNA16MoEBackend.TRITON]
-        for experts in (int_wna16.MarlinExperts, Int4EmulationTritonExperts, TritonWNA16Experts):
-            experts._supports_current_device = staticmethod(lambda: True)
+        # Subclasses that say yes, for the integer oracle only: gpt-oss's MXFP4 oracle asks the same Marlin
+        # class and must keep its own answer (its CPU layout differs).
+        kernel_classes = int_wna16.backend_to_kernel_cls
+
+        def on_this_device(cls):
+            return types.new_class(cls.__name__, (cls,), {},
+                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
+
+        int_wna16.backend_to_kernel_cls = lambda backend: [on_this_device(c) for c in kernel_classes(backend)]
         # Its dense CPU kernel takes int4 only: int8 (W8A16) layers get the same kernel class named.
         from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
         from vllm.model_executor.layers.quantization.compressed_tensors.schemes import compressed_tensors_wNa16
 
-        choose = compressed_tensors_wNa16.choose_mp_linear_kernel
+        # Its own name: the closures of this function bind names late, and DeepSeek-V3.2's stand-in below
+        # has a `choose` of its own.
+        choose_kernel = compressed_tensors_wNa16.choose_mp_linear_kernel
 
         def choose_or_cpu(config, *args, **kwargs):
             try:
-                return choose(config, *args, **kwargs)
+                return choose_kernel(config, *args, **kwargs)
             except ValueError:
                 return CPUWNA16LinearKernel
 
