@@ -157,11 +157,7 @@ const Family& deepseek_v3_family() {
       .tiny_block_fp8 = tiny_block_fp8,
       .tiny_moe_layer = moe_layer,
       .tiny_config = [](const TinySizes& m, nlohmann::json& c) { tiny_config(m, c, /*v3=*/true); },
-      .tiny_tensors =
-          [](const TinySizes& m, TensorWriter& w) {
-            write_decoder_model(m, w, kV3Layer);
-            write_mtp_layers(m, w, kV3Layer);
-          },
+      .tiny_tensors = write_model_with_mtp<kV3Layer>,
   };
   return family;
 }

@@ -39,11 +39,7 @@ const Family& deepseek_v32_family() {
             deepseek::tiny_config(m, c, /*v3=*/true);
             deepseek::tiny_indexer_config(m, c);
           },
-      .tiny_tensors =
-          [](const TinySizes& m, TensorWriter& w) {
-            write_decoder_model(m, w, kLayer);
-            write_mtp_layers(m, w, kLayer);
-          },
+      .tiny_tensors = write_model_with_mtp<kLayer>,
   };
   return family;
 }

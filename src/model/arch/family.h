@@ -210,5 +210,11 @@ void write_decoder_model(const TinySizes& m, TensorWriter& w, const TinyLayerWri
 // DeepSeek-style multi-token prediction: m.mtp_layers whole extra layers after the last one, with
 // their own embedding and head copies (loaders skip layers >= num_hidden_layers).
 void write_mtp_layers(const TinySizes& m, TensorWriter& w, const TinyLayerWriter& layer);
+// A Family::tiny_tensors of the DeepSeek-style families: the decoder model, then its MTP layers.
+template <const TinyLayerWriter& kLayer>
+void write_model_with_mtp(const TinySizes& m, TensorWriter& w) {
+  write_decoder_model(m, w, kLayer);
+  write_mtp_layers(m, w, kLayer);
+}
 
 }  // namespace shardload::arch

@@ -89,11 +89,7 @@ const Family& glm4_moe_family() {
       .tiny_block_fp8 = [](TinySizes& m) { m.layers = 2; },
       .tiny_moe_layer = moe_layer,
       .tiny_config = tiny_config,
-      .tiny_tensors =
-          [](const TinySizes& m, TensorWriter& w) {
-            write_decoder_model(m, w, kLayer);
-            write_mtp_layers(m, w, kLayer);
-          },
+      .tiny_tensors = write_model_with_mtp<kLayer>,
   };
   return family;
 }

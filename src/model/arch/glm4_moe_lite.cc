@@ -37,11 +37,7 @@ const Family& glm4_moe_lite_family() {
       .tiny_block_fp8 = deepseek::tiny_block_fp8,
       .tiny_moe_layer = glm_mla::moe_layer,
       .tiny_config = glm_mla::tiny_config,
-      .tiny_tensors =
-          [](const TinySizes& m, TensorWriter& w) {
-            write_decoder_model(m, w, kLayer);
-            write_mtp_layers(m, w, kLayer);
-          },
+      .tiny_tensors = write_model_with_mtp<kLayer>,
   };
   return family;
 }

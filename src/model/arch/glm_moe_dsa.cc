@@ -71,11 +71,7 @@ const Family& glm_moe_dsa_family() {
             deepseek::tiny_indexer_config(m, c);
             c["scoring_func"] = "sigmoid";
           },
-      .tiny_tensors =
-          [](const TinySizes& m, TensorWriter& w) {
-            write_decoder_model(m, w, kLayer);
-            write_mtp_layers(m, w, kLayer);
-          },
+      .tiny_tensors = write_model_with_mtp<kLayer>,
   };
   return family;
 }
