@@ -509,7 +509,8 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
            std::string(quantization_name(plan.quantization)));
   }
   // The format itself was checked against the family's row above.
-  if (use == EngineUse::kExportPostProcessed && (!fp8_format(plan) || fp8_format(plan) == kCtPacked)) {
+  if (const std::optional<Fp8Format> format = fp8_format(plan);
+      use == EngineUse::kExportPostProcessed && (!format || *format == kCtPacked)) {
     refuse(engine,
            "--engine-post-processed for this checkpoint: only an FP8 checkpoint's layers are "
            "post-processed; export without the flag",
