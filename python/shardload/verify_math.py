@@ -76,7 +76,15 @@ def _per_part_scale(scales, part_rows, cols, what):
 
 def dequant(codes, what, part_rows, scale=None, scale_inv=None):
     """(float64 weight, float64 per-element scale or None) of a 2-D rank or checkpoint weight. FP8 (uint8
-    codes) needs `scale` (per tensor / per part) or `scale_inv` (128x128 blocks, per part)."""
+    codes) needs `scale` (per tensor / per part) or `scale_inv` (128x128 blocks, per part); int8 codes a
+    `scale` per row."""
+    if codes.dtype == torch.int8:
+        # compressed-tensors W8A8 int8: weight_scale [rows, 1], one scale per row, exact in float64.
+        if scale is None or tuple(scale.shape) != (codes.shape[0], 1):
+            raise VerifyError(f"{what} is int8 without a weight_scale of one value per row ({codes.shape[0]}, 1), "
+                              f"found {None if scale is None else list(scale.shape)}")
+        s = scale.double().expand(codes.shape[0], codes.shape[1])
+        return codes.double() * s, s
     if codes.dtype != torch.uint8:
         return codes.double(), None
     if sum(part_rows) != codes.shape[0]:

@@ -87,8 +87,25 @@ json packed_int_group(const TinyModel& m) {
           {"format", "pack-quantized"}};
 }
 
+// llm-compressor's W8A8 (int8) scheme: int8 weights per channel, activations int8 per token at run time.
+json int8_group() {
+  json weights = {{"num_bits", 8},         {"type", "int"},           {"symmetric", true},
+                  {"strategy", "channel"}, {"dynamic", false},        {"group_size", nullptr},
+                  {"block_structure", nullptr}, {"actorder", nullptr}, {"observer", "minmax"},
+                  {"observer_kwargs", json::object()}};
+  json inputs = {{"num_bits", 8},         {"type", "int"},    {"symmetric", true},
+                 {"strategy", "token"},   {"dynamic", true},  {"group_size", nullptr},
+                 {"block_structure", nullptr}, {"actorder", nullptr}, {"observer", nullptr},
+                 {"observer_kwargs", json::object()}};
+  return {{"targets", json::array({"Linear"})},
+          {"weights", std::move(weights)},
+          {"input_activations", std::move(inputs)},
+          {"output_activations", nullptr},
+          {"format", "int-quantized"}};
+}
+
 // llm-compressor's quantization_config for FP8_DYNAMIC (channel), FP8_BLOCK and static FP8 (tensor), and
-// its integer schemes (packed_int_group).
+// its integer schemes (packed_int_group, int8_group).
 json compressed_tensors_config(const TinyModel& m) {
   const bool block = m.quant == Quant::kCtBlock;
   const char* strategy = m.quant == Quant::kCtTensor ? "tensor" : block ? "block" : "channel";
@@ -113,14 +130,16 @@ json compressed_tensors_config(const TinyModel& m) {
     if (std::find(ignore.begin(), ignore.end(), entry) == ignore.end()) ignore.push_back(entry);
   }
   const bool packed = is_packed_int(m.quant);
+  const bool int8 = m.quant == Quant::kCtW8a8;
   json group = packed ? packed_int_group(m)
+               : int8 ? int8_group()
                       : json{{"targets", json::array({"Linear"})},
                              {"weights", std::move(weights)},
                              {"input_activations", std::move(inputs)},
                              {"output_activations", nullptr},
                              {"format", "float-quantized"}};
   return {{"quant_method", "compressed-tensors"},
-          {"format", packed ? "pack-quantized" : "float-quantized"},
+          {"format", packed ? "pack-quantized" : int8 ? "int-quantized" : "float-quantized"},
           {"quantization_status", "compressed"},
           {"config_groups", {{"group_0", std::move(group)}}},
           {"ignore", std::move(ignore)},

@@ -85,6 +85,9 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
                        fmt::format("int{} {}", c.weight_bits, c.group_size == kWholeRow ? std::string("channel")
                                                                                          : fmt::format("group {}", c.group_size)));
   }
+  if (c.quant_format == QuantFormat::kCompressedTensors && c.quantization == Quantization::kInt8) {
+    return Quant::kCtW8a8;  // the only int-quantized scheme read
+  }
   if (c.quant_format == QuantFormat::kCompressedTensors) {
     if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
     if (c.weight_strategy == WeightStrategy::kChannel) return Quant::kCtChannel;
@@ -110,6 +113,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
       return Quant::kFp8Block;
     case Quantization::kFp8Dynamic:
     case Quantization::kWna16:
+    case Quantization::kInt8:
       break;
   }
   throw config_error(file, "unsupported quantization", "quantization_config", "fp8", "?");

@@ -18,9 +18,10 @@ namespace shardload::tiny {
 // weight strategy (per tensor, per output row, per 128-block).
 // kMxfp4: gpt-oss's experts as the Hub stores them (the family writes them; no FP8 anywhere).
 // llm-compressor's pack-quantized integer weights: int4 in 32-value groups, symmetric (W4A16, Kimi-K2.5's
-// experts' scheme) or with zero points (W4A16_ASYM), and int8 per channel (W8A16).
+// experts' scheme) or with zero points (W4A16_ASYM), and int8 per channel (W8A16); its int-quantized
+// W8A8 int8 (int8 weights as they are, a scale per row, activations quantized per token at run time).
 enum class Quant {
-  kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16
+  kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16, kCtW8a8
 };
 // 128 x 128 blocks: the geometry every tp split must respect.
 inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
@@ -28,7 +29,8 @@ inline bool is_packed_int(Quant q) {
   return q == Quant::kCtW4a16 || q == Quant::kCtW4a16Asym || q == Quant::kCtW8a16;
 }
 inline bool is_compressed_tensors(Quant q) {
-  return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock || is_packed_int(q);
+  return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock || is_packed_int(q) ||
+         q == Quant::kCtW8a8;
 }
 // Inputs per scale of make-tiny's int4 weights (Kimi-K2.5's group size): every TP split of its models
 // falls on whole groups at tp 4.

@@ -179,7 +179,7 @@ struct IntScheme {
 };
 
 IntScheme int_scheme(Quant quant) {
-  if (quant == Quant::kCtW8a16) return {8, 0, false};
+  if (quant == Quant::kCtW8a16 || quant == Quant::kCtW8a8) return {8, 0, false};
   return {4, kTinyIntGroup, quant == Quant::kCtW4a16Asym};
 }
 
@@ -250,7 +250,10 @@ void fill_packed_int(const Group& group, uint64_t seed) {
   if (group.weight == nullptr && group.scale == nullptr && group.zero == nullptr) return;
   const IntScheme q = int_scheme(any.quant);
   const IntCodes codes = int_codes(reference_values(std::string(module) + ".weight", shape, seed), rows, cols, q);
-  if (group.weight != nullptr) {
+  if (group.weight != nullptr && any.quant == Quant::kCtW8a8) {  // int8 as they are
+    auto* bytes = reinterpret_cast<int8_t*>(group.weight->out.data());
+    for (uint64_t i = 0; i < rows * cols; ++i) bytes[i] = static_cast<int8_t>(codes.codes[i]);
+  } else if (group.weight != nullptr) {
     auto* words = reinterpret_cast<uint32_t*>(group.weight->out.data());
     for (uint64_t r = 0; r < rows; ++r) {
       for (uint64_t c = 0; c < cols / q.pack(); ++c) {
@@ -271,7 +274,7 @@ void fill_packed_int(const Group& group, uint64_t seed) {
 
 void fill_group(const Group& group, uint64_t seed) {
   const FillJob* first = group.weight ? group.weight : group.scale ? group.scale : group.zero ? group.zero : group.shape;
-  if (first != nullptr && is_packed_int(first->spec->quant)) {
+  if (first != nullptr && (is_packed_int(first->spec->quant) || first->spec->quant == Quant::kCtW8a8)) {
     fill_packed_int(group, seed);
     return;
   }
@@ -306,7 +309,7 @@ const std::vector<std::string>& quant_names() {
   static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
                                                  "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
                                                  "mxfp4",         "ct-w4a16",      "ct-w4a16-asym",
-                                                 "ct-w8a16"};
+                                                 "ct-w8a16",      "ct-w8a8"};
   return names;
 }
 
@@ -314,7 +317,7 @@ std::optional<Quant> parse_quant(std::string_view name) {
   static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
                                        Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
                                        Quant::kMxfp4,    Quant::kCtW4a16,   Quant::kCtW4a16Asym,
-                                       Quant::kCtW8a16};
+                                       Quant::kCtW8a16,  Quant::kCtW8a8};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -374,6 +377,12 @@ std::vector<TensorSpec> packed_int_tensors(const std::string& module, const Shap
   }
   specs.push_back({module + ".weight_shape", DType::kI64, {2}, ValueKind::kWeightShape, quant, shape});
   return specs;
+}
+
+std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& shape, Quant quant) {
+  const uint64_t rows = shape.at(0);
+  return {{module + ".weight", DType::kI8, shape, ValueKind::kWeight, quant, shape},
+          {module + ".weight_scale", DType::kBF16, {rows, 1}, ValueKind::kWeightScale, quant, shape}};
 }
 
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {

@@ -16,7 +16,7 @@ namespace shardload::tiny {
 inline constexpr uint64_t kFp8Block = arch::kFp8BlockSize;
 
 // --quant spellings: "none", "fp8", "fp8-block", "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
-// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", in that order.
+// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", in that order.
 const std::vector<std::string>& quant_names();
 std::optional<Quant> parse_quant(std::string_view name);
 
@@ -31,6 +31,10 @@ std::vector<TensorSpec> fp8_tensors(const std::string& module, const Shape& shap
 // points weight_zero_point I32 [out / (32 / bits), in / group], and weight_shape I64 [2].
 std::vector<TensorSpec> packed_int_tensors(const std::string& module, const Shape& shape, Quant quant);
 
+// The tensors of one int-quantized (W8A8 int8) projection [out, in]: weight I8 [out, in] and weight_scale
+// BF16 [out, 1], as llm-compressor writes them.
+std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& shape, Quant quant);
+
 // Fills FP8 weights and their scale tensors (jobs whose spec.quant is set) from the bf16 values
 // that fill_values gives the weight: per tensor (fp8) or per 128x128 block (fp8-block, partial edge
 // blocks included), s = amax / 448 * f with f a factor in [1, 4) drawn from (seed, name, block)
@@ -40,7 +44,8 @@ std::vector<TensorSpec> packed_int_tensors(const std::string& module, const Shap
 // the seed. Uses up to `threads` threads (0: one per core).
 // Packed integer weights the same way: per group (or row) s = amax / qmax (symmetric) or
 // (max - min) / (2^bits - 1) with a zero point, in BF16, codes round(w / s) (+ zero point) clamped,
-// stored offset by 2^(bits-1), value j of a word at bits bits*j.
+// stored offset by 2^(bits-1), value j of a word at bits bits*j. int8 weights: the same codes per row
+// (s = amax / 127, codes clamped to [-128, 127]), stored as they are.
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads = 0);
 
 }  // namespace shardload::tiny

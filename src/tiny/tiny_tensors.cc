@@ -31,8 +31,9 @@ class Builder final : public arch::TensorWriter {
       add(module + ".weight", {out, in}, ValueKind::kWeight, DType::kBF16);
       return;
     }
-    for (TensorSpec& spec : is_packed_int(m_.quant) ? packed_int_tensors(module, {out, in}, m_.quant)
-                                                    : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {
+    for (TensorSpec& spec : is_packed_int(m_.quant)         ? packed_int_tensors(module, {out, in}, m_.quant)
+                            : m_.quant == Quant::kCtW8a8 ? int8_tensors(module, {out, in}, m_.quant)
+                                                          : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {
       specs_.push_back(std::move(spec));
     }
   }

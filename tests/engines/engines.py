@@ -187,7 +187,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             # SGLang's quant_method fp8 on an NVIDIA GPU (sglang_ranks.py: OUT-gpu) spreads each fused part's
             # scale over its rows where CPU requantizes to one; its other FP8 post-processing is the CPU's.
             gpu = [pathlib.Path(f"{p}-gpu" if quant == "fp8" else f"{p}-post") for p in (plugin, served)]
-            if arch in FORWARD_FAMILIES and quant not in PACKED_INT:  # (forward_ranks.py dequantizes FP8 only)
+            if arch in FORWARD_FAMILIES and quant not in INT_WEIGHTS:  # (forward_ranks.py dequantizes FP8 only)
                 if quant in REQUANTIZED:  # after the engine's post-processing, which requantizes (a) too
                     # Both engines' post-processing (here, without a CPU kernel's packing) holds dense FP8
                     # weights transposed.
@@ -207,7 +207,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
                 pairs += [f"{sharded}-post", export, f"{sharded}-post", gpu[0], f"{sharded}-post", gpu[1]]
                 if arch.startswith("deepseek"):  # and the MLA tensors it derives after reading them
                     pairs += [f"{sharded}-post-derived", f"{plugin}-post-derived"]
-            if quant in ("none", "mxfp4", "fp8-block", "ct-fp8-channel", "ct-fp8-block", *PACKED_INT):
+            if quant in ("none", "mxfp4", "fp8-block", "ct-fp8-channel", "ct-fp8-block", *INT_WEIGHTS):
                 # MXFP4 (gpt-oss's experts), block and channel FP8, packed integers: the checkpoint's codes
                 # and scales, cut
                 pairs += ([own, sharded, own, export] if exported and not post_processed else [])
@@ -303,8 +303,9 @@ def tiny_flags(engine, arch):
 FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"}
 # Per-tensor FP8: the engines requantize a fused layer's parts to one scale in their post-processing.
 REQUANTIZED = {"fp8", "ct-fp8-tensor"}
-# llm-compressor's integer weights (make-tiny --quant): kept as stored, cut on whole words and groups.
-PACKED_INT = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16")
+# llm-compressor's integer weights (make-tiny --quant): kept as stored, cut on whole words and groups
+# (int-quantized int8: on whole rows).
+INT_WEIGHTS = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8")
 # float32 on both sides, summed in another order: the logits' largest difference, relative to the largest.
 FORWARD_TOLERANCE = 1e-5
 # Per-tensor FP8 after the engine's post-processing: the engine's codes one code apart from shardload's on

@@ -33,6 +33,9 @@ COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen2", 1, "ct-fp8-channel"), ("
 PACKED = [("llama", 1, "ct-w4a16"), ("qwen3", 1, "ct-w4a16-asym"), ("qwen3_moe", 2, "ct-w4a16"),
           ("qwen3_moe", 1, "ct-w4a16-asym"), ("mixtral", 2, "ct-w8a16"), ("qwen2_moe", 1, "ct-w4a16"),
           ("deepseek_v3", 2, "ct-w4a16"), ("deepseek_v2", 1, "ct-w8a16")]
+# llm-compressor's W8A8 int8 (make-tiny --quant ct-w8a8: int8 weights, a scale per row, activations quantized
+# per token at run time), held as vLLM's CompressedTensorsW8A8Int8 and its MoE method hold them.
+INT8 = [("llama", 1, "ct-w8a8"), ("qwen3_moe", 2, "ct-w8a8"), ("deepseek_v3", 1, "ct-w8a8")]
 
 
 # The families vLLM builds on CPU with the harness's stand-ins for a kernel choice (vllm_ranks.py:
@@ -47,7 +50,7 @@ MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deeps
 def test_vllm_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       PACKED + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
+                       PACKED + INT8 + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
@@ -62,7 +65,7 @@ def test_vllm_tp4_expert_parallel(tmp_path):
                                              ("deepseek_v3", 4, "fp8-block"), ("qwen3_moe", 4, "fp8"),
                                              ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
                                              ("llama", 1, "ct-w4a16-asym"), ("qwen3_moe", 4, "ct-w4a16"),
-                                             ("deepseek_v3", 4, "ct-w8a16"),
+                                             ("deepseek_v3", 4, "ct-w8a16"), ("deepseek_v3", 4, "ct-w8a8"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))
 
 

@@ -183,6 +183,20 @@ def cpu_model_stand_ins(built):
                 return CPUWNA16LinearKernel
 
         compressed_tensors_wNa16.choose_mp_linear_kernel = choose_or_cpu
+    if any(int8_weights(c) for c, _, _ in built):
+        # Its CPU int8 MoE experts ask for AMX tiles: named on this CPU (a subclass, for the int8 oracle only),
+        # which changes nothing its loaders do.
+        import types
+
+        from vllm.model_executor.layers.fused_moe.oracle import int8 as int8_oracle
+
+        int8_classes = int8_oracle.backend_to_kernel_cls
+
+        def int8_on_this_device(cls):
+            return types.new_class(cls.__name__, (cls,), {},
+                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
+
+        int8_oracle.backend_to_kernel_cls = lambda backend: [int8_on_this_device(c) for c in int8_classes(backend)]
     if "gpt_oss_mxfp4" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
@@ -210,6 +224,12 @@ def packed_int(model_config):
     """llm-compressor's integer weights (compressed-tensors pack-quantized: W4A16, W8A16)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
     return model_config.quantization == "compressed-tensors" and quant.get("format") == "pack-quantized"
+
+
+def int8_weights(model_config):
+    """llm-compressor's W8A8 int8 (compressed-tensors int-quantized)."""
+    quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    return model_config.quantization == "compressed-tensors" and quant.get("format") == "int-quantized"
 
 
 def per_tensor_fp8(model_config):

@@ -8,6 +8,7 @@
 
 #include "shardload/error.h"
 #include "shardload/model.h"
+#include "shardload/weight_format.h"
 
 namespace shardload {
 namespace {
@@ -173,6 +174,73 @@ TEST(CompressedTensorsConfig, PackedWeightsOutsideTheLoadedSchemesAreRefusedNami
   }
 }
 
+// llm-compressor's W8A8 int8 group (int-quantized): channel weights, dynamic per-token activations.
+json w8a8_group() {
+  json weights = {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}, {"dynamic", false},
+                  {"symmetric", true}, {"actorder", nullptr}, {"group_size", nullptr}};
+  json inputs = {{"num_bits", 8}, {"type", "int"}, {"strategy", "token"}, {"dynamic", true}, {"symmetric", true}};
+  return {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", inputs},
+          {"output_activations", nullptr}, {"format", "int-quantized"}};
+}
+
+json int_quantized(json groups) {
+  json q = ct(std::move(groups));
+  q["format"] = "int-quantized";
+  return q;
+}
+
+TEST(CompressedTensorsConfig, Int8WeightsWithDynamicActivationsAreRead) {
+  const ModelConfig m = ModelConfig::from_json(config_with(int_quantized({{"group_0", w8a8_group()}})));
+  EXPECT_EQ(m.quantization, Quantization::kInt8);
+  EXPECT_EQ(m.weight_strategy, WeightStrategy::kChannel);
+  EXPECT_EQ(m.block_cols, kWholeRow);
+  EXPECT_EQ(quantization_name(m.quantization), "int8");
+  const WeightFormat format = weight_format(m, false);
+  EXPECT_EQ(format.checkpoint_dtype, DType::kI8);
+  EXPECT_EQ(format.rank_dtype, DType::kI8);
+  ASSERT_EQ(format.companions.size(), 1u);
+  EXPECT_EQ(format.companions[0].checkpoint_suffix, "weight_scale");
+  EXPECT_TRUE(format.checks_scales);
+}
+
+TEST(CompressedTensorsConfig, Int8SchemesOutsideW8a8AreRefusedNamingTheField) {
+  struct Bad {
+    std::string what;
+    json group;
+    std::string field;
+  };
+  const auto with = [](const char* part, const char* field, json value) {
+    json g = w8a8_group();
+    g[part][field] = std::move(value);
+    return g;
+  };
+  json no_inputs = w8a8_group();
+  no_inputs["input_activations"] = nullptr;
+  const Bad cases[] = {
+      {"4-bit weights", with("weights", "num_bits", 4), "weights.num_bits"},
+      {"float weights", with("weights", "type", "float"), "weights.type"},
+      {"zero points", with("weights", "symmetric", false), "weights.symmetric"},
+      {"a scale per tensor", with("weights", "strategy", "tensor"), "weights.strategy"},
+      {"groups", with("weights", "strategy", "group"), "weights.strategy"},
+      {"static activations", with("input_activations", "dynamic", false), "input_activations.dynamic"},
+      {"asymmetric activations", with("input_activations", "symmetric", false), "input_activations.symmetric"},
+      {"activations per tensor", with("input_activations", "strategy", "tensor"), "input_activations.strategy"},
+      {"FP8 activations", with("input_activations", "type", "float"), "input_activations.type"},
+      {"no quantized activations (W8A16)", no_inputs, "input_activations"},
+  };
+  for (const Bad& bad : cases) {
+    try {
+      ModelConfig::from_json(config_with(int_quantized({{"group_0", bad.group}})));
+      ADD_FAILURE() << bad.what << " must be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << bad.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("quantization_config.config_groups.group_0." + bad.field),
+                std::string::npos)
+          << bad.what << ": " << e.what();
+    }
+  }
+}
+
 TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   struct Bad {
     std::string what;
@@ -188,7 +256,7 @@ TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   json kv_cache = ct({{"group_0", group("tensor", true)}});
   kv_cache["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
   json other_format = ct({{"group_0", group("tensor", true)}});
-  other_format["format"] = "int-quantized";
+  other_format["format"] = "nvfp4-pack-quantized";
   json no_block = group("block", true);
   no_block["weights"].erase("block_structure");
   const Bad cases[] = {

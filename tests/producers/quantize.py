@@ -1,7 +1,7 @@
 """Quantizes tiny random models with llm-compressor's `oneshot`, as its FP8 and W4A16 examples do: every Linear
 but lm_head and the MoE routers, saved in the compressed-tensors format. Static `FP8` calibrates its input
 scales on a handful of random token sequences made here. Arguments: SCHEME SEED CONFIG_DIR OUT, repeated
-(SCHEME: FP8_DYNAMIC, FP8_BLOCK, FP8, W4A16, W4A16_ASYM or W8A16; one interpreter start for all). Run by the producers' environment
+(SCHEME: FP8_DYNAMIC, FP8_BLOCK, FP8, W4A16, W4A16_ASYM, W8A16 or W8A8; one interpreter start for all). Run by the producers' environment
 (scripts/pypi-env.sh)."""
 import sys
 

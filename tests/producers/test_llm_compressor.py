@@ -1,5 +1,6 @@
 """FP8 and integer checkpoints as llm-compressor writes them (compressed-tensors): `oneshot` with FP8_DYNAMIC,
-FP8_BLOCK and static FP8, and W4A16, W4A16_ASYM and W8A16 (pack-quantized) on tiny random models of a dense, a
+FP8_BLOCK and static FP8, W4A16, W4A16_ASYM and W8A16 (pack-quantized), and W8A8 (int8, int-quantized) on tiny
+random models of a dense, a
 MoE and an MLA family. Each loads, exports, verifies, and a live model updates in place from a second such
 checkpoint (and rebalances its experts)."""
 import json
@@ -18,6 +19,8 @@ SCHEMES = {"FP8_DYNAMIC": ("channel", True), "FP8_BLOCK": ("block", True), "FP8"
 # Integer weights (no input quantization): bits, symmetric. llm-compressor 0.14's W8A16 is int8 in groups of
 # 128 too; make-tiny's block-aligned geometry keeps every 128-group whole at tp 2.
 PACKED = {"W4A16": (4, True), "W4A16_ASYM": (4, False), "W8A16": (8, True)}
+# int8 weights per channel as they are, activations int8 per token at run time: format, strategies.
+INT8 = {"W8A8": ("int-quantized", "channel", "token")}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def quantized(tmp_path_factory):
     for arch in FAMILIES:
         cli("make-tiny", "--arch", arch, "--quant", "ct-fp8-block", "--out", root / f"config-{arch}")
     models, args = {}, []
-    for scheme in [*SCHEMES, *PACKED]:
+    for scheme in [*SCHEMES, *PACKED, *INT8]:
         for seed in (1, 2):
             for arch in FAMILIES:
                 models[(arch, scheme, seed)] = root / f"{arch}-{scheme}-{seed}"
@@ -42,7 +45,7 @@ def rank_bytes(tensors):
     return {name: torch.from_dlpack(t).view(torch.uint8).clone() for name, t in tensors.items()}
 
 
-@pytest.mark.parametrize("scheme", [*SCHEMES, *PACKED])
+@pytest.mark.parametrize("scheme", [*SCHEMES, *PACKED, *INT8])
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_path, arch, scheme):
     a, b = quantized[(arch, scheme, 1)], quantized[(arch, scheme, 2)]
@@ -52,6 +55,9 @@ def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_pa
     if scheme in PACKED:
         assert quant["format"] == "pack-quantized"
         assert (weights["num_bits"], weights["symmetric"], weights["strategy"]) == (*PACKED[scheme], "group")
+    elif scheme in INT8:
+        inputs = quant["config_groups"]["group_0"]["input_activations"]
+        assert (quant["format"], weights["strategy"], inputs["strategy"], inputs["dynamic"]) == (*INT8[scheme], True)
     else:
         assert quant["format"] == "float-quantized"
         assert (weights["strategy"],

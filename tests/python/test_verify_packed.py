@@ -1,7 +1,7 @@
-"""`shardload.verify` on llm-compressor's packed integer weights (compressed-tensors pack-quantized: W4A16 in
-32-value groups, with zero points, W8A16 per channel): dense, MoE with expert parallelism and MoE-TP, and MLA
-pass; a swapped group, a mis-cut scale, a wrong nibble order, a zero point of another rank and a wrong
-weight_shape are each caught (issue 47, item 4)."""
+"""`shardload.verify` on llm-compressor's integer weights (compressed-tensors pack-quantized: W4A16 in 32-value
+groups, with zero points, W8A16 per channel; int-quantized: W8A8 int8 per channel): dense, MoE with expert
+parallelism and MoE-TP, and MLA pass; a swapped group, a mis-cut scale, a wrong nibble order, a zero point of
+another rank, a wrong weight_shape and an int8 row scale of another rank are each caught (issue 47, item 4)."""
 import pytest
 import torch
 
@@ -13,11 +13,11 @@ from verify_helpers import check, export  # noqa: F401 (an autouse fixture)
 
 @pytest.mark.parametrize("arch,args", [("llama", ["--tp", "2"]), ("qwen3_moe", ["--tp", "2", "--ep", "2"]),
                                        ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"])])
-@pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16"])
+@pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8"])
 def test_packed_integer_weights_pass(tiny, arch, args, quant):
     report, layout = check(tiny(arch, quant), args)
     assert layout["quantization"] == "compressed-tensors"
-    assert layout["weight_strategy"] == ("channel" if quant == "ct-w8a16" else "group")
+    assert layout["weight_strategy"] == ("channel" if quant in ("ct-w8a16", "ct-w8a8") else "group")
     assert any("experts.w2" in c.module for c in report.checks) == (arch != "llama")
 
 
@@ -88,3 +88,21 @@ def test_a_weight_shape_no_part_has_is_refused(tiny, tmp_path):
 
     with pytest.raises(VerifyError, match="weight_shape"):
         _corrupted(tiny("llama", "ct-w4a16"), tmp_path, ["--tp", "2"], wrong)
+
+
+def test_an_int8_row_scale_of_another_rank_fails(tiny, tmp_path):
+    def other_rank(ranks):  # column-parallel: rank 1's rows given rank 0's row scales (the int8 codes kept)
+        name = "model.layers.0.mlp.gate_up_proj.weight_scale"
+        ranks[1][name] = ranks[0][name].clone()
+
+    report = _corrupted(tiny("llama", "ct-w8a8"), tmp_path, ["--tp", "2"], other_rank)
+    assert _failed(report) == ["layer 0 mlp.gate_up_proj"]
+
+
+def test_int8_experts_scaled_by_another_expert_fail(tiny, tmp_path):
+    def other_expert(ranks):
+        name = "model.layers.1.mlp.experts.w13_weight_scale"
+        ranks[0][name][0] = ranks[0][name][1].clone()
+
+    report = _corrupted(tiny("qwen3_moe", "ct-w8a8"), tmp_path, ["--tp", "2", "--ep", "2"], other_expert)
+    assert [m.rsplit(" ", 1)[-1] for m in _failed(report)] == ["experts.w13"]

@@ -1,7 +1,7 @@
 // quantization_config of llm-compressor's compressed-tensors checkpoints (docs/layout.md
-// "compressed-tensors FP8" and "compressed-tensors W4A16 / W8A16"): FP8 weights (float-quantized) or
-// integer weights packed into words (pack-quantized), one scheme for the whole model; anything else is
-// refused naming the field.
+// "compressed-tensors FP8", "compressed-tensors W4A16 / W8A16" and "compressed-tensors W8A8 int8"): FP8
+// weights (float-quantized), integer weights packed into words (pack-quantized) or int8 weights as they
+// are (int-quantized), one scheme for the whole model; anything else is refused naming the field.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -145,7 +145,56 @@ Scheme read_packed_weights(const json& group, const json& weights, const std::st
   return scheme;
 }
 
-Scheme read_group(const json& group, const std::string& where, bool packed) {
+// A field of an int-quantized (W8A8 int8) group: `field` of `o` must be `want` (a missing one
+// defaults to `fallback`), else refused with `why`.
+void require_field(const json& o, const char* field, const std::string& where, const json& want,
+                   const json& fallback, const char* why) {
+  const auto it = o.find(field);
+  const json& found = it == o.end() || it->is_null() ? fallback : *it;
+  if (found != want) throw quant_error(why, path(where, field), want.dump(), brief_json(found));
+}
+
+// The weights and activations of an int-quantized group: llm-compressor's W8A8 int8, int8 weights
+// with a scale per output row and activations quantized per token at run time -- what vLLM 0.33's
+// dense and MoE int8 methods both take. Per-tensor weights (a scale per fused part, folded into rows
+// by vLLM's post-processing) and static activation scales are not loaded yet.
+Scheme read_int_group(const json& group, const json& weights, const std::string& w, const std::string& where) {
+  require_field(weights, "num_bits", w, 8, "(missing)", "int-quantized weights of 8 bits are loaded");
+  require_field(weights, "type", w, "int", "(missing)", "int-quantized weights are integers");
+  require_field(weights, "dynamic", w, false, false, "weights quantized at run time are not a checkpoint's weights");
+  require_field(weights, "symmetric", w, true, true, "int8 weights with zero points are not loaded (vLLM takes "
+                                                     "symmetric int8 weights only)");
+  require_field(weights, "strategy", w, "channel", "(missing)",
+                "int8 weights with a scale per output row (channel) are loaded; per-tensor and group scales "
+                "are not yet");
+  const std::string a = where + ".input_activations";
+  const auto inputs = group.find("input_activations");
+  if (inputs == group.end() || !inputs->is_object()) {
+    throw quant_error("int-quantized weights without quantized activations (W8A16 unpacked) are not loaded", a,
+                      "int8 activations, dynamic per token",
+                      inputs == group.end() ? "(missing)" : brief_json(*inputs));
+  }
+  require_field(*inputs, "num_bits", a, 8, "(missing)", "W8A8 activations are 8-bit");
+  require_field(*inputs, "type", a, "int", "(missing)", "W8A8 int8 activations are integers");
+  require_field(*inputs, "dynamic", a, true, false,
+                "static int8 activation scales (input_scale, input_zero_point) are not loaded yet");
+  require_field(*inputs, "strategy", a, "token", "(missing)",
+                "int8 activations quantized per token are loaded (vLLM's MoE method takes no other)");
+  require_field(*inputs, "symmetric", a, true, true,
+                "asymmetric int8 activations are not checked against the engines (vLLM's MoE method takes "
+                "symmetric ones only)");
+  if (const auto outputs = group.find("output_activations"); outputs != group.end() && !outputs->is_null()) {
+    throw quant_error("quantized output activations are not loaded", where + ".output_activations", "null",
+                      brief_json(*outputs));
+  }
+  Scheme scheme;
+  scheme.strategy = WeightStrategy::kChannel;
+  scheme.block_rows = 1;
+  scheme.block_cols = kWholeRow;
+  return scheme;
+}
+
+Scheme read_group(const json& group, const std::string& where, bool packed, bool integer) {
   if (!group.is_object()) throw quant_error("not a JSON object", where, "object", group.type_name());
   Scheme scheme;
   const auto weights = group.find("weights");
@@ -155,6 +204,7 @@ Scheme read_group(const json& group, const std::string& where, bool packed) {
   }
   const std::string w = where + ".weights";
   if (packed) return read_packed_weights(group, *weights, w, where);
+  if (integer) return read_int_group(group, *weights, w, where);
   require_fp8(*weights, w);
   if (bool_field(*weights, "dynamic", w, false)) {
     throw quant_error("weights quantized at run time are not a checkpoint's weights", w + ".dynamic", "false", "true");
@@ -207,9 +257,12 @@ Scheme read_group(const json& group, const std::string& where, bool packed) {
 void read_compressed_tensors(const json& q, ModelConfig& m) {
   const std::string format = string_field(q, "format", "", "(missing)");
   const bool packed = format == "pack-quantized";
-  if (format != "float-quantized" && format != "naive-quantized" && !packed) {
+  const bool integer = format == "int-quantized";
+  if (format != "float-quantized" && format != "naive-quantized" && !packed && !integer) {
     throw quant_error("unsupported compressed-tensors format", "format",
-                   "float-quantized, naive-quantized (FP8) or pack-quantized (integer weights)", format);
+                      "float-quantized, naive-quantized (FP8), pack-quantized (packed integer weights) or "
+                      "int-quantized (int8 weights)",
+                      format);
   }
   for (const char* field : {"kv_cache_scheme", "sparsity_config", "transform_config"}) {
     const auto it = q.find(field);
@@ -231,7 +284,7 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
       throw quant_error("config groups of another format than the checkpoint's are not loaded", where + ".format",
                         format, brief_json(*own));
     }
-    const Scheme scheme = read_group(group, where, packed);
+    const Scheme scheme = read_group(group, where, packed, integer);
     if (model_scheme && !(scheme == *model_scheme)) {
       throw quant_error("config groups with different schemes are not loaded (one scheme per model)", where,
                      "the scheme of config_groups." + first_group, "another weight strategy or activations");
@@ -259,6 +312,11 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
     m.zero_points = model_scheme->zero_points;
     return;
   }
+  if (integer) {
+    m.quantization = Quantization::kInt8;
+    m.weight_bits = 8;
+    return;
+  }
   m.quantization = m.weight_strategy == WeightStrategy::kTensor ? Quantization::kFp8 : Quantization::kFp8Block;
 }
 
@@ -277,6 +335,7 @@ namespace shardload {
 // blocks); every scale is named weight_scale.
 WeightFormat compressed_tensors_weight_format(const ModelConfig& m) {
   if (m.quantization == Quantization::kWna16) return pack_quantized_format(m);
+  if (m.quantization == Quantization::kInt8) return int_quantized_format(m);
   if (m.quantization == Quantization::kFp8Block) return block_fp8_format(m, "weight_scale");
   return per_tensor_fp8_format(m);
 }

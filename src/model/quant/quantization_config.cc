@@ -36,6 +36,7 @@ std::string_view quantization_name(Quantization quantization) {
     case Quantization::kFp8Block: return "fp8-block";
     case Quantization::kFp8Dynamic: return "fp8-dynamic";
     case Quantization::kWna16: return "wna16";
+    case Quantization::kInt8: return "int8";
   }
   return "?";
 }
