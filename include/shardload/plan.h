@@ -193,7 +193,8 @@ struct PlanParam {
   uint32_t module = 0;  // index into Plan::modules
   ParamRole role = ParamRole::kData;
   bool exported() const {
-    return role == ParamRole::kData || role == ParamRole::kWeightScale || role == ParamRole::kInputScale;
+    return role == ParamRole::kData || role == ParamRole::kWeightScale || role == ParamRole::kInputScale ||
+           role == ParamRole::kWeightAux;
   }
 };
 

@@ -24,6 +24,7 @@ enum class ParamRole {
   kWeightScaleParts,  // the checkpoint's per-part weight scales, [slots, parts] F32: internal
   kInputScaleParts,   // the checkpoint's per-part input scales, [slots, parts] F32: internal
   kDynamicSource,     // the unquantized weight in float32, quantized at load: internal
+  kWeightAux,         // a quantized weight's other stored tensors (zero points, its shape): exported as read
 };
 
 // Post-processing of a module, run once after all its tensors arrived, in place (src/load/postprocess.cc).

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "shardload/convert.h"
 #include "shardload/fp8_quant.h"
 #include "shardload/error.h"
 #include "shardload/loader.h"
@@ -47,6 +48,7 @@ ModuleParams find_params(const RankPlan& rank, uint32_t module) {
       case ParamRole::kInputScale: out.input_scale = &param; break;
       case ParamRole::kInputScaleParts: out.input_scale_parts = &param; break;
       case ParamRole::kDynamicSource: out.dynamic_source = &param; break;
+      case ParamRole::kWeightAux: break;  // kept as read
     }
   }
   return out;
@@ -65,10 +67,15 @@ class ScaleCheck {
   ScaleCheck(const Plan& plan, int rank, const std::byte* base, const Checkpoint* checkpoint)
       : plan_(plan), rank_(rank), base_(base), checkpoint_(checkpoint) {}
 
-  // The value at byte `at` of `param` (a table or grid a piece filled), checked.
+  // The value at byte `at` of `param` (a table or grid a piece filled, in its dtype: float32, or the
+  // model dtype of packed integers' scales), checked.
   float operator()(const PlanParam& param, uint64_t at) const {
     float value = 0;
-    std::memcpy(&value, base_ + param.offset + at, sizeof value);
+    if (param.dtype == DType::kF32) {
+      std::memcpy(&value, base_ + param.offset + at, sizeof value);
+    } else {
+      convert(param.dtype, base_ + param.offset + at, DType::kF32, &value, 1);
+    }
     if (!(value > 0) || !std::isfinite(value)) throw bad(param, at, value);
     return value;
   }
@@ -77,8 +84,9 @@ class ScaleCheck {
   Error bad(const PlanParam& param, uint64_t at, float value) const {
     // The piece that put the value there: a dense [rows, cols] block of the source at dst_offset.
     const PlanPiece* piece = nullptr;
+    const uint64_t size = dtype_bits(param.dtype) / 8;
     for (const PlanPiece& p : param.pieces) {
-      if (at >= p.dst_offset && at < p.dst_offset + p.rows() * p.cols() * sizeof(float)) piece = &p;
+      if (at >= p.dst_offset && at < p.dst_offset + p.rows() * p.cols() * size) piece = &p;
     }
     std::vector<std::string> where;
     ErrorDetails details{.expected = "> 0", .found = fmt::format("{}", value)};
@@ -91,13 +99,13 @@ class ScaleCheck {
         details.file = checkpoint_->files()[source.file].path();
       }
       if (plan_.modules[param.module].checks_scales) {  // a block grid of scales
-        const uint64_t index = (at - piece->dst_offset) / sizeof(float);
+        const uint64_t index = (at - piece->dst_offset) / size;
         const uint64_t row = piece->row_begin + index / piece->cols();
         if (plan_.format.scales_per_row()) {  // per-channel: one scale per weight row
           where.push_back(fmt::format("row {}", row));
         } else {
-          where.push_back(fmt::format("block (row {}, column {})", row,
-                                      piece->col_begin + index % piece->cols()));
+          where.push_back(fmt::format("{} (row {}, column {})", plan_.format.pack_factor > 1 ? "group" : "block",
+                                      row, piece->col_begin + index % piece->cols()));
         }
       }
     }
@@ -112,7 +120,8 @@ class ScaleCheck {
       where.push_back(fmt::format("expert {} (slot {} of rank {})", expert, slot, rank_));
     }
     details.field = fmt::format("{}", fmt::join(where, " of "));
-    return Error(ErrorKind::kInvalidArgument, "an FP8 scale must be positive and finite",
+    return Error(ErrorKind::kInvalidArgument,
+                 fmt::format("{} weight scales must be positive and finite", plan_.format.family_name),
                  std::move(details));
   }
 
@@ -141,8 +150,8 @@ void check_block_scales(const PlanParam& scale, const ScaleCheck& check,
         std::find(only->begin(), only->end(), piece.dst_offset / slot_bytes) == only->end()) {
       continue;
     }
-    for (uint64_t i = 0; i < piece.rows() * piece.cols(); ++i)
-      check(scale, piece.dst_offset + i * sizeof(float));
+    const uint64_t size = dtype_bits(scale.dtype) / 8;
+    for (uint64_t i = 0; i < piece.rows() * piece.cols(); ++i) check(scale, piece.dst_offset + i * size);
   }
 }
 

@@ -14,6 +14,7 @@ std::string_view role_name(ParamRole role) {
     case ParamRole::kWeightScaleParts: return "weight_scale_parts";
     case ParamRole::kInputScaleParts: return "input_scale_parts";
     case ParamRole::kDynamicSource: return "dynamic_source";
+    case ParamRole::kWeightAux: return "weight_aux";
   }
   return "unknown";
 }

@@ -51,7 +51,8 @@ std::map<std::string, std::set<std::string>> roles_and_posts(const json& out) {
   for (const json& rank : out["ranks"]) {
     for (const json& p : rank["params"]) {
       const std::string role = p["role"];
-      const bool exported = role == "data" || role == "weight_scale" || role == "input_scale";
+      const bool exported =
+          role == "data" || role == "weight_scale" || role == "input_scale" || role == "weight_aux";
       EXPECT_EQ(p["exported"], exported) << p["name"];
       seen[role].insert(p["post"].get<std::string>());
     }

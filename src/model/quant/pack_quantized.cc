@@ -36,6 +36,7 @@ WeightFormat pack_quantized_format(const ModelConfig& m) {
     // [N / pack_factor, K / group]: a grid whose blocks are pack_factor rows by a group.
     CompanionTensor zero;
     zero.checkpoint_suffix = zero.rank_suffix = "weight_zero_point";
+    zero.role = ParamRole::kWeightAux;
     zero.dtype = zero.expert_dtype = CompanionDtype::kStored;
     zero.stored_dtype = DType::kI32;
     zero.block_rows = format.pack_factor;
@@ -46,10 +47,12 @@ WeightFormat pack_quantized_format(const ModelConfig& m) {
   CompanionTensor shape;
   shape.checkpoint_suffix = shape.rank_suffix = "weight_shape";
   shape.layout = CompanionLayout::kWholeLastNamed;
+  shape.role = ParamRole::kWeightAux;
   shape.dtype = CompanionDtype::kStored;
   shape.expert_dtype = CompanionDtype::kModel;
   shape.stored_dtype = DType::kI64;
   format.companions.push_back(shape);
+  format.checks_scales = true;  // nothing to compute, but every scale read is checked (in its model dtype)
   return format;
 }
 

@@ -1,0 +1,49 @@
+// Integer weights' scales (compressed-tensors pack-quantized in the model dtype, int-quantized in
+// float32 on a rank) are checked as FP8's are: a scale that is zero, negative or not finite is refused
+// before any weight goes live, naming the checkpoint tensor and where in it (the group, the row, the
+// expert), and nothing is exported.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include "poke.h"
+#include "shard_test_util.h"
+#include "shardload/dtype.h"
+
+namespace shardload::testing {
+namespace {
+
+TEST(IntScales, ABadScaleIsRefusedNamingTheTensorAndItsGroupRowOrExpert) {
+  struct Bad {
+    std::string arch, quant, tensor;
+    uint64_t index;
+    float value;
+    std::string where;
+  };
+  const Bad cases[] = {
+      // make-tiny's W4A16 o_proj [128, 128] in 32-value groups: value 5 is row 1, group 1.
+      {"llama", "ct-w4a16", "model.layers.0.self_attn.o_proj.weight_scale", 5, 0.0f, "group (row 1, column 1)"},
+      {"llama", "ct-w8a8", "model.layers.0.mlp.down_proj.weight_scale", 7, -2.0f, "row 7"},
+      {"qwen3_moe", "ct-w4a16-asym", "model.layers.1.mlp.experts.3.up_proj.weight_scale", 0,
+       std::numeric_limits<float>::quiet_NaN(), "expert 3"},
+      {"deepseek_v3", "ct-w8a8", "model.layers.1.mlp.experts.2.down_proj.weight_scale", 0,
+       std::numeric_limits<float>::infinity(), "expert 2"},
+  };
+  for (const Bad& bad : cases) {
+    TempDir tmp;
+    const std::string model = tmp.file("model");
+    make_tiny({.arch = bad.arch, .out = model, .seed = test_seed(), .quant = bad.quant});
+    poke_value(model, bad.tensor, bad.index, bad.value, DType::kBF16);  // llm-compressor: bf16 scales
+    const CommandResult result = shardload_cli({"export", model, "--tp", "2", "--out", tmp.file("export")});
+    EXPECT_NE(result.exit_code, 0) << bad.tensor;
+    EXPECT_NE(result.err.find(bad.tensor), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find(bad.where), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("positive and finite"), std::string::npos) << result.err;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("export") + "/shardload.json")) << bad.tensor;
+  }
+}
+
+}  // namespace
+}  // namespace shardload::testing
