@@ -66,6 +66,7 @@ def test_vllm_tp4_expert_parallel(tmp_path):
                                              ("llama", 1, "ct-fp8-channel"), ("deepseek_v3", 4, "ct-fp8-block"),
                                              ("llama", 1, "ct-w4a16-asym"), ("qwen3_moe", 4, "ct-w4a16"),
                                              ("deepseek_v3", 4, "ct-w8a16"), ("deepseek_v3", 4, "ct-w8a8"),
+                                             ("llama", 1, "ct-w8a8"), ("qwen3_moe", 4, "ct-w8a8"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))
 
 
