@@ -142,6 +142,8 @@ TEST(CompressedTensorsConfig, PackedWeightsOutsideTheLoadedSchemesAreRefusedNami
   json tensor = int_group(4, "tensor", true);
   json g_idx = int_group(4, "group", true);
   g_idx["weights"]["actorder"] = "group";
+  json dynamic_order = int_group(4, "group", true);
+  dynamic_order["weights"]["actorder"] = "dynamic";
   json odd_group = int_group(4, "group", true);
   odd_group["weights"]["group_size"] = 12;
   json no_group = int_group(4, "group", true);
@@ -155,6 +157,7 @@ TEST(CompressedTensorsConfig, PackedWeightsOutsideTheLoadedSchemesAreRefusedNami
       {"float weights", float_type, "weights.type"},
       {"a scale per tensor", tensor, "weights.strategy"},
       {"a g_idx (actorder group)", g_idx, "weights.actorder"},
+      {"a g_idx (actorder dynamic)", dynamic_order, "weights.actorder"},
       {"a group of 12 int4 values (not whole words)", odd_group, "weights.group_size"},
       {"a group strategy without its size", no_group, "weights.group_size"},
       {"quantized activations (W4A8)", w4a8, "input_activations"},

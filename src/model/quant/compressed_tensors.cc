@@ -91,8 +91,8 @@ uint64_t size_field(const json& o, const char* field, const std::string& where, 
 
 // The weights of a pack-quantized group: int, 4 or 8 bits, per group (of a multiple of the words'
 // values) or per channel, symmetric or with zero points; activations left in the model dtype (W4A16,
-// W8A16). Activation ordering "group" stores a g_idx, not loaded yet; "weight" and "static" store the
-// weights in their own order and are read as any other.
+// W8A16). Activation ordering "group" (and "dynamic") stores a g_idx, which vLLM 0.33 refuses and
+// shardload too; "weight" and "static" store the weights in their own order and are read as any other.
 Scheme read_packed_weights(const json& group, const json& weights, const std::string& w, const std::string& where) {
   Scheme scheme;
   const auto bits = weights.find("num_bits");
@@ -128,9 +128,13 @@ Scheme read_packed_weights(const json& group, const json& weights, const std::st
                       strategy);
   }
   const std::string actorder = string_field(weights, "actorder", w, "static");
-  if (actorder == "group") {
-    throw quant_error("activation ordering \"group\" (a g_idx per input) is not loaded yet", w + ".actorder",
-                      "null, static or weight", actorder);
+  if (actorder == "group" || actorder == "dynamic") {
+    // vLLM 0.33 refuses these too ("... activation ordering ... is no longer supported"): no engine to
+    // hand a g_idx to.
+    throw quant_error(fmt::format("activation ordering \"{}\" (a g_idx per input) is not loaded: vLLM 0.33 "
+                                  "no longer loads it either; static or weight ordering loads",
+                                  actorder),
+                      w + ".actorder", "null, static or weight", actorder);
   }
   if (actorder != "static" && actorder != "weight") {
     throw quant_error("unknown activation ordering", w + ".actorder", "null, static, weight or group", actorder);
