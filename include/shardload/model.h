@@ -43,9 +43,10 @@ enum class Quantization {
   kFp8Dynamic,  // --quantization fp8 on a bf16/fp16/fp32 checkpoint: quantized per rank tensor at load
   kWna16,       // integer weights (4 or 8 bits) packed into int32 words, scales per group or channel
   kInt8,        // int8 weights as stored, a scale per row; activations quantized per token at run time (W8A8)
+  kNvfp4,       // FP4 (E2M1) weights two a byte, an FP8 scale per 16 inputs and a float32 global scale per tensor
 };
 
-// "none", "fp8", "fp8-block", "fp8-dynamic", "wna16", "int8" (the manifest's spelling).
+// "none", "fp8", "fp8-block", "fp8-dynamic", "wna16", "int8", "nvfp4" (the manifest's spelling).
 std::string_view quantization_name(Quantization quantization);
 
 // Who wrote the FP8 checkpoint: the "fp8" quant_method (AutoFP8, DeepSeek, Qwen), or llm-compressor's

@@ -49,6 +49,10 @@ enum class CompanionLayout {
   // engines' loaders keep the last one they read, reading files in name order and each file's tensors
   // in name order (in one file: v_proj of q/k/v, up_proj of gate/up, q_a_proj of q_a/kv_a).
   kWholeLastNamed,
+  // One value per part read from the checkpoint ([1] or []), every part's kept as read: the rank tensor
+  // is the parts' table, [parts] for a dense layer, [slots, parts] for two-part experts (w13), [slots]
+  // for one-part ones (w2) (NVFP4's global scales, which the engines merge after loading).
+  kPartTable,
 };
 
 // A companion's dtype on a rank: float32, the plan's model dtype, or the checkpoint's own (codes
@@ -105,6 +109,14 @@ struct WeightFormat {
   bool quantizes() const { return quantization != Quantization::kNone; }
   bool quantized_at_load() const { return quantizes() && !checkpoint_dtype; }
   bool scales_per_row() const { return block_cols == kWholeRow; }
+  // Whether a module's input scale is one merged value (per-tensor FP8's: the parts' maximum, recomputed
+  // when experts move) rather than per-slot values that move with their experts (NVFP4's global scales).
+  bool merges_input_scale() const {
+    for (const CompanionTensor& c : companions) {
+      if (c.role == ParamRole::kInputScale && c.layout == CompanionLayout::kPartScalar) return true;
+    }
+    return false;
+  }
 };
 
 // The format of a checkpoint's linear weights as config.json gives it, or, for `quantize_at_load` (the

@@ -6,27 +6,58 @@ j of a word at bits bits*j, each stored offset by 2^(bits-1)), `weight_scale` [.
 per channel), with zero points `weight_zero_point` int32 [..., N / pf, K / group] packed along N, and
 `weight_shape` [N, K] (int64; vLLM's MoE keeps it per expert in the model dtype). The value is
 (code - zero point) * scale.
+
+NVFP4 (compressed-tensors nvfp4-pack-quantized) packs FP4 E2M1 codes two a byte along K (`weight_packed` uint8
+[..., N, K / 2], value 2j in the low nibble), with an FP8 E4M3 scale per 16 inputs (`weight_scale`, uint8
+codes here) and a float32 `weight_global_scale` per projection: the value is code * scale * (1 / global). A
+rank keeps each fused part's global scale ([parts], experts [E, 2] / [E]): its weight is dequantized without
+them and `X.weight_scale` becomes 1 / global, per part, for the verifier to apply as FP8's per-part scales.
 """
 import torch
 
-SUFFIXES = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")
+from .fp8 import decode_e4m3
+
+SUFFIXES = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_global_scale",
+            "input_global_scale")
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
 class Scheme:
     """bits, group (None: one scale per row) and zero points, from config.json's quantization_config; None
-    when the checkpoint holds no packed integers."""
+    when the checkpoint holds no packed integers. nvfp4: FP4 weights in 16-value groups (nvfp4-pack-quantized)."""
 
-    def __init__(self, bits, group, zero_points):
-        self.bits, self.group, self.zero_points = bits, group, zero_points
+    def __init__(self, bits, group, zero_points, nvfp4=False):
+        self.bits, self.group, self.zero_points, self.nvfp4 = bits, group, zero_points, nvfp4
 
     @staticmethod
     def of(config):
         q = config.get("quantization_config") or config.get("compression_config") or {}
-        if q.get("quant_method") != "compressed-tensors" or q.get("format") != "pack-quantized":
+        if q.get("quant_method") != "compressed-tensors":
+            return None
+        if q.get("format") == "nvfp4-pack-quantized":
+            return Scheme(4, 16, False, nvfp4=True)
+        if q.get("format") != "pack-quantized":
             return None
         weights = next(iter(q.get("config_groups", {}).values()), {}).get("weights", {})
         group = weights.get("group_size") if weights.get("strategy") == "group" else None
         return Scheme(int(weights.get("num_bits", 4)), group, not weights.get("symmetric", True))
+
+
+def fp4_values(packed, scale):
+    """float64 [..., N, K] of NVFP4 bytes [..., N, K / 2] times their FP8 group scales [..., N, K / 16] (uint8
+    codes), without the global scale."""
+    b = packed.to(torch.int64)
+    codes = torch.stack([b & 0x0F, b >> 4], dim=-1).reshape(*b.shape[:-1], b.shape[-1] * 2)
+    values = torch.tensor(_E2M1, dtype=torch.float64)[codes]
+    if scale.shape[-1] * 16 != values.shape[-1] or scale.shape[-2] != values.shape[-2]:
+        raise ValueError(f"scales {list(scale.shape)} do not cover a weight of {list(values.shape[-2:])} in "
+                         f"16-value groups")
+    return values * decode_e4m3(scale.contiguous()).double().repeat_interleave(16, dim=-1)
+
+
+def dequantize_nvfp4(packed, scale, global_scale):
+    """float64 [N, K] of one checkpoint projection: code * scale * (1 / global), as a rank's is computed."""
+    return fp4_values(packed, scale) * (1.0 / global_scale.double().reshape(()))
 
 
 def unpack(words, bits, dim=-1):
@@ -66,6 +97,10 @@ def dequantized(tensors, scheme, shapes=None):
         if not name.endswith("weight_packed"):
             continue
         base = name[:-len("packed")]  # "X.weight_", "X.w13_weight_"
+        if scheme.nvfp4:
+            out[base[:-1]] = fp4_values(tensors[name], tensors[base + "scale"])
+            out[base + "scale"] = 1.0 / tensors[base + "global_scale"].double()
+            continue
         zero = tensors.get(base + "zero_point") if scheme.zero_points else None
         if scheme.zero_points and zero is None:
             raise ValueError(f"{name}: asymmetric weights without {base}zero_point")

@@ -215,6 +215,9 @@ class _Model:
         packed = self._packed(name)
         if packed:
             base = packed[:-len("packed")]
+            if self.packed.nvfp4:
+                return packed_int.dequantize_nvfp4(self.ckpt.get(packed), self.ckpt.get(base + "scale"),
+                                                   self.ckpt.get(base + "global_scale"))
             zero = self.ckpt.get(base + "zero_point") if self.packed.zero_points else None
             return packed_int.dequantize(self.ckpt.get(packed), self.ckpt.get(base + "scale"), zero, self.packed)
         if name in self.row_ranges:

@@ -85,6 +85,10 @@ def dequant(codes, what, part_rows, scale=None, scale_inv=None):
                               f"found {None if scale is None else list(scale.shape)}")
         s = scale.double().expand(codes.shape[0], codes.shape[1])
         return codes.double() * s, s
+    if codes.dtype == torch.float64 and scale is not None and scale.dtype == torch.float64:
+        # NVFP4 on a rank: values dequantized but for each part's 1 / global scale ([parts] or [1]).
+        s = _per_part_scale(scale, part_rows, codes.shape[1], what)
+        return codes * s, s
     if codes.dtype != torch.uint8:
         return codes.double(), None
     if sum(part_rows) != codes.shape[0]:

@@ -77,7 +77,7 @@ constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_sca
 // A quantized checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor
 // or block scales, llm-compressor's compressed-tensors FP8 by weight strategy, or its pack-quantized
 // integer weights (W4A16, W8A16: every strategy, the rank tensors being the loaders' own) or its int8
-// weights (int-quantized W8A8).
+// weights (int-quantized W8A8) or its FP4 weights (nvfp4-pack-quantized).
 enum Fp8Format : unsigned {
   kFp8Tensor = 1u << 0,
   kFp8Block = 1u << 1,
@@ -86,16 +86,17 @@ enum Fp8Format : unsigned {
   kCtBlock = 1u << 4,
   kCtPacked = 1u << 5,
   kCtInt8 = 1u << 6,
+  kCtNvfp4 = 1u << 7,
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kFp8Tensor, "fp8 (static per-tensor)"},  {kFp8Block, "fp8-block"},
     {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
     {kCtBlock, "compressed-tensors block"},   {kCtPacked, "compressed-tensors pack-quantized"},
-    {kCtInt8, "compressed-tensors int-quantized"},
+    {kCtInt8, "compressed-tensors int-quantized"}, {kCtNvfp4, "compressed-tensors nvfp4-pack-quantized"},
 };
 // vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
-constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8;
+constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -407,6 +408,7 @@ bool is_qk_norm(const std::string& name) {
 std::optional<Fp8Format> fp8_format(const Plan& plan) {
   if (plan.quantization == Quantization::kWna16) return kCtPacked;
   if (plan.quantization == Quantization::kInt8) return kCtInt8;
+  if (plan.quantization == Quantization::kNvfp4) return kCtNvfp4;
   if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
     switch (plan.model.weight_strategy) {
       case WeightStrategy::kTensor:
@@ -514,7 +516,8 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   }
   // The format itself was checked against the family's row above.
   if (const std::optional<Fp8Format> format = fp8_format(plan);
-      use == EngineUse::kExportPostProcessed && (!format || *format == kCtPacked || *format == kCtInt8)) {
+      use == EngineUse::kExportPostProcessed && (!format || *format == kCtPacked || *format == kCtInt8 ||
+                                                  *format == kCtNvfp4)) {
     refuse(engine,
            "--engine-post-processed for this checkpoint: only an FP8 checkpoint's layers are "
            "post-processed; export without the flag",

@@ -26,6 +26,7 @@ struct ModuleParams {
   const PlanParam* input_scale = nullptr;
   const PlanParam* input_scale_parts = nullptr;
   const PlanParam* dynamic_source = nullptr;
+  std::vector<const PlanParam*> scales;  // every weight and input scale of the module, as read
 };
 
 // A rank's parameters are in module order (the planner emits each module's together).
@@ -43,9 +44,15 @@ ModuleParams find_params(const RankPlan& rank, uint32_t module) {
     const PlanParam& param = *it;
     switch (param.role) {
       case ParamRole::kData: out.weight = &param; break;
-      case ParamRole::kWeightScale: out.weight_scale = &param; break;
+      case ParamRole::kWeightScale:
+        if (out.weight_scale == nullptr) out.weight_scale = &param;
+        out.scales.push_back(&param);
+        break;
       case ParamRole::kWeightScaleParts: out.weight_scale_parts = &param; break;
-      case ParamRole::kInputScale: out.input_scale = &param; break;
+      case ParamRole::kInputScale:
+        out.input_scale = &param;
+        out.scales.push_back(&param);
+        break;
       case ParamRole::kInputScaleParts: out.input_scale_parts = &param; break;
       case ParamRole::kDynamicSource: out.dynamic_source = &param; break;
       case ParamRole::kWeightAux: break;  // kept as read
@@ -98,7 +105,7 @@ class ScaleCheck {
       if (checkpoint_ != nullptr && source.file < checkpoint_->files().size()) {
         details.file = checkpoint_->files()[source.file].path();
       }
-      if (plan_.modules[param.module].checks_scales) {  // a block grid of scales
+      if (plan_.modules[param.module].checks_scales && source.shape.size() >= 2) {  // a grid of scales
         const uint64_t index = (at - piece->dst_offset) / size;
         const uint64_t row = piece->row_begin + index / piece->cols();
         if (plan_.format.scales_per_row()) {  // per-channel: one scale per weight row
@@ -224,8 +231,8 @@ void process_module(const Plan& plan, const RankPlan& rank, std::byte* base, uin
   const ModuleParams params = find_params(rank, module);
   if (planned.post == PostProcess::kFp8Requantize) requantize(plan, params, base, module, check, only);
   if (planned.post == PostProcess::kFp8Quantize) quantize(params, base, only);
-  if (planned.checks_scales && params.weight_scale != nullptr) {
-    check_block_scales(*params.weight_scale, check, only);
+  if (planned.checks_scales) {
+    for (const PlanParam* scale : params.scales) check_block_scales(*scale, check, only);
   }
 }
 

@@ -57,6 +57,11 @@ SlotSignature slot_signature(const RankPlan& rank, const std::vector<size_t>& pa
   return out;
 }
 
+// The merged input scale of a routed-expert module (recomputed whole), not a per-slot one.
+bool merged_input(const Plan& plan, const PlanParam& param) {
+  return param.role == ParamRole::kInputScale && plan.format.merges_input_scale();
+}
+
 std::span<float> floats(std::byte* base, const PlanParam& param) {
   return {reinterpret_cast<float*>(base + param.offset), param.nbytes / sizeof(float)};
 }
@@ -69,7 +74,7 @@ std::map<uint32_t, std::vector<size_t>> expert_params(const Plan& plan, uint64_t
   for (size_t k = 0; k < rank.params.size(); ++k) {
     const PlanParam& param = rank.params[k];
     if (plan.modules[param.module].moe_layer < 0) continue;
-    if (param.role != ParamRole::kInputScale &&
+    if (!merged_input(plan, param) &&
         (param.nbytes % slots != 0 || param.shape.empty() || param.shape[0] != slots)) {
       throw Error(ErrorKind::kInvalidArgument, "a rebalanced tensor has no expert slot dimension",
                   {.tensor = param.name,
@@ -121,13 +126,13 @@ ModuleSlots module_slots(const Plan& live, const Plan& plan, const RankSet& set,
 
 // The unit of one rank whose slots of `module` change: the bytes of its rewritten slots, and its
 // merged input scale whole (the rank's maximum, recomputed).
-Unit rewritten_unit(const RankPlan& rank, size_t i, uint32_t module,
+Unit rewritten_unit(const Plan& plan, const RankPlan& rank, size_t i, uint32_t module,
                     const std::vector<size_t>& params, uint64_t slots, const ModuleSlots& state) {
   Unit unit{.rank_index = i, .module = module, .ranges = {}, .bytes = 0, .tensors = 0};
   for (size_t k : params) {
     const PlanParam& param = rank.params[k];
     if (param.exported()) ++unit.tensors;
-    if (param.role == ParamRole::kInputScale) {
+    if (merged_input(plan, param)) {
       add_range(unit, param.offset, param.nbytes);
       continue;
     }
@@ -173,7 +178,7 @@ void plan_module_moves(const Plan& live, const RankSet& set, uint32_t module,
     parent.push_back(out.units.size());
     out.moves.push_back({i, module, std::vector<std::optional<SlotRef>>(out.slots)});
     out.units.push_back(
-        rewritten_unit(rank_plan(out.plan, set, i), i, module, params, out.slots, state));
+        rewritten_unit(out.plan, rank_plan(out.plan, set, i), i, module, params, out.slots, state));
   }
   for (size_t u = first_move; u < out.moves.size(); ++u) {
     Move& move = out.moves[u];
@@ -224,7 +229,7 @@ MovePlan plan_rebalance(const Plan& live, const std::vector<std::vector<int>>& m
 std::vector<size_t> copied_params(const MovePlan& moves, uint32_t module, int rank) {
   std::vector<size_t> out;
   for (size_t k : moves.params_of.at(module)) {
-    if (moves.plan.ranks[static_cast<size_t>(rank)].params[k].role != ParamRole::kInputScale) {
+    if (!merged_input(moves.plan, moves.plan.ranks[static_cast<size_t>(rank)].params[k])) {
       out.push_back(k);
     }
   }
@@ -239,7 +244,7 @@ CopiedBytes stage_move(const MovePlan& moves, const RankSet& set, const Move& mo
   CopiedBytes copied;
   for (size_t k : moves.params_of.at(move.module)) {
     const PlanParam& param = rank.params[k];
-    if (param.role == ParamRole::kInputScale) {
+    if (merged_input(moves.plan, param)) {
       input = &param;
       continue;
     }

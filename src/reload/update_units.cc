@@ -42,7 +42,8 @@ RankTouch touch_rank(const Plan& plan, const RankPlan& rank, const SourceSelecti
   for (const PlanParam& param : rank.params) {
     const bool routed = plan.modules[param.module].moe_layer >= 0;
     const bool rows = has_slot_rows(param, slots);
-    if (routed && !rows && param.role != ParamRole::kInputScale) slotless[param.module] = true;
+    const bool merged_input = param.role == ParamRole::kInputScale && plan.format.merges_input_scale();
+    if (routed && !rows && !merged_input) slotless[param.module] = true;
     for (const PlanPiece& piece : param.pieces) {
       if (!selection.selected[piece.source]) continue;
       if (routed && rows && selection.expert_only[piece.source]) {
@@ -120,7 +121,7 @@ std::vector<Unit> units_for(const LiveModel& live, const Plan& plan,
         const uint64_t begin = unit.ranges.empty() ? param.offset : unit.ranges.front().offset;
         unit.ranges.assign(1, {begin, param.offset + param.nbytes - begin});
         unit.bytes = unit.ranges.front().bytes;
-      } else if (param.role == ParamRole::kInputScale) {
+      } else if (param.role == ParamRole::kInputScale && plan.format.merges_input_scale()) {
         add_range(unit, param.offset, param.nbytes);  // the rank's maximum, in every row
       } else {
         const uint64_t slot_bytes = param.nbytes / local_slots(plan);

@@ -849,6 +849,13 @@ class Planner {
         case CompanionLayout::kWholeLastNamed:
           out.push_back(last_part_param(inst, c, slot_logical, expert, module));
           break;
+        case CompanionLayout::kPartTable: {
+          // The [slots, parts] table's bytes, under the engines' shape.
+          PlanParam table = scale_table(inst.companion_ids[c], slot_logical, parts, name, module, companion.role);
+          table.shape = !expert ? Shape{parts} : parts == 1 ? Shape{slots} : Shape{slots, parts};
+          out.push_back(std::move(table));
+          break;
+        }
       }
     }
     if (twin) out.push_back(std::move(*twin));

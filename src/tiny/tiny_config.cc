@@ -104,8 +104,23 @@ json int8_group() {
           {"format", "int-quantized"}};
 }
 
+// llm-compressor's NVFP4 scheme: FP4 weights and activations in 16-value groups under global scales.
+json nvfp4_group() {
+  const auto args = [](json dynamic, json observer) {
+    return json{{"num_bits", 4},          {"type", "float"},          {"symmetric", true},
+                {"strategy", "tensor_group"}, {"dynamic", std::move(dynamic)}, {"group_size", 16},
+                {"block_structure", nullptr}, {"actorder", nullptr},     {"observer", std::move(observer)},
+                {"observer_kwargs", json::object()}};
+  };
+  return {{"targets", json::array({"Linear"})},
+          {"weights", args(false, "minmax")},
+          {"input_activations", args("local", "static_minmax")},
+          {"output_activations", nullptr},
+          {"format", "nvfp4-pack-quantized"}};
+}
+
 // llm-compressor's quantization_config for FP8_DYNAMIC (channel), FP8_BLOCK and static FP8 (tensor), and
-// its integer schemes (packed_int_group, int8_group).
+// its integer and FP4 schemes (packed_int_group, int8_group, nvfp4_group).
 json compressed_tensors_config(const TinyModel& m) {
   const bool block = m.quant == Quant::kCtBlock;
   const char* strategy = m.quant == Quant::kCtTensor ? "tensor" : block ? "block" : "channel";
@@ -131,15 +146,17 @@ json compressed_tensors_config(const TinyModel& m) {
   }
   const bool packed = is_packed_int(m.quant);
   const bool int8 = m.quant == Quant::kCtW8a8;
+  const bool nvfp4 = m.quant == Quant::kCtNvfp4;
   json group = packed ? packed_int_group(m)
                : int8 ? int8_group()
+               : nvfp4 ? nvfp4_group()
                       : json{{"targets", json::array({"Linear"})},
                              {"weights", std::move(weights)},
                              {"input_activations", std::move(inputs)},
                              {"output_activations", nullptr},
                              {"format", "float-quantized"}};
   return {{"quant_method", "compressed-tensors"},
-          {"format", packed ? "pack-quantized" : int8 ? "int-quantized" : "float-quantized"},
+          {"format", packed ? "pack-quantized" : int8 ? "int-quantized" : nvfp4 ? "nvfp4-pack-quantized" : "float-quantized"},
           {"quantization_status", "compressed"},
           {"config_groups", {{"group_0", std::move(group)}}},
           {"ignore", std::move(ignore)},

@@ -88,6 +88,9 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
   if (c.quant_format == QuantFormat::kCompressedTensors && c.quantization == Quantization::kInt8) {
     return Quant::kCtW8a8;  // the only int-quantized scheme read
   }
+  if (c.quant_format == QuantFormat::kCompressedTensors && c.quantization == Quantization::kNvfp4) {
+    return Quant::kCtNvfp4;
+  }
   if (c.quant_format == QuantFormat::kCompressedTensors) {
     if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
     if (c.weight_strategy == WeightStrategy::kChannel) return Quant::kCtChannel;
@@ -114,6 +117,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
     case Quantization::kFp8Dynamic:
     case Quantization::kWna16:
     case Quantization::kInt8:
+    case Quantization::kNvfp4:
       break;
   }
   throw config_error(file, "unsupported quantization", "quantization_config", "fp8", "?");

@@ -19,9 +19,11 @@ namespace shardload::tiny {
 // kMxfp4: gpt-oss's experts as the Hub stores them (the family writes them; no FP8 anywhere).
 // llm-compressor's pack-quantized integer weights: int4 in 32-value groups, symmetric (W4A16, Kimi-K2.5's
 // experts' scheme) or with zero points (W4A16_ASYM), and int8 per channel (W8A16); its int-quantized
-// W8A8 int8 (int8 weights as they are, a scale per row, activations quantized per token at run time).
+// W8A8 int8 (int8 weights as they are, a scale per row, activations quantized per token at run time); its
+// nvfp4-pack-quantized NVFP4 (FP4 weights, an FP8 scale per 16 inputs, float32 global scales).
 enum class Quant {
-  kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16, kCtW8a8
+  kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16, kCtW8a8,
+  kCtNvfp4
 };
 // 128 x 128 blocks: the geometry every tp split must respect.
 inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
@@ -30,7 +32,7 @@ inline bool is_packed_int(Quant q) {
 }
 inline bool is_compressed_tensors(Quant q) {
   return q == Quant::kCtTensor || q == Quant::kCtChannel || q == Quant::kCtBlock || is_packed_int(q) ||
-         q == Quant::kCtW8a8;
+         q == Quant::kCtW8a8 || q == Quant::kCtNvfp4;
 }
 // Inputs per scale of make-tiny's int4 weights (Kimi-K2.5's group size): every TP split of its models
 // falls on whole groups at tp 4.
@@ -70,9 +72,11 @@ bool is_moe_layer(const TinyModel& model, int layer);
 
 // How a tensor's values are drawn: weights small around 0, norms around 1; FP8 weight scales from
 // the values of their weight, input scales from their name (tiny_quant.h).
-// Packed integer weights come with zero points and their [N, K] (kZeroPoint, kWeightShape).
+// Packed integer weights come with zero points and their [N, K] (kZeroPoint, kWeightShape); NVFP4 weights
+// with a global scale (kGlobalScale).
 enum class ValueKind {
-  kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape
+  kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape,
+  kGlobalScale
 };
 
 struct TensorSpec {

@@ -79,7 +79,8 @@ std::optional<std::string_view> strip(std::string_view name, std::string_view su
 // .weight_packed, .weight_zero_point, .weight_shape.
 std::string_view module_of(const TensorSpec& spec) {
   for (std::string_view suffix : {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale", ".weight_packed",
-                                  ".weight_zero_point", ".weight_shape"}) {
+                                  ".weight_zero_point", ".weight_shape", ".weight_global_scale",
+                                  ".input_global_scale"}) {
     if (auto module = strip(spec.name, suffix)) return *module;
   }
   throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale name",
@@ -169,6 +170,7 @@ struct Group {
   const FillJob* input = nullptr;
   const FillJob* zero = nullptr;
   const FillJob* shape = nullptr;
+  const FillJob* global = nullptr;
 };
 
 struct IntScheme {
@@ -272,8 +274,73 @@ void fill_packed_int(const Group& group, uint64_t seed) {
   }
 }
 
+// E2M1's magnitudes by code (bit 3 the sign).
+constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+constexpr float kFp4Max = 6.0f;
+
+// The E2M1 code nearest x (ties to the lower magnitude), saturating at +-6.
+uint8_t e2m1_code(float x) {
+  const float a = std::fabs(x);
+  uint8_t best = 0;
+  for (uint8_t c = 1; c < 8; ++c) {
+    if (std::fabs(kE2m1[c] - a) < std::fabs(kE2m1[best] - a)) best = c;
+  }
+  return static_cast<uint8_t>(best | (std::signbit(x) && best != 0 ? 8 : 0));
+}
+
+void fill_nvfp4(const Group& group, uint64_t seed) {
+  const TensorSpec& any = group.weight != nullptr ? *group.weight->spec
+                          : group.scale != nullptr ? *group.scale->spec
+                          : group.global != nullptr ? *group.global->spec
+                                                    : *group.input->spec;
+  const std::string_view module = module_of(any);
+  if (group.input != nullptr) {
+    const float value = 10.0f + 90.0f * uniform(seed, group.input->spec->name, kInputSalt, 0);
+    write_floats({value}, DType::kF32, group.input->out);
+  }
+  if (group.weight == nullptr && group.scale == nullptr && group.global == nullptr) return;
+  const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
+  const uint64_t rows = shape[0], cols = shape[1], groups = cols / 16;
+  const std::vector<float> w = reference_values(std::string(module) + ".weight", shape, seed);
+  float amax = 0;
+  for (const float v : w) amax = std::max(amax, std::fabs(v));
+  const float global = kFp8E4m3Max * kFp4Max / std::max(amax, kFp8AmaxFloor);
+  if (group.global != nullptr) write_floats({global}, DType::kF32, group.global->out);
+  if (group.weight == nullptr && group.scale == nullptr) return;
+  std::vector<uint8_t> scale_codes(rows * groups);
+  auto* bytes = group.weight != nullptr ? reinterpret_cast<uint8_t*>(group.weight->out.data()) : nullptr;
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (uint64_t g = 0; g < groups; ++g) {
+      const float* v = w.data() + r * cols + g * 16;
+      float group_amax = 0;
+      for (int i = 0; i < 16; ++i) group_amax = std::max(group_amax, std::fabs(v[i]));
+      const uint8_t code = f32_to_fp8e4m3(group_amax / kFp4Max * global);
+      scale_codes[r * groups + g] = code;
+      if (bytes == nullptr) continue;
+      float scale = 0;
+      convert(DType::kF8E4M3, &code, DType::kF32, &scale, 1);
+      const float step = scale / global;  // what one E2M1 unit is worth in this group
+      for (int i = 0; i < 16; i += 2) {
+        const uint8_t lo = step > 0 ? e2m1_code(v[i] / step) : 0;
+        const uint8_t hi = step > 0 ? e2m1_code(v[i + 1] / step) : 0;
+        bytes[(r * cols + g * 16 + static_cast<uint64_t>(i)) / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+  if (group.scale != nullptr) std::memcpy(group.scale->out.data(), scale_codes.data(), scale_codes.size());
+}
+
 void fill_group(const Group& group, uint64_t seed) {
-  const FillJob* first = group.weight ? group.weight : group.scale ? group.scale : group.zero ? group.zero : group.shape;
+  const FillJob* first = group.weight ? group.weight
+                         : group.scale ? group.scale
+                         : group.zero  ? group.zero
+                         : group.shape ? group.shape
+                         : group.global ? group.global
+                                       : group.input;
+  if (first != nullptr && first->spec->quant == Quant::kCtNvfp4) {
+    fill_nvfp4(group, seed);
+    return;
+  }
   if (first != nullptr && (is_packed_int(first->spec->quant) || first->spec->quant == Quant::kCtW8a8)) {
     fill_packed_int(group, seed);
     return;
@@ -309,7 +376,7 @@ const std::vector<std::string>& quant_names() {
   static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
                                                  "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
                                                  "mxfp4",         "ct-w4a16",      "ct-w4a16-asym",
-                                                 "ct-w8a16",      "ct-w8a8"};
+                                                 "ct-w8a16",      "ct-w8a8",       "ct-nvfp4"};
   return names;
 }
 
@@ -317,7 +384,7 @@ std::optional<Quant> parse_quant(std::string_view name) {
   static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
                                        Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
                                        Quant::kMxfp4,    Quant::kCtW4a16,   Quant::kCtW4a16Asym,
-                                       Quant::kCtW8a16,  Quant::kCtW8a8};
+                                       Quant::kCtW8a16,  Quant::kCtW8a8,  Quant::kCtNvfp4};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -385,6 +452,19 @@ std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& sha
           {module + ".weight_scale", DType::kBF16, {rows, 1}, ValueKind::kWeightScale, quant, shape}};
 }
 
+std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& shape, Quant quant) {
+  const uint64_t rows = shape.at(0), cols = shape.at(1);
+  if (cols % 16 != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "make-tiny's NVFP4 weights need whole 16-value groups",
+                {.tensor = module + ".weight", .expected = "inputs a multiple of 16",
+                 .found = fmt::format("[{}, {}]", rows, cols)});
+  }
+  return {{module + ".weight_packed", DType::kU8, {rows, cols / 2}, ValueKind::kWeight, quant, shape},
+          {module + ".weight_scale", DType::kF8E4M3, {rows, cols / 16}, ValueKind::kWeightScale, quant, shape},
+          {module + ".weight_global_scale", DType::kF32, {1}, ValueKind::kGlobalScale, quant, shape},
+          {module + ".input_global_scale", DType::kF32, {1}, ValueKind::kInputScale, quant, shape}};
+}
+
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {
   std::map<std::string_view, Group>
       by_module;  // ordered, so the work list does not depend on hashing
@@ -405,6 +485,9 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
         break;
       case ValueKind::kWeightShape:
         group.shape = &job;
+        break;
+      case ValueKind::kGlobalScale:
+        group.global = &job;
         break;
       case ValueKind::kNorm:
       case ValueKind::kBias:

@@ -16,7 +16,7 @@ namespace shardload::tiny {
 inline constexpr uint64_t kFp8Block = arch::kFp8BlockSize;
 
 // --quant spellings: "none", "fp8", "fp8-block", "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
-// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", in that order.
+// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", in that order.
 const std::vector<std::string>& quant_names();
 std::optional<Quant> parse_quant(std::string_view name);
 
@@ -35,6 +35,10 @@ std::vector<TensorSpec> packed_int_tensors(const std::string& module, const Shap
 // BF16 [out, 1], as llm-compressor writes them.
 std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& shape, Quant quant);
 
+// The tensors of one NVFP4 projection [out, in] as llm-compressor writes them: weight_packed U8 [out, in / 2],
+// weight_scale F8_E4M3 [out, in / 16], weight_global_scale and input_global_scale F32 [1].
+std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& shape, Quant quant);
+
 // Fills FP8 weights and their scale tensors (jobs whose spec.quant is set) from the bf16 values
 // that fill_values gives the weight: per tensor (fp8) or per 128x128 block (fp8-block, partial edge
 // blocks included), s = amax / 448 * f with f a factor in [1, 4) drawn from (seed, name, block)
@@ -45,7 +49,9 @@ std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& sha
 // Packed integer weights the same way: per group (or row) s = amax / qmax (symmetric) or
 // (max - min) / (2^bits - 1) with a zero point, in BF16, codes round(w / s) (+ zero point) clamped,
 // stored offset by 2^(bits-1), value j of a word at bits bits*j. int8 weights: the same codes per row
-// (s = amax / 127, codes clamped to [-128, 127]), stored as they are.
+// (s = amax / 127, codes clamped to [-128, 127]), stored as they are. NVFP4: a global scale
+// g = 448 * 6 / amax of the projection, per 16 inputs s = fp8(amax / 6 * g), codes the nearest E2M1 value
+// of w * g / s (value 2j of a byte in its low nibble); the input global scale a value in [10, 100).
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads = 0);
 
 }  // namespace shardload::tiny

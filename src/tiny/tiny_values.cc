@@ -38,6 +38,7 @@ Distribution distribution(ValueKind kind) {
     case ValueKind::kMxfp4Scales:
     case ValueKind::kZeroPoint:  // tiny_quant.cc's
     case ValueKind::kWeightShape:
+    case ValueKind::kGlobalScale:
       break;
   }
   return {0.0f, 0.0f};

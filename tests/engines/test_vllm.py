@@ -36,6 +36,9 @@ PACKED = [("llama", 1, "ct-w4a16"), ("qwen3", 1, "ct-w4a16-asym"), ("qwen3_moe",
 # llm-compressor's W8A8 int8 (make-tiny --quant ct-w8a8: int8 weights, a scale per row, activations quantized
 # per token at run time), held as vLLM's CompressedTensorsW8A8Int8 and its MoE method hold them.
 INT8 = [("llama", 1, "ct-w8a8"), ("qwen3_moe", 2, "ct-w8a8"), ("deepseek_v3", 1, "ct-w8a8")]
+# llm-compressor's NVFP4 (make-tiny --quant ct-nvfp4: FP4 weights, FP8 scales per 16 inputs, each part's global
+# scales side by side), held as vLLM's CompressedTensorsW4A4Fp4 and its MoE method hold them.
+NVFP4 = [("llama", 1, "ct-nvfp4"), ("qwen3_moe", 2, "ct-nvfp4"), ("deepseek_v3", 2, "ct-nvfp4")]
 
 
 # The families vLLM builds on CPU with the harness's stand-ins for a kernel choice (vllm_ranks.py:
@@ -50,7 +53,7 @@ MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deeps
 def test_vllm_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       PACKED + INT8 + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
+                       PACKED + INT8 + NVFP4 + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
@@ -67,6 +70,8 @@ def test_vllm_tp4_expert_parallel(tmp_path):
                                              ("llama", 1, "ct-w4a16-asym"), ("qwen3_moe", 4, "ct-w4a16"),
                                              ("deepseek_v3", 4, "ct-w8a16"), ("deepseek_v3", 4, "ct-w8a8"),
                                              ("llama", 1, "ct-w8a8"), ("qwen3_moe", 4, "ct-w8a8"),
+                                             ("llama", 1, "ct-nvfp4"), ("qwen3_moe", 4, "ct-nvfp4"),
+                                             ("deepseek_v3", 4, "ct-nvfp4"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))
 
 

@@ -197,6 +197,25 @@ def cpu_model_stand_ins(built):
                                    lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
 
         int8_oracle.backend_to_kernel_cls = lambda backend: [int8_on_this_device(c) for c in int8_classes(backend)]
+    if any(nvfp4_weights(c) for c, _, _ in built):
+        # Its CPU platform lists no NVFP4 linear kernel and no NVFP4 MoE experts: its own emulation linear
+        # kernel is named for the CPU, and its MoE experts are named on this CPU (subclasses, for the NVFP4
+        # oracle only), which changes nothing its loaders do.
+        import types
+
+        from vllm.model_executor.kernels import linear as linear_kernels
+        from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
+        from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as nvfp4_oracle
+        from vllm.platforms import PlatformEnum
+
+        linear_kernels._POSSIBLE_NVFP4_KERNELS[PlatformEnum.CPU] = [EmulationNvFp4LinearKernel]
+        nvfp4_classes = nvfp4_oracle.backend_to_kernel_cls
+
+        def nvfp4_on_this_device(cls):
+            return types.new_class(cls.__name__, (cls,), {},
+                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
+
+        nvfp4_oracle.backend_to_kernel_cls = lambda backend: [nvfp4_on_this_device(c) for c in nvfp4_classes(backend)]
     if "gpt_oss_mxfp4" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
@@ -230,6 +249,12 @@ def int8_weights(model_config):
     """llm-compressor's W8A8 int8 (compressed-tensors int-quantized)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
     return model_config.quantization == "compressed-tensors" and quant.get("format") == "int-quantized"
+
+
+def nvfp4_weights(model_config):
+    """llm-compressor's NVFP4 (compressed-tensors nvfp4-pack-quantized)."""
+    quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    return model_config.quantization == "compressed-tensors" and quant.get("format") == "nvfp4-pack-quantized"
 
 
 def per_tensor_fp8(model_config):

@@ -240,7 +240,7 @@ TEST_P(Fp8Reload, ExpertsOnlyFromAnotherCheckpointLeaveTheRestByteIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Quantizations, Fp8Reload,
                          ::testing::Values("fp8", "fp8-block", "dynamic", "ct-fp8-tensor", "ct-fp8-channel",
-                                           "ct-fp8-block"));
+                                           "ct-fp8-block", "ct-w8a8", "ct-nvfp4"));
 
 TEST(Fp8DynamicTest, EachRankTensorAndExpertGetsItsOwnScaleCodeExact) {
   TempDir dir;

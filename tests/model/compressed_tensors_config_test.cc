@@ -244,6 +244,74 @@ TEST(CompressedTensorsConfig, Int8SchemesOutsideW8a8AreRefusedNamingTheField) {
   }
 }
 
+// llm-compressor's NVFP4 group (nvfp4-pack-quantized); `activations`: NVFP4 (else NVFP4A16).
+json nvfp4_group(bool activations = true) {
+  json args = {{"num_bits", 4}, {"type", "float"}, {"strategy", "tensor_group"}, {"group_size", 16},
+               {"symmetric", true}, {"dynamic", false}};
+  json inputs = args;
+  inputs["dynamic"] = "local";
+  return {{"targets", {"Linear"}}, {"weights", args}, {"input_activations", activations ? inputs : json(nullptr)},
+          {"output_activations", nullptr}, {"format", "nvfp4-pack-quantized"}};
+}
+
+json nvfp4_config(json groups) {
+  json q = ct(std::move(groups));
+  q["format"] = "nvfp4-pack-quantized";
+  return q;
+}
+
+TEST(CompressedTensorsConfig, Nvfp4IsReadWithAndWithoutFp4Activations) {
+  ModelConfig m = ModelConfig::from_json(config_with(nvfp4_config({{"group_0", nvfp4_group()}})));
+  EXPECT_EQ(m.quantization, Quantization::kNvfp4);
+  EXPECT_EQ(quantization_name(m.quantization), "nvfp4");
+  WeightFormat format = weight_format(m, false);
+  EXPECT_EQ(format.checkpoint_dtype, DType::kU8);
+  EXPECT_EQ(format.pack_factor, 2u);
+  EXPECT_EQ(format.block_cols, 16u);
+  ASSERT_EQ(format.companions.size(), 3u);  // weight_scale, weight_global_scale, input_global_scale
+  EXPECT_EQ(format.companions[0].stored_dtype, DType::kF8E4M3);
+  EXPECT_EQ(format.companions[1].layout, CompanionLayout::kPartTable);
+  EXPECT_EQ(format.companions[2].checkpoint_suffix, "input_global_scale");
+
+  m = ModelConfig::from_json(config_with(nvfp4_config({{"group_0", nvfp4_group(false)}})));
+  format = weight_format(m, false);
+  EXPECT_EQ(format.companions.size(), 2u);  // NVFP4A16: no input global scale
+}
+
+TEST(CompressedTensorsConfig, Nvfp4OutsideItsSchemeIsRefusedNamingTheField) {
+  struct Bad {
+    std::string what;
+    json group;
+    std::string field;
+  };
+  const auto with = [](const char* part, const char* field, json value) {
+    json g = nvfp4_group();
+    g[part][field] = std::move(value);
+    return g;
+  };
+  const Bad cases[] = {
+      {"8-bit weights", with("weights", "num_bits", 8), "weights.num_bits"},
+      {"int weights", with("weights", "type", "int"), "weights.type"},
+      {"groups of 32 (MXFP4's)", with("weights", "group_size", 32), "weights.group_size"},
+      {"a plain group strategy", with("weights", "strategy", "group"), "weights.strategy"},
+      {"asymmetric weights", with("weights", "symmetric", false), "weights.symmetric"},
+      {"activations without a stored global scale", with("input_activations", "dynamic", true),
+       "input_activations.dynamic"},
+      {"8-bit activations", with("input_activations", "num_bits", 8), "input_activations.num_bits"},
+  };
+  for (const Bad& bad : cases) {
+    try {
+      ModelConfig::from_json(config_with(nvfp4_config({{"group_0", bad.group}})));
+      ADD_FAILURE() << bad.what << " must be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig) << bad.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("quantization_config.config_groups.group_0." + bad.field),
+                std::string::npos)
+          << bad.what << ": " << e.what();
+    }
+  }
+}
+
 TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   struct Bad {
     std::string what;
@@ -259,7 +327,7 @@ TEST(CompressedTensorsConfig, WhatIsNotFp8IsRefusedNamingTheField) {
   json kv_cache = ct({{"group_0", group("tensor", true)}});
   kv_cache["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
   json other_format = ct({{"group_0", group("tensor", true)}});
-  other_format["format"] = "nvfp4-pack-quantized";
+  other_format["format"] = "marlin-24";
   json no_block = group("block", true);
   no_block["weights"].erase("block_structure");
   const Bad cases[] = {

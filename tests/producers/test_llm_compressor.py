@@ -1,6 +1,6 @@
 """FP8 and integer checkpoints as llm-compressor writes them (compressed-tensors): `oneshot` with FP8_DYNAMIC,
-FP8_BLOCK and static FP8, W4A16, W4A16_ASYM and W8A16 (pack-quantized), and W8A8 (int8, int-quantized) on tiny
-random models of a dense, a
+FP8_BLOCK and static FP8, W4A16, W4A16_ASYM and W8A16 (pack-quantized), W8A8 (int8, int-quantized) and NVFP4
+(nvfp4-pack-quantized) on tiny random models of a dense, a
 MoE and an MLA family. Each loads, exports, verifies, and a live model updates in place from a second such
 checkpoint (and rebalances its experts)."""
 import json
@@ -19,8 +19,9 @@ SCHEMES = {"FP8_DYNAMIC": ("channel", True), "FP8_BLOCK": ("block", True), "FP8"
 # Integer weights (no input quantization): bits, symmetric. llm-compressor 0.14's W8A16 is int8 in groups of
 # 128 too; make-tiny's block-aligned geometry keeps every 128-group whole at tp 2.
 PACKED = {"W4A16": (4, True), "W4A16_ASYM": (4, False), "W8A16": (8, True)}
-# int8 weights per channel as they are, activations int8 per token at run time: format, strategies.
-INT8 = {"W8A8": ("int-quantized", "channel", "token")}
+# int8 weights per channel as they are, activations int8 per token at run time: format, strategies. NVFP4:
+# FP4 weights and activations in 16-value groups under global scales.
+INT8 = {"W8A8": ("int-quantized", "channel", "token"), "NVFP4": ("nvfp4-pack-quantized", "tensor_group", "tensor_group")}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_pa
         assert (weights["num_bits"], weights["symmetric"], weights["strategy"]) == (*PACKED[scheme], "group")
     elif scheme in INT8:
         inputs = quant["config_groups"]["group_0"]["input_activations"]
-        assert (quant["format"], weights["strategy"], inputs["strategy"], inputs["dynamic"]) == (*INT8[scheme], True)
+        assert (quant["format"], weights["strategy"], inputs["strategy"]) == INT8[scheme]
     else:
         assert quant["format"] == "float-quantized"
         assert (weights["strategy"],

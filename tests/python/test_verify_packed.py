@@ -1,7 +1,9 @@
 """`shardload.verify` on llm-compressor's integer weights (compressed-tensors pack-quantized: W4A16 in 32-value
-groups, with zero points, W8A16 per channel; int-quantized: W8A8 int8 per channel): dense, MoE with expert
-parallelism and MoE-TP, and MLA pass; a swapped group, a mis-cut scale, a wrong nibble order, a zero point of
-another rank, a wrong weight_shape and an int8 row scale of another rank are each caught (issue 47, item 4)."""
+groups, with zero points, W8A16 per channel; int-quantized: W8A8 int8 per channel; nvfp4-pack-quantized: FP4
+in 16-value groups under global scales): dense, MoE with expert parallelism and MoE-TP, and MLA pass; a swapped
+group, a mis-cut scale, a wrong nibble order, a zero point of another rank, a wrong weight_shape, an int8 row
+scale of another rank, NVFP4 global scales of swapped parts or of another expert and swapped FP4 nibbles are
+each caught (issue 47, item 4)."""
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from verify_helpers import check, export  # noqa: F401 (an autouse fixture)
 
 @pytest.mark.parametrize("arch,args", [("llama", ["--tp", "2"]), ("qwen3_moe", ["--tp", "2", "--ep", "2"]),
                                        ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"])])
-@pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8"])
+@pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4"])
 def test_packed_integer_weights_pass(tiny, arch, args, quant):
     report, layout = check(tiny(arch, quant), args)
     assert layout["quantization"] == "compressed-tensors"
@@ -106,3 +108,31 @@ def test_int8_experts_scaled_by_another_expert_fail(tiny, tmp_path):
 
     report = _corrupted(tiny("qwen3_moe", "ct-w8a8"), tmp_path, ["--tp", "2", "--ep", "2"], other_expert)
     assert [m.rsplit(" ", 1)[-1] for m in _failed(report)] == ["experts.w13"]
+
+
+def test_nvfp4_global_scales_of_swapped_parts_fail(tiny, tmp_path):
+    def swap(ranks):  # q's and k's global scales exchanged (make-tiny gives each projection its own)
+        g = ranks[0]["model.layers.0.self_attn.qkv_proj.weight_global_scale"]
+        g[[0, 1]] = g[[1, 0]].clone()
+
+    report = _corrupted(tiny("llama", "ct-nvfp4"), tmp_path, ["--tp", "2"], swap)
+    assert _failed(report) == ["layer 0 self_attn.qkv_proj"]
+
+
+def test_nvfp4_global_scale_of_another_expert_fails(tiny, tmp_path):
+    def other_expert(ranks):
+        name = "model.layers.1.mlp.experts.w2_weight_global_scale"
+        ranks[1][name][0] = ranks[1][name][1].clone()
+
+    report = _corrupted(tiny("qwen3_moe", "ct-nvfp4"), tmp_path, ["--tp", "2", "--ep", "2"], other_expert)
+    assert [m.rsplit(" ", 1)[-1] for m in _failed(report)] == ["experts.w2"]
+
+
+def test_nvfp4_swapped_nibbles_fail(tiny, tmp_path):
+    def swap_nibbles(ranks):  # value 2j in the high nibble instead of the low one
+        name = "model.layers.0.mlp.down_proj.weight_packed"
+        b = ranks[1][name].to(torch.int64)
+        ranks[1][name] = (((b & 0x0F) << 4) | (b >> 4)).to(torch.uint8)
+
+    report = _corrupted(tiny("llama", "ct-nvfp4"), tmp_path, ["--tp", "2"], swap_nibbles)
+    assert _failed(report) == ["layer 0 mlp.down_proj"]

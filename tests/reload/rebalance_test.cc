@@ -80,7 +80,10 @@ INSTANTIATE_TEST_SUITE_P(Quantization, Rebalance,
                                            RebalanceCase{"none", "", true},
                                            RebalanceCase{"fp8-block", "", false},
                                            RebalanceCase{"ct-fp8-channel", "", false},
-                                           RebalanceCase{"ct-fp8-tensor", "", false}),
+                                           RebalanceCase{"ct-fp8-tensor", "", false},
+                                           RebalanceCase{"ct-w4a16-asym", "", false},
+                                           RebalanceCase{"ct-w8a8", "", false},
+                                           RebalanceCase{"ct-nvfp4", "", false}),
                          [](const auto& info) {
                            const RebalanceCase& c = info.param;
                            std::string quant = c.quant;

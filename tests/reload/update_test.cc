@@ -69,7 +69,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FullUpdate,
                              UpdateCase{"deepseek_v32", "fp8-block", "", 4, 2, false},
                              UpdateCase{"minimax_m2", "fp8-block", "", 4, 2, false},
                              UpdateCase{"qwen3_next", "fp8-block", "", 4, 2, false},
-                             UpdateCase{"qwen3_5_moe", "fp8-block", "", 4, 2, false}),
+                             UpdateCase{"qwen3_5_moe", "fp8-block", "", 4, 2, false},
+                             UpdateCase{"qwen3_moe", "ct-w4a16", "", 2, 2, false},
+                             UpdateCase{"deepseek_v3", "ct-w8a8", "", 2, 1, false},
+                             UpdateCase{"qwen3_moe", "ct-nvfp4", "", 4, 2, false}),
                          [](const auto& info) {
                            const UpdateCase& c = info.param;
                            std::string quant = c.quant;

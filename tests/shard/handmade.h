@@ -200,6 +200,11 @@ inline void write_handmade(const std::string& dir, const nlohmann::json& config,
         const auto word = static_cast<int32_t>(values[i] * 1e9f);
         std::memcpy(bytes.data() + 4 * i, &word, 4);
       }
+    } else if (t.dtype == DType::kU8) {  // packed FP4 codes: any
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto code = static_cast<uint8_t>(static_cast<int32_t>(values[i] * 1e6f));
+        std::memcpy(bytes.data() + i, &code, 1);
+      }
     } else if (t.dtype == DType::kI8) {  // int8 codes: any
       for (uint64_t i = 0; i < n; ++i) {
         const auto code = static_cast<int8_t>(static_cast<int32_t>(values[i] * 1e6f));

@@ -1,7 +1,7 @@
-// Integer weights' scales (compressed-tensors pack-quantized in the model dtype, int-quantized in
-// float32 on a rank) are checked as FP8's are: a scale that is zero, negative or not finite is refused
-// before any weight goes live, naming the checkpoint tensor and where in it (the group, the row, the
-// expert), and nothing is exported.
+// Integer and FP4 weights' scales (compressed-tensors pack-quantized in the model dtype, int-quantized in
+// float32 on a rank, NVFP4's FP8 group scales and float32 global scales) are checked as FP8's are: a scale
+// that is zero, negative or not finite is refused before any weight goes live, naming the checkpoint tensor
+// and where in it (the group, the row, the expert), and nothing is exported.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,12 +30,20 @@ TEST(IntScales, ABadScaleIsRefusedNamingTheTensorAndItsGroupRowOrExpert) {
        std::numeric_limits<float>::quiet_NaN(), "expert 3"},
       {"deepseek_v3", "ct-w8a8", "model.layers.1.mlp.experts.2.down_proj.weight_scale", 0,
        std::numeric_limits<float>::infinity(), "expert 2"},
+      // NVFP4's FP8 group scales, then a global scale (one value: no row or column to name).
+      {"llama", "ct-nvfp4", "model.layers.0.self_attn.q_proj.weight_scale", 9, 0.0f, "group (row 1, column 1)"},
+      {"qwen3_moe", "ct-nvfp4", "model.layers.1.mlp.experts.1.gate_proj.weight_global_scale", 0, -1.0f,
+       "expert 1"},
   };
   for (const Bad& bad : cases) {
     TempDir tmp;
     const std::string model = tmp.file("model");
     make_tiny({.arch = bad.arch, .out = model, .seed = test_seed(), .quant = bad.quant});
-    poke_value(model, bad.tensor, bad.index, bad.value, DType::kBF16);  // llm-compressor: bf16 scales
+    // llm-compressor's scales: bf16, NVFP4's group scales FP8, its global scales float32.
+    const DType stored = bad.quant != "ct-nvfp4"                 ? DType::kBF16
+                         : bad.tensor.ends_with("global_scale") ? DType::kF32
+                                                                 : DType::kF8E4M3;
+    poke_value(model, bad.tensor, bad.index, bad.value, stored);
     const CommandResult result = shardload_cli({"export", model, "--tp", "2", "--out", tmp.file("export")});
     EXPECT_NE(result.exit_code, 0) << bad.tensor;
     EXPECT_NE(result.err.find(bad.tensor), std::string::npos) << result.err;

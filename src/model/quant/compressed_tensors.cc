@@ -1,7 +1,8 @@
 // quantization_config of llm-compressor's compressed-tensors checkpoints (docs/layout.md
 // "compressed-tensors FP8", "compressed-tensors W4A16 / W8A16" and "compressed-tensors W8A8 int8"): FP8
-// weights (float-quantized), integer weights packed into words (pack-quantized) or int8 weights as they
-// are (int-quantized), one scheme for the whole model; anything else is refused naming the field.
+// weights (float-quantized), integer weights packed into words (pack-quantized), int8 weights as they
+// are (int-quantized) or FP4 weights two a byte (nvfp4-pack-quantized), one scheme for the whole model;
+// anything else is refused naming the field.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -198,7 +199,42 @@ Scheme read_int_group(const json& group, const json& weights, const std::string&
   return scheme;
 }
 
-Scheme read_group(const json& group, const std::string& where, bool packed, bool integer) {
+// The weights and activations of an nvfp4-pack-quantized group: llm-compressor's NVFP4 (FP4 E2M1
+// weights, an FP8 scale per 16 inputs under a float32 global scale per tensor; activations FP4 with
+// a static global scale and local scales computed at run time) and NVFP4A16 (activations left alone).
+Scheme read_nvfp4_group(const json& group, const json& weights, const std::string& w, const std::string& where) {
+  require_field(weights, "num_bits", w, 4, "(missing)", "NVFP4 weights are 4-bit");
+  require_field(weights, "type", w, "float", "(missing)", "NVFP4 weights are floats (E2M1)");
+  require_field(weights, "strategy", w, "tensor_group", "(missing)",
+                "NVFP4 weights are scaled per 16-value group under a global scale (tensor_group)");
+  require_field(weights, "group_size", w, 16, "(missing)", "NVFP4 groups hold 16 values");
+  require_field(weights, "dynamic", w, false, false, "weights quantized at run time are not a checkpoint's weights");
+  require_field(weights, "symmetric", w, true, true, "NVFP4 weights are symmetric");
+  Scheme scheme;
+  scheme.strategy = WeightStrategy::kGroup;
+  scheme.block_rows = 1;
+  scheme.block_cols = 16;
+  scheme.bits = 4;
+  const auto inputs = group.find("input_activations");
+  if (inputs != group.end() && !inputs->is_null()) {
+    const std::string a = where + ".input_activations";
+    if (!inputs->is_object()) throw quant_error("not a JSON object", a, "object", inputs->type_name());
+    require_field(*inputs, "num_bits", a, 4, "(missing)", "NVFP4 activations are 4-bit");
+    require_field(*inputs, "type", a, "float", "(missing)", "NVFP4 activations are floats (E2M1)");
+    require_field(*inputs, "strategy", a, "tensor_group", "(missing)",
+                  "NVFP4 activations are scaled per 16-value group under a global scale (tensor_group)");
+    require_field(*inputs, "dynamic", a, "local", "(missing)",
+                  "NVFP4 activations with local scales at run time and a stored global scale are loaded");
+    scheme.static_activations = true;  // input_global_scale, one per projection
+  }
+  if (const auto outputs = group.find("output_activations"); outputs != group.end() && !outputs->is_null()) {
+    throw quant_error("quantized output activations are not loaded", where + ".output_activations", "null",
+                      brief_json(*outputs));
+  }
+  return scheme;
+}
+
+Scheme read_group(const json& group, const std::string& where, bool packed, bool integer, bool nvfp4) {
   if (!group.is_object()) throw quant_error("not a JSON object", where, "object", group.type_name());
   Scheme scheme;
   const auto weights = group.find("weights");
@@ -209,6 +245,7 @@ Scheme read_group(const json& group, const std::string& where, bool packed, bool
   const std::string w = where + ".weights";
   if (packed) return read_packed_weights(group, *weights, w, where);
   if (integer) return read_int_group(group, *weights, w, where);
+  if (nvfp4) return read_nvfp4_group(group, *weights, w, where);
   require_fp8(*weights, w);
   if (bool_field(*weights, "dynamic", w, false)) {
     throw quant_error("weights quantized at run time are not a checkpoint's weights", w + ".dynamic", "false", "true");
@@ -262,10 +299,11 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
   const std::string format = string_field(q, "format", "", "(missing)");
   const bool packed = format == "pack-quantized";
   const bool integer = format == "int-quantized";
-  if (format != "float-quantized" && format != "naive-quantized" && !packed && !integer) {
+  const bool nvfp4 = format == "nvfp4-pack-quantized";
+  if (format != "float-quantized" && format != "naive-quantized" && !packed && !integer && !nvfp4) {
     throw quant_error("unsupported compressed-tensors format", "format",
-                      "float-quantized, naive-quantized (FP8), pack-quantized (packed integer weights) or "
-                      "int-quantized (int8 weights)",
+                      "float-quantized, naive-quantized (FP8), pack-quantized (packed integer weights), "
+                      "int-quantized (int8 weights) or nvfp4-pack-quantized (FP4 weights)",
                       format);
   }
   for (const char* field : {"kv_cache_scheme", "sparsity_config", "transform_config"}) {
@@ -288,7 +326,7 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
       throw quant_error("config groups of another format than the checkpoint's are not loaded", where + ".format",
                         format, brief_json(*own));
     }
-    const Scheme scheme = read_group(group, where, packed, integer);
+    const Scheme scheme = read_group(group, where, packed, integer, nvfp4);
     if (model_scheme && !(scheme == *model_scheme)) {
       throw quant_error("config groups with different schemes are not loaded (one scheme per model)", where,
                      "the scheme of config_groups." + first_group, "another weight strategy or activations");
@@ -321,6 +359,12 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
     m.weight_bits = 8;
     return;
   }
+  if (nvfp4) {
+    m.quantization = Quantization::kNvfp4;
+    m.weight_bits = 4;
+    m.group_size = 16;
+    return;
+  }
   m.quantization = m.weight_strategy == WeightStrategy::kTensor ? Quantization::kFp8 : Quantization::kFp8Block;
 }
 
@@ -340,6 +384,7 @@ namespace shardload {
 WeightFormat compressed_tensors_weight_format(const ModelConfig& m) {
   if (m.quantization == Quantization::kWna16) return pack_quantized_format(m);
   if (m.quantization == Quantization::kInt8) return int_quantized_format(m);
+  if (m.quantization == Quantization::kNvfp4) return nvfp4_format(m);
   if (m.quantization == Quantization::kFp8Block) return block_fp8_format(m, "weight_scale");
   return per_tensor_fp8_format(m);
 }

@@ -37,6 +37,7 @@ std::string_view quantization_name(Quantization quantization) {
     case Quantization::kFp8Dynamic: return "fp8-dynamic";
     case Quantization::kWna16: return "wna16";
     case Quantization::kInt8: return "int8";
+    case Quantization::kNvfp4: return "nvfp4";
   }
   return "?";
 }

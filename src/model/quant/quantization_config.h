@@ -25,6 +25,8 @@ void read_mxfp4(const nlohmann::json& quantization_config, ModelConfig& m);
 WeightFormat pack_quantized_format(const ModelConfig& model);
 // compressed-tensors int-quantized int8 weights (int_quantized.cc).
 WeightFormat int_quantized_format(const ModelConfig& model);
+// compressed-tensors nvfp4-pack-quantized FP4 weights (nvfp4_pack_quantized.cc).
+WeightFormat nvfp4_format(const ModelConfig& model);
 
 // Error(kConfig) in config.json at quantization_config.<field>, for both formats' readers.
 Error quant_error(std::string message, const std::string& field, std::string expected, std::string found);
