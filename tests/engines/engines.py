@@ -106,7 +106,7 @@ def put_in_hub_cache(model, cache, repo_id):
 
 def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
     """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by
-    default) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
+    default; a family may be one of VARIANTS, e.g. "gemma4-dense", make-tiny's Gemma 4 without experts) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
     most of the time, paid once):
     (a) the engine's own load of the checkpoint; (b) its load_format="sharded_state" load of
     `shardload export --engine ENGINE`; (c) shardload inside it from the checkpoint (vLLM: --load-format
@@ -152,7 +152,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             name = f"{arch}-{quant}-ep{ep}"
             model = tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
             if not model.exists():
-                cli("make-tiny", "--arch", arch, "--quant", quant, "--out", model, *tiny_flags(engine, arch))
+                cli("make-tiny", *make_tiny_args(engine, arch), "--quant", quant, "--out", model)
             source = model  # what the engine, the export and the server are given
             if hub and i == 0:
                 snapshot = put_in_hub_cache(model, tmp_path / "hub", HUB_ID)
@@ -230,8 +230,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
             # FP8: both refills post-process again (shardload.vllm.refill_processed, shardload.sglang's).
             assert quant in ("none", *REQUANTIZED), "the sync goes on with an unquantized or per-tensor FP8 model"
             second = tmp_path / f"{arch}-second"
-            cli("make-tiny", "--arch", arch, "--quant", quant, "--seed", 1234, "--out", second,
-                *tiny_flags(engine, arch))
+            cli("make-tiny", *make_tiny_args(engine, arch), "--quant", quant, "--seed", 1234, "--out", second)
             sync_spec = {"port": servers[-1].port, "api_key": servers[-1].api_key, "model": str(second),
                          "out": str(tmp_path / "synced")}
             last_own = f"{model}:{own}:auto{suffix}"  # the loop's last suffix: the last case's
@@ -291,6 +290,16 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
     compared = len([p for p in pairs if p != "--fp8"]) // 2
     assert len(lines) >= compared and not differences, "\n".join(differences)
     return output + "".join(f"{line}\n" for line in allowed) + check_forward(forwards)
+
+
+# Cases that are another shape of a family's checkpoint: the family and make-tiny's flags for it.
+VARIANTS = {"gemma4-dense": ("gemma4", ["--experts", "0"])}
+
+
+def make_tiny_args(engine, arch):
+    """make-tiny's --arch and flags for case ARCH (a family, or one of VARIANTS) of ENGINE."""
+    family, flags = VARIANTS.get(arch, (arch, []))
+    return ["--arch", family, *flags, *tiny_flags(engine, family)]
 
 
 def tiny_flags(engine, arch):

@@ -46,7 +46,7 @@ NVFP4 = [("llama", 1, "ct-nvfp4"), ("qwen3_moe", 2, "ct-nvfp4"), ("deepseek_v3",
 # ships them.
 MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deepseek_v32", "glm4_moe",
                          "ernie4_5_moe", "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"]] + \
-    [("gpt_oss", 2, "mxfp4"), ("qwen3_5", 1), ("gemma4", 2)] + \
+    [("gpt_oss", 2, "mxfp4"), ("qwen3_5", 1), ("gemma4", 2), ("gemma4-dense", 1)] + \
     [("qwen3_5", 1, "fp8-block"), ("qwen3_5_moe", 2, "fp8-block")]
 
 
