@@ -377,7 +377,8 @@ class Planner {
               codes ? std::optional<DType>(DType::kU8) : integer_codes);
       for (size_t c = 0; c < inst.companions.size(); ++c) {
         const CompanionTensor& companion = format().companions[c];
-        const bool converted = inst.rule->group == Group::kExperts && companion.expert_dtype != CompanionDtype::kStored;
+        const bool converted =
+            inst.rule->group == Group::kExperts && companion.expert_dtype != CompanionDtype::kStored;
         resolve(inst.companions[c], inst.companion_ids[c], companion_shapes(companion, shapes),
                 companion.stored_dtype.value_or(DType::kF32), companion.stored_dtype,
                 converted ? companion.expert_alt_dtype : std::nullopt);

@@ -23,7 +23,9 @@ TinyModel default_model(const arch::Family& family) {
   m.family = &family;
   family.tiny_defaults(m);
   // A family whose only class is multimodal (Kimi-K2.5) names its text model under its prefix.
-  if (family.architectures.front() == family.multimodal_architecture) m.weight_prefix = family.multimodal_weight_prefix;
+  if (family.architectures.front() == family.multimodal_architecture) {
+    m.weight_prefix = family.multimodal_weight_prefix;
+  }
   return m;
 }
 

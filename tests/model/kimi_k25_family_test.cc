@@ -1,8 +1,8 @@
-// Kimi-K2.5 (kimi_k25): KimiK25ForConditionalGeneration's config.json as the Hub writes it (the DeepSeek-V3
-// text model under text_config, its quantization_config there or at the top), the checkpoint's names
-// (language_model.model.*, language_model.lm_head.weight beside vision_tower.* and mm_projector.*), which
-// linears its `ignore` leaves in bf16 (all but the routed experts), and the refusals naming the field
-// (tests/shard/kimi_k25_plan_test.cc: the plans).
+// Kimi-K2.5 (kimi_k25): KimiK25ForConditionalGeneration's config.json as the Hub writes it (the
+// DeepSeek-V3 text model under text_config, its quantization_config there or at the top), the
+// checkpoint's names (language_model.model.*, language_model.lm_head.weight beside vision_tower.*
+// and mm_projector.*), which linears its `ignore` leaves in bf16 (all but the routed experts), and
+// the refusals naming the field (tests/shard/kimi_k25_plan_test.cc: the plans).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,10 +39,12 @@ json int4_experts() {
                 {"symmetric", true},
                 {"dynamic", false}}}}}}},
           {"ignore",
-           {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}};
+           {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+            "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}};
 }
 
-// A small KimiK25ForConditionalGeneration: 3 layers (the first dense), 8 experts of 32 and one shared.
+// A small KimiK25ForConditionalGeneration: 3 layers (the first dense), 8 experts of 32 and one
+// shared.
 json kimi_config() {
   const json text = {{"model_type", "kimi_k2"},
                      {"architectures", {"DeepseekV3ForCausalLM"}},
@@ -98,7 +100,8 @@ TEST(KimiK25Family, ReadsTheDeepSeekV3TextModelUnderTextConfig) {
   EXPECT_EQ(m.group_size, 32u);
   EXPECT_FALSE(m.zero_points);
 
-  // The same quantization_config at the top (as Kimi's own config class copies it there) reads alike.
+  // The same quantization_config at the top (as Kimi's own config class copies it there) reads
+  // alike.
   json outer = kimi_config();
   outer["quantization_config"] = outer["text_config"]["quantization_config"];
   outer["text_config"].erase("quantization_config");
@@ -112,26 +115,32 @@ TEST(KimiK25Family, OnlyTheRoutedExpertsAreQuantized) {
   const std::string l = "language_model.model.layers.1.";
   EXPECT_TRUE(m.module_quantized(l + "mlp.experts.7.gate_proj"));
   EXPECT_TRUE(m.module_quantized(l + "mlp.experts.0.down_proj"));
-  for (const char* module : {"self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
-                             "self_attn.kv_b_proj", "self_attn.o_proj", "mlp.shared_experts.up_proj",
-                             "mlp.shared_experts.down_proj"}) {
+  for (const char* module :
+       {"self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
+        "self_attn.kv_b_proj", "self_attn.o_proj", "mlp.shared_experts.up_proj",
+        "mlp.shared_experts.down_proj"}) {
     EXPECT_FALSE(m.module_quantized(l + module)) << module;
   }
-  EXPECT_FALSE(m.module_quantized("language_model.model.layers.0.mlp.gate_proj"));  // the dense layer
+  EXPECT_FALSE(
+      m.module_quantized("language_model.model.layers.0.mlp.gate_proj"));  // the dense layer
   EXPECT_FALSE(m.module_quantized("language_model.model.layers.0.mlp.down_proj"));
 }
 
 TEST(KimiK25Family, NamesTheTextModelUnderLanguageModelAndSkipsTheTower) {
   const ModelConfig m = ModelConfig::from_json(kimi_config());
   const arch::Family& f = *m.family;
-  EXPECT_EQ(arch::checkpoint_name(f, m.weight_prefix, "model.layers.1.mlp.experts.3.up_proj.weight"),
-            "language_model.model.layers.1.mlp.experts.3.up_proj.weight");
-  EXPECT_EQ(arch::checkpoint_name(f, m.weight_prefix, "lm_head.weight"), "language_model.lm_head.weight");
+  EXPECT_EQ(
+      arch::checkpoint_name(f, m.weight_prefix, "model.layers.1.mlp.experts.3.up_proj.weight"),
+      "language_model.model.layers.1.mlp.experts.3.up_proj.weight");
+  EXPECT_EQ(arch::checkpoint_name(f, m.weight_prefix, "lm_head.weight"),
+            "language_model.lm_head.weight");
   EXPECT_EQ(arch::checkpoint_name(f, m.weight_prefix, "model.embed_tokens.weight"),
             "language_model.model.embed_tokens.weight");
-  EXPECT_EQ(arch::text_model_name(f, m.weight_prefix, "language_model.model.norm.weight"), "model.norm.weight");
-  for (const char* tower : {"vision_tower.encoder.blocks.0.wqkv.weight", "vision_tower.patch_embed.proj.weight",
-                            "mm_projector.proj.0.weight", "mm_projector.pre_norm.bias"}) {
+  EXPECT_EQ(arch::text_model_name(f, m.weight_prefix, "language_model.model.norm.weight"),
+            "model.norm.weight");
+  for (const char* tower :
+       {"vision_tower.encoder.blocks.0.wqkv.weight", "vision_tower.patch_embed.proj.weight",
+        "mm_projector.proj.0.weight", "mm_projector.pre_norm.bias"}) {
     EXPECT_EQ(arch::text_model_name(f, m.weight_prefix, tower), std::nullopt) << tower;
   }
   // The MTP layers (none on the Hub) would be skipped as DeepSeek-V3's.

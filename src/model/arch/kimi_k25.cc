@@ -1,9 +1,9 @@
 // Kimi-K2.5 / 2.6 / 2.7 (kimi_k25, KimiK25ForConditionalGeneration; docs/families/kimi_k25.md): the
-// DeepSeek-V3 text model (deepseek.cc: latent attention, one shared expert, the router's score bias,
-// first_k_dense_replace dense layers) beside a vision tower.
+// DeepSeek-V3 text model (deepseek.cc: latent attention, one shared expert, the router's score
+// bias, first_k_dense_replace dense layers) beside a vision tower.
 // - config.json nests the text model's fields under text_config (its model_type kimi_k2, read as
-//   deepseek_v3); quantization_config is in text_config (and, as the Hub's files carry it, may be at
-//   the top too: ModelConfig reads the text model's first).
+//   deepseek_v3); quantization_config is in text_config (and, as the Hub's files carry it, may be
+//   at the top too: ModelConfig reads the text model's first).
 // - The checkpoint names the text model language_model.* (language_model.model.layers.N...,
 //   language_model.lm_head.weight), vLLM 0.33's own parameter names; the vision tower
 //   (vision_tower.*) and its projector (mm_projector.*) are skipped and named.
@@ -28,10 +28,10 @@ const ArchTable& table() {
   return table;
 }
 
-constexpr TinyLayerWriter kLayer{
-    .attention = write_latent_attention,
-    .moe = [](const TinySizes& m, TensorWriter& w, const std::string& l) { write_moe(m, w, l, true); },
-    .moe_layer = moe_layer};
+constexpr TinyLayerWriter kLayer{.attention = write_latent_attention,
+                                 .moe = [](const TinySizes& m, TensorWriter& w,
+                                           const std::string& l) { write_moe(m, w, l, true); },
+                                 .moe_layer = moe_layer};
 
 // DeepSeek-V3's sizes with Kimi-K2's routing: one expert group (n_group 1), no MTP layers.
 void tiny_defaults(TinySizes& m) {
