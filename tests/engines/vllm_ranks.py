@@ -45,7 +45,10 @@ TOWERLESS = {"KimiK25ForConditionalGeneration": {"vision_chunk": 0}}
 
 
 def tower_limits(model):
-    with open(os.path.join(model, "config.json")) as f:
+    config = os.path.join(model, "config.json")
+    if not os.path.isfile(config):  # a Hugging Face model id (check_engine's hub case): not one of these
+        return {}
+    with open(config) as f:
         architecture = (json.load(f).get("architectures") or [""])[0]
     limits = TOWERLESS.get(architecture)
     return {"limit_mm_per_prompt": limits} if limits else {}
