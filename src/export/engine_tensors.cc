@@ -362,12 +362,12 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
      "transformers 5.20's AmbiguousGlobalPerLayerAttributeError), and its gemma4_causal.py would "
      "build those layers from head_dim and num_key_value_heads (it never reads global_head_dim): "
      "not checked"},
-    // Read from SGLang 0.5.23's models/kimi_k25.py (its own load of make-tiny's checkpoint not run: nothing
-    // shardload exports could match it).
+    // Measured with sglang_ranks.py on make-tiny's bf16 kimi_k25 at tp 2 x ep 2 (its own load runs on CPU).
     {Engine::kSglang, "kimi_k25",
-     "SGLang 0.5.23's KimiK25ForConditionalGeneration always builds its vision tower and projector, whose "
-     "parameters its sharded_state load would ask of every rank file (shardload exports the text model "
-     "only), and the Hub's int4 experts are a format --engine sglang refuses: not checked"},
+     "SGLang 0.5.23's KimiK25ForConditionalGeneration always builds its vision tower and projector (its own "
+     "load of a checkpoint without them holds 335 tower tensors of 376 a rank, at their initial values), "
+     "which its sharded_state load would ask of every rank file (shardload exports the text model only), "
+     "and the Hub's int4 experts are a format --engine sglang refuses: not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
