@@ -2,8 +2,8 @@
 // DeepSeek-V3 text model (deepseek.cc: latent attention, one shared expert, the router's score
 // bias, first_k_dense_replace dense layers) beside a vision tower.
 // - config.json nests the text model's fields under text_config (its model_type kimi_k2, read as
-//   deepseek_v3); quantization_config is in text_config (and, as the Hub's files carry it, may be
-//   at the top too: ModelConfig reads the text model's first).
+//   deepseek_v3); quantization_config is in text_config (Kimi's config class copies it to the top
+//   when loaded; make-tiny writes it there): ModelConfig reads text_config's first, then the top's.
 // - The checkpoint names the text model language_model.* (language_model.model.layers.N...,
 //   language_model.lm_head.weight), vLLM 0.33's own parameter names; the vision tower
 //   (vision_tower.*) and its projector (mm_projector.*) are skipped and named.
