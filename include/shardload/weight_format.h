@@ -73,6 +73,9 @@ struct CompanionTensor {
   CompanionDtype expert_dtype = CompanionDtype::kF32;  // of routed experts' (vLLM keeps some apart)
   // The dtype the checkpoint must store it in, for companions kept as stored bytes (kStored).
   std::optional<DType> stored_dtype = std::nullopt;
+  // Another dtype the checkpoint may store it in where the rank converts it (expert_dtype not
+  // kStored): Kimi-K2.5's experts' weight_shape is int32, llm-compressor's int64.
+  std::optional<DType> expert_alt_dtype = std::nullopt;
   // kBlockGrid: the grid's block, in values of the weight [N, K]; 0: the format's block_rows/cols
   // (zero points packed along N group pack_factor rows).
   uint64_t block_rows = 0;

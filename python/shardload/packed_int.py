@@ -31,7 +31,10 @@ class Scheme:
 
     @staticmethod
     def of(config):
-        q = config.get("quantization_config") or config.get("compression_config") or {}
+        # A multimodal config's may be in its text_config only (Kimi-K2.5's).
+        text = config.get("text_config") or {}
+        q = (config.get("quantization_config") or config.get("compression_config") or
+             text.get("quantization_config") or {})
         if q.get("quant_method") != "compressed-tensors":
             return None
         if q.get("format") == "nvfp4-pack-quantized":

@@ -68,7 +68,8 @@ class Report:
 _MULTIMODAL_PREFIX = {"Llama4ForConditionalGeneration": ("language_model.", ""),
                       "Qwen3_5ForConditionalGeneration": ("model.language_model.", "model."),
                       "Qwen3_5MoeForConditionalGeneration": ("model.language_model.", "model."),
-                      "Gemma4ForConditionalGeneration": ("model.language_model.", "model.")}
+                      "Gemma4ForConditionalGeneration": ("model.language_model.", "model."),
+                      "KimiK25ForConditionalGeneration": ("language_model.", "")}
 # Qwen3.5's linear-attention projections stored apart: in_proj_qkv's q, k and v row ranges are checked as
 # parts of the rank's in_proj_qkvz, beside in_proj_z (and in_proj_b, in_proj_a of in_proj_ba).
 _SEPARATE_PROJECTIONS = {"linear_attn.in_proj_qkvz": ["linear_attn.in_proj_q", "linear_attn.in_proj_k",

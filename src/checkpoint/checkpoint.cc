@@ -223,13 +223,8 @@ void warn_other_towers(const nlohmann::json& config, const std::vector<std::stri
   const auto other = [&](const std::string& name) { return !arch::text_model_name(*family, prefix, name); };
   const auto skipped = std::count_if(names.begin(), names.end(), other);
   if (skipped == 0) return;
-  if (family->multimodal_replaced_prefix.empty()) {
-    warnings.push_back(fmt::format("{}: {} tensors outside {}* (the vision tower and projector) are skipped; "
-                                   "shardload loads the text model",
-                                   architecture, skipped, prefix));
-    return;
-  }
-  // The other towers by their modules (Qwen3.5: model.visual.*), the text model beside them named.
+  // The other towers by their modules (Qwen3.5: model.visual.*; Kimi-K2.5: mm_projector.*, vision_tower.*),
+  // the text model beside them named.
   std::set<std::string> towers;
   const size_t after = family->multimodal_replaced_prefix.size();
   for (const std::string& name : names) {

@@ -310,6 +310,9 @@ constexpr EngineFamily kEngineFamilies[] = {
     // Gemma 4, dense and MoE: every tensor in the model dtype (its norms, router and scales too).
     {Engine::kVllm, "gemma4", kVllmGemma4, kVllmGemma4Attention, false, 0, {}, {}, false,
      vllm_gemma4_cross_decoder},
+    // Kimi-K2.5: DeepSeek-V3's modules under language_model. (the vision tower not built: tests/engines
+    // passes limit_mm_per_prompt 0); its int4 routed experts checked, FP8 formats not.
+    {Engine::kVllm, "kimi_k25", kVllmDeepseek, kVllmMla, false, kCtPacked},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -363,6 +366,12 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
      "transformers 5.20's AmbiguousGlobalPerLayerAttributeError), and its gemma4_causal.py would "
      "build those layers from head_dim and num_key_value_heads (it never reads global_head_dim): "
      "not checked"},
+    // Measured with sglang_ranks.py on make-tiny's bf16 kimi_k25 at tp 2 x ep 2 (its own load runs on CPU).
+    {Engine::kSglang, "kimi_k25",
+     "SGLang 0.5.23's KimiK25ForConditionalGeneration always builds its vision tower and projector (its own "
+     "load of a checkpoint without them holds 335 tower tensors of 376 a rank, at their initial values), "
+     "which its sharded_state load would ask of every rank file (shardload exports the text model only), "
+     "and the Hub's int4 experts are a format --engine sglang refuses: not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {

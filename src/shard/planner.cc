@@ -358,10 +358,10 @@ class Planner {
       const auto resolve = [&](std::vector<std::vector<std::string>>& table,
                                std::vector<std::vector<uint32_t>>& ids,
                                const std::vector<Shape>& part_shapes, DType assumed,
-                               std::optional<DType> exact) {
+                               std::optional<DType> exact, std::optional<DType> alt = std::nullopt) {
         for (size_t x = 0; x < table.size(); ++x) {
           for (size_t k = 0; k < table[x].size(); ++k) {
-            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed, exact);
+            ids[x][k] = source_index(table[x][k], ids[x][k], part_shapes[k], assumed, exact, alt);
           }
         }
       };
@@ -377,8 +377,11 @@ class Planner {
               codes ? std::optional<DType>(DType::kU8) : integer_codes);
       for (size_t c = 0; c < inst.companions.size(); ++c) {
         const CompanionTensor& companion = format().companions[c];
+        const bool converted =
+            inst.rule->group == Group::kExperts && companion.expert_dtype != CompanionDtype::kStored;
         resolve(inst.companions[c], inst.companion_ids[c], companion_shapes(companion, shapes),
-                companion.stored_dtype.value_or(DType::kF32), companion.stored_dtype);
+                companion.stored_dtype.value_or(DType::kF32), companion.stored_dtype,
+                converted ? companion.expert_alt_dtype : std::nullopt);
       }
       if (coded_source) {
         for (const auto& ids : inst.source_ids) {
@@ -453,7 +456,8 @@ class Planner {
   // Without a checkpoint the source is assumed: `expected_shape`, dtype `assumed`, in no file.
   // `exact`: a tensor kept as stored (codes, zero points, shapes) must have that dtype; else a float.
   uint32_t source_index(std::string& name, uint32_t tensor, const Shape& expected_shape,
-                        DType assumed, std::optional<DType> exact = std::nullopt) {
+                        DType assumed, std::optional<DType> exact = std::nullopt,
+                        std::optional<DType> alt = std::nullopt) {
     if (tensor == kMissing && ckpt_ == nullptr) {
       plan_.sources.push_back(
           matrix_view(PlanSource{std::move(name), 0, 0, assumed, expected_shape, 0, 0}));
@@ -479,7 +483,7 @@ class Planner {
                   {.file = file.path(), .tensor = name, .field = "dtype", .expected = "U8",
                    .found = std::string(dtype_name(info.dtype))});
     }
-    if (exact && info.dtype != *exact) {
+    if (exact && info.dtype != *exact && info.dtype != alt) {
       throw Error(ErrorKind::kUnsupportedDtype,
                   fmt::format("an {} checkpoint stores it as {}", quantized_name(), dtype_name(*exact)),
                   {.file = file.path(), .tensor = name, .field = "dtype",

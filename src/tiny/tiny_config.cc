@@ -140,7 +140,8 @@ json compressed_tensors_config(const TinyModel& m) {
                  {"observer", static_inputs ? json("minmax") : json(nullptr)},
                  {"observer_kwargs", json::object()}};
   json ignore = json::array();
-  for (const json& module : unquantized_linears(m)) {
+  for (std::string_view entry : m.family->tiny_quant_ignore) ignore.push_back(std::string(entry));
+  for (const json& module : m.family->tiny_quant_ignore.empty() ? unquantized_linears(m) : json::array()) {
     const std::string entry = ignore_entry(module.get<std::string>());
     if (std::find(ignore.begin(), ignore.end(), entry) == ignore.end()) ignore.push_back(entry);
   }

@@ -22,6 +22,10 @@ TinyModel default_model(const arch::Family& family) {
   static_cast<arch::TinySizes&>(m) = arch::tiny_base_sizes();
   m.family = &family;
   family.tiny_defaults(m);
+  // A family whose only class is multimodal (Kimi-K2.5) names its text model under its prefix.
+  if (family.architectures.front() == family.multimodal_architecture) {
+    m.weight_prefix = family.multimodal_weight_prefix;
+  }
   return m;
 }
 

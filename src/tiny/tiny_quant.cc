@@ -246,8 +246,13 @@ void fill_packed_int(const Group& group, uint64_t seed) {
   const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
   const uint64_t rows = shape[0], cols = shape[1];
   if (group.shape != nullptr) {
-    const int64_t dims[2] = {static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
-    std::memcpy(group.shape->out.data(), dims, sizeof dims);
+    if (group.shape->spec->dtype == DType::kI32) {  // Kimi-K2.5's files
+      const int32_t dims[2] = {static_cast<int32_t>(rows), static_cast<int32_t>(cols)};
+      std::memcpy(group.shape->out.data(), dims, sizeof dims);
+    } else {
+      const int64_t dims[2] = {static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+      std::memcpy(group.shape->out.data(), dims, sizeof dims);
+    }
   }
   if (group.weight == nullptr && group.scale == nullptr && group.zero == nullptr) return;
   const IntScheme q = int_scheme(any.quant);

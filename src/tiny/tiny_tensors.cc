@@ -2,10 +2,12 @@
 // descriptor's tiny_tensors, src/model/arch/); this file turns them into specs, FP8 with their
 // scale tensors where the family says a matrix is a linear projection and --quant asks for FP8.
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/module_match.h"
 #include "tiny/tiny_model.h"
 #include "tiny/tiny_quant.h"
 
@@ -27,7 +29,7 @@ class Builder final : public arch::TensorWriter {
   }
 
   void projection(const std::string& module, uint64_t out, uint64_t in) override {
-    if (m_.quant == Quant::kNone || m_.quant == Quant::kMxfp4) {
+    if (m_.quant == Quant::kNone || m_.quant == Quant::kMxfp4 || family_ignores(module)) {
       add(module + ".weight", {out, in}, ValueKind::kWeight, DType::kBF16);
       return;
     }
@@ -35,6 +37,7 @@ class Builder final : public arch::TensorWriter {
                             : m_.quant == Quant::kCtW8a8 ? int8_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kCtNvfp4 ? nvfp4_tensors(module, {out, in}, m_.quant)
                                                           : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {
+      if (spec.kind == ValueKind::kWeightShape && m_.family->tiny_int32_weight_shape) spec.dtype = DType::kI32;
       specs_.push_back(std::move(spec));
     }
   }
@@ -55,6 +58,15 @@ class Builder final : public arch::TensorWriter {
   }
 
  private:
+  // The family's own compressed-tensors `ignore` (Kimi-K2.5: the routed experts alone quantized); the
+  // quant_method fp8 formats quantize every projection, as they have no such list shardload reads.
+  bool family_ignores(const std::string& module) const {
+    if (!is_compressed_tensors(m_.quant)) return false;
+    const auto& ignore = m_.family->tiny_quant_ignore;
+    return std::any_of(ignore.begin(), ignore.end(),
+                       [&](std::string_view entry) { return module_matches(entry, module); });
+  }
+
   void add(std::string name, Shape shape, ValueKind kind, DType dtype) {
     specs_.push_back({std::move(name), dtype, std::move(shape), kind});
   }

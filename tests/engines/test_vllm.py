@@ -32,7 +32,10 @@ COMPRESSED = ([("llama", 1, "ct-fp8-tensor"), ("qwen2", 1, "ct-fp8-channel"), ("
 # MoE method hold them: dense, MoE with EP and with MoE-TP, MLA.
 PACKED = [("llama", 1, "ct-w4a16"), ("qwen3", 1, "ct-w4a16-asym"), ("qwen3_moe", 2, "ct-w4a16"),
           ("qwen3_moe", 1, "ct-w4a16-asym"), ("mixtral", 2, "ct-w8a16"), ("qwen2_moe", 1, "ct-w4a16"),
-          ("deepseek_v3", 2, "ct-w4a16"), ("deepseek_v2", 1, "ct-w8a16")]
+          ("deepseek_v3", 2, "ct-w4a16"), ("deepseek_v2", 1, "ct-w8a16"),
+          # Kimi-K2.5 as the Hub ships it: int4 routed experts (int32 weight_shape), the rest bf16, the text model
+          # under language_model. (vLLM built without its vision tower: vllm_ranks.py's TOWERLESS).
+          ("kimi_k25", 2, "ct-w4a16")]
 # llm-compressor's W8A8 int8 (make-tiny --quant ct-w8a8: int8 weights, a scale per row, activations quantized
 # per token at run time), held as vLLM's CompressedTensorsW8A8Int8 and its MoE method hold them.
 INT8 = [("llama", 1, "ct-w8a8"), ("qwen3_moe", 2, "ct-w8a8"), ("deepseek_v3", 1, "ct-w8a8")]

@@ -38,6 +38,22 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# Multimodal classes whose checkpoints make-tiny writes as such, without their towers: their modalities'
+# limit 0, which makes vLLM build no tower (interfaces.py: _mark_tower_model puts a StageMissingLayer without
+# parameters in its place), so that neither its own load nor sharded_state looks for tower tensors.
+TOWERLESS = {"KimiK25ForConditionalGeneration": {"vision_chunk": 0}}
+
+
+def tower_limits(model):
+    config = os.path.join(model, "config.json")
+    if not os.path.isfile(config):  # a Hugging Face model id (check_engine's hub case): not one of these
+        return {}
+    with open(config) as f:
+        architecture = (json.load(f).get("architectures") or [""])[0]
+    limits = TOWERLESS.get(architecture)
+    return {"limit_mm_per_prompt": limits} if limits else {}
+
+
 def rank_main(rank, args, port, errors):
     try:
         import torch
@@ -58,7 +74,7 @@ def rank_main(rank, args, port, errors):
 
         def configs(model, load_format, expert_parallel):
             model_config = ModelConfig(model=model, dtype=args.dtype, skip_tokenizer_init=True,
-                                       enforce_eager=True, seed=0)
+                                       enforce_eager=True, seed=0, **tower_limits(model))
             extra = {}
             if load_format.startswith("server="):
                 load_format, extra = "shardload", {"weight_server": load_format[len("server="):]}

@@ -13,7 +13,7 @@ from conftest import read_safetensors, run_shardload
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3",
             "deepseek_v32", "ernie4_5_moe", "glm4_moe", "minimax_m2", "qwen3_next", "llama4",
-            "glm4_moe_lite", "glm_moe_dsa", "qwen3_5", "qwen3_5_moe", "gemma4"]
+            "glm4_moe_lite", "glm_moe_dsa", "qwen3_5", "qwen3_5_moe", "gemma4", "kimi_k25"]
 DENSE = {"llama", "qwen2", "qwen3", "qwen3_5"}
 
 _xxh3 = ctypes.CDLL("libxxhash.so.0").XXH3_64bits

@@ -14,7 +14,9 @@ from verify_helpers import check, export  # noqa: F401 (an autouse fixture)
 
 
 @pytest.mark.parametrize("arch,args", [("llama", ["--tp", "2"]), ("qwen3_moe", ["--tp", "2", "--ep", "2"]),
-                                       ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"])])
+                                       ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"]),
+                                       # Kimi-K2.5: the routed experts alone packed, an int32 weight_shape.
+                                       ("kimi_k25", ["--tp", "2", "--ep", "2"]), ("kimi_k25", ["--tp", "2"])])
 @pytest.mark.parametrize("quant", ["ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4"])
 def test_packed_integer_weights_pass(tiny, arch, args, quant):
     report, layout = check(tiny(arch, quant), args)

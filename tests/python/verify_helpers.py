@@ -10,7 +10,7 @@ from shardload.verify import verify
 DENSE = ["llama", "qwen2", "qwen3", "qwen3_5"]
 MOE = ["qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "deepseek_v32", "ernie4_5_moe",
        "glm4_moe", "minimax_m2", "qwen3_next", "llama4", "gpt_oss", "glm4_moe_lite", "glm_moe_dsa",
-       "qwen3_5_moe", "gemma4"]
+       "qwen3_5_moe", "gemma4", "kimi_k25"]
 
 
 @pytest.fixture(autouse=True)

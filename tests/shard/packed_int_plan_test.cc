@@ -50,7 +50,8 @@ nlohmann::json w4a16_llama() {
 // Every projection as weight_packed / weight_scale / weight_shape; `weight_dtype` the packed
 // words'.
 std::vector<HandTensor> packed_projections(const nlohmann::json& config,
-                                           DType weight_dtype = DType::kI32) {
+                                           DType weight_dtype = DType::kI32,
+                                           DType shape_dtype = DType::kI64) {
   std::vector<HandTensor> out;
   for (HandTensor t : testing::handmade_tensors(config)) {
     if (t.name.find("_proj.weight") == std::string::npos) {
@@ -66,7 +67,7 @@ std::vector<HandTensor> packed_projections(const nlohmann::json& config,
                    {t.shape[0], t.shape[1] / 128},
                    HandTensor::Kind::kNorm,
                    DType::kBF16});
-    out.push_back({base + "weight_shape", {2}, HandTensor::Kind::kWeight, DType::kI64});
+    out.push_back({base + "weight_shape", {2}, HandTensor::Kind::kWeight, shape_dtype});
   }
   return out;
 }
@@ -152,6 +153,24 @@ TEST(PackedIntPlan, WordsStoredInAnotherDtypeAreRefusedByName) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupportedDtype) << what;
     EXPECT_NE(what.find(".weight_packed"), std::string::npos) << what;
     EXPECT_NE(what.find("I32"), std::string::npos) << what;
+  }
+}
+
+// Kimi-K2.5's routed experts store weight_shape as int32, taken where the rank holds it in the model dtype
+// (tests/shard/kimi_k25_plan_test.cc); a dense layer's rank keeps the int64 as stored, so int32 is refused.
+TEST(PackedIntPlan, AnInt32WeightShapeOfADenseLayerIsRefusedByName) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("model");
+  const nlohmann::json config = w4a16_llama();
+  testing::write_handmade(dir, config, packed_projections(config, DType::kI32, DType::kI32), 1);
+  try {
+    packed_plan_at(dir, 1);
+    FAIL() << "an int32 weight_shape of a dense layer must be refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupportedDtype) << what;
+    EXPECT_NE(what.find(".weight_shape"), std::string::npos) << what;
+    EXPECT_NE(what.find("I64"), std::string::npos) << what;
   }
 }
 

@@ -35,7 +35,21 @@ struct Checkpoint {
   std::map<std::string, TensorInfo> tensors;   // from the shard headers
   std::map<std::string, std::string> file_of;  // the shard each tensor was found in
   std::vector<std::string> shards;
+  // Kimi-K2.5 (a multimodal class whose text model is under language_model.): config is its
+  // text_config with the outer class and model_type, tensors are by their text-model names, and
+  // stored_name gives each one's name in the files.
+  std::string prefix;
+  std::map<std::string, std::string> stored_name;
+  const std::string& stored(const std::string& name) const {
+    const auto it = stored_name.find(name);
+    return it == stored_name.end() ? name : it->second;
+  }
 };
+
+// A multimodal class that make-tiny writes as such: its text model's prefix in the files.
+std::string multimodal_prefix(const json& config) {
+  return config.at("architectures")[0] == "KimiK25ForConditionalGeneration" ? "language_model." : "";
+}
 
 json read_json(const fs::path& path) { return json::parse(testing::read_file(path.string())); }
 
@@ -43,14 +57,28 @@ Checkpoint load(const fs::path& dir) {
   Checkpoint c;
   c.config = read_json(dir / "config.json");
   c.index = read_json(dir / kIndex);
+  c.prefix = multimodal_prefix(c.config);
+  if (!c.prefix.empty()) {
+    json text = c.config.at("text_config");
+    for (const char* key : {"architectures", "model_type", "tie_word_embeddings", "torch_dtype"}) {
+      text[key] = c.config.at(key);
+    }
+    c.config = std::move(text);
+  }
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".safetensors") continue;
     const std::string name = entry.path().filename().string();
     c.shards.push_back(name);
     SafetensorsFile file = SafetensorsFile::open(entry.path().string());
     for (const TensorInfo& info : file.header().tensors) {
-      EXPECT_TRUE(c.tensors.emplace(info.name, info).second) << info.name << " is in two shards";
-      c.file_of[info.name] = name;
+      std::string text_name = info.name;
+      if (!c.prefix.empty()) {
+        EXPECT_TRUE(text_name.starts_with(c.prefix)) << text_name;
+        text_name.erase(0, c.prefix.size());
+        c.stored_name[text_name] = info.name;
+      }
+      EXPECT_TRUE(c.tensors.emplace(text_name, info).second) << info.name << " is in two shards";
+      c.file_of[text_name] = name;
     }
   }
   std::sort(c.shards.begin(), c.shards.end());
@@ -60,7 +88,7 @@ Checkpoint load(const fs::path& dir) {
 std::vector<std::byte> read_tensor(const fs::path& dir, const Checkpoint& c,
                                    const std::string& name) {
   SafetensorsFile file = SafetensorsFile::open((dir / c.file_of.at(name)).string());
-  const TensorInfo* info = file.header().find(name);
+  const TensorInfo* info = file.header().find(c.stored(name));
   std::vector<std::byte> bytes(info->nbytes());
   file.read(*info, bytes);
   return bytes;
@@ -334,7 +362,7 @@ bool is_moe(const json& c, int i) {
     return u(c, "num_experts") > 0 && std::find(only.begin(), only.end(), i) == only.end() &&
            (i + 1) % c.at("decoder_sparse_step").get<int>() == 0;
   }
-  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "deepseek_v32") {
+  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "deepseek_v32" || type == "kimi_k25") {
     return i >= c.at("first_k_dense_replace").get<int>() &&
            i % c.at("moe_layer_freq").get<int>() == 0;
   }
@@ -380,6 +408,7 @@ const std::map<std::string, std::string> kArchitectures = {
     {"qwen3_5", "Qwen3_5ForCausalLM"},
     {"qwen3_5_moe", "Qwen3_5MoeForCausalLM"},
     {"gemma4", "Gemma4ForCausalLM"},
+    {"kimi_k25", "KimiK25ForConditionalGeneration"},
 };
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
@@ -420,8 +449,8 @@ TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
   EXPECT_EQ(weight_map.size(), c.tensors.size());
   uint64_t total = 0;
   for (const auto& [name, info] : c.tensors) {
-    ASSERT_TRUE(weight_map.contains(name)) << name;
-    EXPECT_EQ(weight_map.at(name).get<std::string>(), c.file_of.at(name)) << name;
+    ASSERT_TRUE(weight_map.contains(c.stored(name))) << name;
+    EXPECT_EQ(weight_map.at(c.stored(name)).get<std::string>(), c.file_of.at(name)) << name;
     total += info.nbytes();
   }
   EXPECT_EQ(c.index.at("metadata").at("total_size").get<uint64_t>(), total);

@@ -8,12 +8,16 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -112,7 +116,8 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     // planned at their own deployments in their own tests below (each of their plans takes about a second
     // on the sanitized build).
     if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0 ||
-        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0) {
+        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0 ||
+        name.rfind("kimi", 0) == 0) {
       continue;
     }
     const uint64_t heads = real.n("num_attention_heads");
@@ -428,6 +433,45 @@ TEST(TinyRealConfigs, Gemma4PlansItsMultimodalCheckpointsTextModelAtItsDeploymen
       EXPECT_EQ(plan.exit_code, 0) << layout.back() << plan.err;
       EXPECT_NE(plan.out.find("rank 3 "), std::string::npos) << plan.out;
     }
+  }
+}
+
+TEST(TinyRealConfigs, KimiK25PlansItsInt4ExpertsAtItsDeployments) {
+  // Kimi-K2.5 as the Hub ships it: KimiK25ForConditionalGeneration, DeepSeek-V3's text model (61 layers, the
+  // first dense, 384 routed experts of 2048 + 1 shared, MLA with 64 heads) under language_model., the routed
+  // experts pack-quantized int4 in 32-value groups (int32 words, bf16 scales, an int32 weight_shape), the rest
+  // bf16. Planned at tp 8 x ep 8, at tp 8 with MoE-TP (256 of each expert's 2048 rows a rank: 8 groups, 32
+  // words), with data-parallel attention, and at tp 16 x ep 16; each plan's seconds printed.
+  const Real r("kimi-k2.5");
+  const json& t = r.config.at("text_config");
+  const uint64_t h = t.at("hidden_size"), im = t.at("moe_intermediate_size"), v = t.at("vocab_size");
+  const std::string l = "language_model.model.layers.";
+  r.expect(l + "1.mlp.experts.383.gate_proj.weight_packed", DType::kI32, {im, h / 8});
+  r.expect(l + "1.mlp.experts.383.gate_proj.weight_scale", DType::kBF16, {im, h / 32});
+  r.expect(l + "60.mlp.experts.0.down_proj.weight_packed", DType::kI32, {h, im / 8});
+  r.expect(l + "60.mlp.experts.0.down_proj.weight_shape", DType::kI32, {2});
+  r.expect(l + "1.mlp.shared_experts.gate_proj.weight", DType::kBF16, {im, h});
+  r.expect(l + "0.mlp.gate_proj.weight", DType::kBF16, {t.at("intermediate_size"), h});
+  r.expect(l + "1.self_attn.kv_b_proj.weight", DType::kBF16, {64 * (128 + 128), 512});
+  r.expect(l + "1.mlp.gate.e_score_correction_bias", DType::kF32, {384});
+  r.expect("language_model.lm_head.weight", DType::kBF16, {v, h});
+  r.expect("language_model.model.embed_tokens.weight", DType::kBF16, {v, h});
+  EXPECT_FALSE(r.has(l + "61.input_layernorm.weight")) << "no MTP layer";
+  EXPECT_FALSE(r.has(l + "1.self_attn.q_a_proj.weight_packed"));
+  // 61 x 9 attention and norms, 1 dense MLP, 60 x (router, bias, 3 shared, 384 x 3 x 3 expert tensors), 3.
+  EXPECT_EQ(r.tensors.size(), 61u * 9 + 3 + 60u * (2 + 3 + 384 * 9) + 3);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tp", "8", "--ep", "8"}, {"--tp", "8"}, {"--tp", "8", "--dp", "8", "--ep", "8"},
+        {"--tp", "16", "--ep", "16"}}) {
+    std::vector<std::string> args = {"plan", r.out};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const auto start = std::chrono::steady_clock::now();
+    const testing::CommandResult plan = testing::run_shardload(args);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("kimi-k2.5 plan %s: %.2f s\n", fmt::format("{}", fmt::join(layout, " ")).c_str(), seconds);
+    EXPECT_EQ(plan.exit_code, 0) << fmt::format("{}", fmt::join(layout, " ")) << plan.err;
+    EXPECT_NE(plan.out.find("rank 7 "), std::string::npos) << plan.out;
+    EXPECT_NE(plan.out.find("208215 sources, 0 skipped"), std::string::npos) << plan.out;
   }
 }
 

@@ -135,6 +135,13 @@ struct Family {
   // make-tiny --experts 0 writes the family's dense model: its MoE block is a config switch (Gemma 4's
   // enable_moe_block), the default model has it.
   bool tiny_dense_variant = false;
+  // make-tiny's compressed-tensors formats (--quant ct-*) leave the linears these entries match
+  // (module_matches) in bf16 and write them as the config's `ignore` (Kimi-K2.5: every linear but the
+  // routed experts). Empty: every projection is quantized and `ignore` lists the other linears.
+  std::vector<std::string_view> tiny_quant_ignore = {};
+  // make-tiny --quant ct-w4a16 and the like write weight_shape as int32 (Kimi-K2.5's files), not int64
+  // (llm-compressor's).
+  bool tiny_int32_weight_shape = false;
 };
 
 // Every registered family, in a fixed order (registry.cc).

@@ -43,7 +43,8 @@ WeightFormat pack_quantized_format(const ModelConfig& m) {
     zero.block_cols = m.group_size;
     format.companions.push_back(zero);
   }
-  // int64 [N, K] a part; vLLM's MoE method keeps it per expert in the model dtype.
+  // int64 [N, K] a part (int32 in Kimi-K2.5's routed experts); vLLM's MoE method keeps it per expert in the
+  // model dtype.
   CompanionTensor shape;
   shape.checkpoint_suffix = shape.rank_suffix = "weight_shape";
   shape.layout = CompanionLayout::kWholeLastNamed;
@@ -51,6 +52,7 @@ WeightFormat pack_quantized_format(const ModelConfig& m) {
   shape.dtype = CompanionDtype::kStored;
   shape.expert_dtype = CompanionDtype::kModel;
   shape.stored_dtype = DType::kI64;
+  shape.expert_alt_dtype = DType::kI32;  // Kimi-K2.5's routed experts (converted to the model dtype)
   format.companions.push_back(shape);
   format.checks_scales = true;  // nothing to compute, but every scale read is checked (in its model dtype)
   return format;
