@@ -525,8 +525,7 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   }
   // The format itself was checked against the family's row above.
   if (const std::optional<Fp8Format> format = fp8_format(plan);
-      use == EngineUse::kExportPostProcessed && (!format || *format == kCtPacked || *format == kCtInt8 ||
-                                                  *format == kCtNvfp4)) {
+      use == EngineUse::kExportPostProcessed && (!format || !(*format & kEveryFp8Format))) {
     refuse(engine,
            "--engine-post-processed for this checkpoint: only an FP8 checkpoint's layers are "
            "post-processed; export without the flag",

@@ -157,6 +157,21 @@ def rank_main(rank, args, port, errors):
         raise
 
 
+def kernels_on_this_device(oracle):
+    """Makes ORACLE (a vLLM MoE oracle module) see each experts class it lists as supported on this device: a
+    subclass that says yes, for this oracle only (another oracle asking the same class keeps its own answer,
+    as gpt-oss's MXFP4 one must). A function of its own, so that each oracle's wrapper binds its own list."""
+    import types
+
+    classes = oracle.backend_to_kernel_cls
+
+    def here(cls):
+        return types.new_class(cls.__name__, (cls,), {},
+                               lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
+
+    oracle.backend_to_kernel_cls = lambda backend: [here(c) for c in classes(backend)]
+
+
 def cpu_model_stand_ins(built):
     """What vLLM asks of the device while it builds a model, answered for CPU where nothing it picks runs
     here (no forward pass, no post-processing of these layers): gpt-oss's MXFP4 experts get the CPU kernel
@@ -170,20 +185,12 @@ def cpu_model_stand_ins(built):
         # Triton ones), which changes nothing its loaders do (the buffers are N-first whichever it picks).
         from vllm.model_executor.layers.fused_moe.oracle import int_wna16
 
-        import types
-
         int_wna16._get_priority_backends = lambda: [int_wna16.WNA16MoEBackend.MARLIN,
                                                     int_wna16.WNA16MoEBackend.EMULATION,
                                                     int_wna16.WNA16MoEBackend.TRITON]
         # Subclasses that say yes, for the integer oracle only: gpt-oss's MXFP4 oracle asks the same Marlin
         # class and must keep its own answer (its CPU layout differs).
-        kernel_classes = int_wna16.backend_to_kernel_cls
-
-        def on_this_device(cls):
-            return types.new_class(cls.__name__, (cls,), {},
-                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
-
-        int_wna16.backend_to_kernel_cls = lambda backend: [on_this_device(c) for c in kernel_classes(backend)]
+        kernels_on_this_device(int_wna16)
         # Its dense CPU kernel takes int4 only: int8 (W8A16) layers get the same kernel class named.
         from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
         from vllm.model_executor.layers.quantization.compressed_tensors.schemes import compressed_tensors_wNa16
@@ -202,36 +209,20 @@ def cpu_model_stand_ins(built):
     if any(int8_weights(c) for c, _, _ in built):
         # Its CPU int8 MoE experts ask for AMX tiles: named on this CPU (a subclass, for the int8 oracle only),
         # which changes nothing its loaders do.
-        import types
-
         from vllm.model_executor.layers.fused_moe.oracle import int8 as int8_oracle
 
-        int8_classes = int8_oracle.backend_to_kernel_cls
-
-        def int8_on_this_device(cls):
-            return types.new_class(cls.__name__, (cls,), {},
-                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
-
-        int8_oracle.backend_to_kernel_cls = lambda backend: [int8_on_this_device(c) for c in int8_classes(backend)]
+        kernels_on_this_device(int8_oracle)
     if any(nvfp4_weights(c) for c, _, _ in built):
         # Its CPU platform lists no NVFP4 linear kernel and no NVFP4 MoE experts: its own emulation linear
         # kernel is named for the CPU, and its MoE experts are named on this CPU (subclasses, for the NVFP4
         # oracle only), which changes nothing its loaders do.
-        import types
-
         from vllm.model_executor.kernels import linear as linear_kernels
         from vllm.model_executor.kernels.linear.nvfp4.emulation import EmulationNvFp4LinearKernel
         from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as nvfp4_oracle
         from vllm.platforms import PlatformEnum
 
         linear_kernels._POSSIBLE_NVFP4_KERNELS[PlatformEnum.CPU] = [EmulationNvFp4LinearKernel]
-        nvfp4_classes = nvfp4_oracle.backend_to_kernel_cls
-
-        def nvfp4_on_this_device(cls):
-            return types.new_class(cls.__name__, (cls,), {},
-                                   lambda ns: ns.update(_supports_current_device=staticmethod(lambda: True)))
-
-        nvfp4_oracle.backend_to_kernel_cls = lambda backend: [nvfp4_on_this_device(c) for c in nvfp4_classes(backend)]
+        kernels_on_this_device(nvfp4_oracle)
     if "gpt_oss_mxfp4" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
