@@ -55,7 +55,9 @@ def load(plan, model_dir):
                 src_dtype, src = sources[piece["source"]]
                 (r0, r1), (c0, c1) = piece["rows"], piece["cols"]
                 start = piece["dst_offset"] // flat.itemsize
-                dst = flat[start:start + (r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
+                pitch = piece.get("dst_pitch", c1 - c0)  # a column block of an input-major tensor (GPTQ)
+                dst = np.lib.stride_tricks.as_strided(flat[start:], (r1 - r0, c1 - c0),
+                                                      (pitch * flat.itemsize, flat.itemsize))
                 if src_dtype == param["dtype"]:
                     np.copyto(dst, src[r0:r1, c0:c1])
                 elif (src_dtype, param["dtype"]) == ("BF16", "F32"):  # norms kept in fp32

@@ -70,7 +70,8 @@ def assemble(plan, sources):
                              f"{param['dtype']}: this baseline does no such cast")
                 (r0, r1), (c0, c1) = piece["rows"], piece["cols"]
                 start = piece["dst_offset"] // ITEMSIZE[param["dtype"]]
-                dst = flat.narrow(0, start, (r1 - r0) * (c1 - c0)).view(r1 - r0, c1 - c0)
+                pitch = piece.get("dst_pitch", c1 - c0)  # a column block of an input-major tensor (GPTQ)
+                dst = flat.as_strided((r1 - r0, c1 - c0), (pitch, 1), start)
                 dst.copy_(src.narrow(0, r0, r1 - r0).narrow(1, c0, c1 - c0))
             params[(rank["rank"], param["name"])] = tensor
     return params

@@ -44,14 +44,16 @@ enum class Quantization {
   kWna16,       // integer weights (4 or 8 bits) packed into int32 words, scales per group or channel
   kInt8,        // int8 weights as stored, a scale per row; activations quantized per token at run time (W8A8)
   kNvfp4,       // FP4 (E2M1) weights two a byte, an FP8 scale per 16 inputs and a float32 global scale per tensor
+  kGptq,        // GPTQ's integer weights packed along K into int32 words [K / pack, N], scales per group [K / g, N]
+  kAwq,         // AWQ's int4 weights packed along N into int32 words [K, N / 8], scales and zero points per group
 };
 
-// "none", "fp8", "fp8-block", "fp8-dynamic", "wna16", "int8", "nvfp4" (the manifest's spelling).
+// "none", "fp8", "fp8-block", "fp8-dynamic", "wna16", "int8", "nvfp4", "gptq", "awq" (the manifest's spelling).
 std::string_view quantization_name(Quantization quantization);
 
 // Who wrote the FP8 checkpoint: the "fp8" quant_method (AutoFP8, DeepSeek, Qwen), or llm-compressor's
 // "compressed-tensors" (docs/layout.md "compressed-tensors FP8"), whose scales are all `weight_scale`.
-enum class QuantFormat { kFp8, kCompressedTensors };
+enum class QuantFormat { kFp8, kCompressedTensors, kGptq, kAwq };
 // compressed-tensors weights.strategy: one scale per tensor, per output row, per block, or per group of
 // group_size inputs of a row.
 enum class WeightStrategy { kTensor, kChannel, kBlock, kGroup };

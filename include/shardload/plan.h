@@ -150,7 +150,9 @@ struct PlanSource {
 
 // One block copy: source rows [row_begin, row_end) x cols [col_begin, col_end) land as a dense
 // [rows, cols] block at dst_offset bytes from the start of the rank tensor, converted to its dtype
-// (transposed: as a dense [cols, rows] block, for checkpoints that store a matrix [in, out]).
+// (transposed: as a dense [cols, rows] block, for checkpoints that store a matrix [in, out]), or, with a
+// destination pitch, as `rows` rows of `cols` values dst_pitch values apart: a column block of a wider
+// rank tensor (K-first formats, whose fused parts sit side by side along the columns).
 // When the block spans all source columns it is one contiguous source run; otherwise one run per row.
 struct PlanPiece {
   uint32_t source = 0;
@@ -161,9 +163,14 @@ struct PlanPiece {
   uint64_t dst_offset = 0;
   uint32_t divisor = 1;  // row-parallel bias with --row-bias divided: value / T in float32
   bool transposed = false;
+  uint64_t dst_pitch = 0;  // values from one destination row to the next; 0: cols() (dense)
 
   uint64_t rows() const { return row_end - row_begin; }
   uint64_t cols() const { return col_end - col_begin; }
+  // Values from one destination row to the next (not for transposed pieces).
+  uint64_t dst_row_values() const { return dst_pitch != 0 ? dst_pitch : cols(); }
+  // Values from the first destination value to one past the last (bytes: times the rank dtype's size).
+  uint64_t dst_span_values() const { return rows() == 0 ? 0 : (rows() - 1) * dst_row_values() + cols(); }
 };
 
 struct PlanModule {

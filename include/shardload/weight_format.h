@@ -104,6 +104,20 @@ struct WeightFormat {
   // Scales read from the checkpoint are checked (positive, finite) whenever they are read, including
   // formats with nothing else to post-process.
   bool checks_scales = false;
+  // The checkpoint stores the weight and its block grids input-major, [K / pack_factor, N] and [K / g, N]
+  // (GPTQ), and the ranks keep them so: a tensor's parts (q/k/v, gate/up) sit side by side along its
+  // columns, each a column block of it. The planner cuts the [N, K] matrix as for any format and lays
+  // each block down transposed in place (PlanPiece::dst_pitch).
+  bool k_first = false;
+  // The words pack pack_factor values along N, not K (AWQ): the checkpoint's weight is [K, N / pack_factor]
+  // (k_first), and cuts of N fall on whole words.
+  bool packs_outputs = false;
+  // A layer is quantized where the checkpoint holds its weight_suffix tensor, as the engines decide from
+  // the tensors' dtypes (GPTQ names no modules); without a checkpoint, every linear layer is.
+  bool quantized_where_stored = false;
+  // Checkpoint tensors of a quantized layer that no rank holds ("X.<suffix>"): GPTQ's g_idx, which the
+  // engines drop (activation reordering is refused by the config reader).
+  std::vector<std::string> unread_suffixes;
   // The name a refusal uses for the format: "FP8", "W4A16".
   std::string family_name = "FP8";
   // What a block of the scale grid is called in a refusal: "blocks", "32-value groups".

@@ -12,6 +12,15 @@ NVFP4 (compressed-tensors nvfp4-pack-quantized) packs FP4 E2M1 codes two a byte 
 codes here) and a float32 `weight_global_scale` per projection: the value is code * scale * (1 / global). A
 rank keeps each fused part's global scale ([parts], experts [E, 2] / [E]): its weight is dequantized without
 them and `X.weight_scale` becomes 1 / global, per part, for the verifier to apply as FP8's per-part scales.
+
+GPTQ stores its words input-major: `qweight` int32 [..., K / pf, N] packed along K, `scales` [..., K / group, N]
+([..., 1, N] per channel), `qzeros` int32 [..., K / group, N / pf] packed along N holding zero - 1 (its v1
+format), and ranks keep them so (vLLM's AutoGPTQ methods). The value of input k, output n is
+(code - (zero + 1)) * scale: code * scale for symmetric weights, whose stored zeros are all 2^(bits-1) - 1.
+
+AWQ (GEMM) stores them input-major too but packs words along N: `qweight` int32 [..., K, N / 8] (nibble j of
+word c holds output 8c + [0, 2, 4, 6, 1, 3, 5, 7][j]), `qzeros` [..., K / group, N / 8] the same way, `scales`
+[..., K / group, N]; the value is (code - zero) * scale (code - 8 without zero points).
 """
 import torch
 
@@ -19,6 +28,7 @@ from .fp8 import decode_e4m3
 
 SUFFIXES = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_global_scale",
             "input_global_scale")
+GPTQ_SUFFIXES = ("qweight", "scales", "qzeros", "g_idx")
 _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
@@ -26,8 +36,14 @@ class Scheme:
     """bits, group (None: one scale per row) and zero points, from config.json's quantization_config; None
     when the checkpoint holds no packed integers. nvfp4: FP4 weights in 16-value groups (nvfp4-pack-quantized)."""
 
-    def __init__(self, bits, group, zero_points, nvfp4=False):
+    def __init__(self, bits, group, zero_points, nvfp4=False, gptq=False, awq=False):
         self.bits, self.group, self.zero_points, self.nvfp4 = bits, group, zero_points, nvfp4
+        self.gptq, self.awq = gptq, awq
+
+    @property
+    def weight_suffix(self):
+        """What X.weight is called packed: X.qweight (GPTQ), X.weight_packed."""
+        return "qweight" if self.gptq or self.awq else "weight_packed"
 
     @staticmethod
     def of(config):
@@ -35,6 +51,11 @@ class Scheme:
         text = config.get("text_config") or {}
         q = (config.get("quantization_config") or config.get("compression_config") or
              text.get("quantization_config") or {})
+        if q.get("quant_method") == "awq":
+            return Scheme(4, q.get("group_size", q.get("q_group_size")), bool(q.get("zero_point")), awq=True)
+        if q.get("quant_method") == "gptq":
+            group = q.get("group_size", 128)
+            return Scheme(int(q.get("bits", 4)), None if group == -1 else group, True, gptq=True)
         if q.get("quant_method") != "compressed-tensors":
             return None
         if q.get("format") == "nvfp4-pack-quantized":
@@ -91,10 +112,64 @@ def dequantize(packed, scale, zero, scheme):
     return (q - z).double() * s
 
 
+def dequantize_gptq(qweight, scales, qzeros, scheme):
+    """float64 [..., N, K] of one GPTQ weight stored input-major (module docstring)."""
+    q = unpack(qweight, scheme.bits, dim=-2)  # [..., K, N]
+    k, n = q.shape[-2], q.shape[-1]
+    group = k if scheme.group is None else scheme.group
+    if scales.shape[-2] * group != k or scales.shape[-1] != n:
+        raise ValueError(f"scales {list(scales.shape)} do not cover an input-major weight of {[k, n]} in "
+                         f"{group}-value groups")
+    z = unpack(qzeros, scheme.bits)  # [..., K / group, N]
+    if z.shape[-2:] != scales.shape[-2:]:
+        raise ValueError(f"zero points {list(qzeros.shape)} do not cover {list(scales.shape[-2:])} groups")
+    values = (q - (z + 1).repeat_interleave(group, dim=-2)).double() * \
+        scales.double().repeat_interleave(group, dim=-2)
+    return values.transpose(-1, -2)
+
+
+_AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def unpack_awq(words):
+    """Codes (int64, as stored: 0..15) of AWQ words [..., R, C] packed along the last dim in AWQ's order."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    nibbles = (w.unsqueeze(-1) >> (torch.arange(8, dtype=torch.int64) * 4)) & 0xF  # [..., R, C, j]
+    codes = torch.empty_like(nibbles)
+    codes[..., list(_AWQ_ORDER)] = nibbles  # nibble j is output 8c + order[j]
+    return codes.reshape(*words.shape[:-1], words.shape[-1] * 8)
+
+
+def dequantize_awq(qweight, scales, qzeros, scheme):
+    """float64 [..., N, K] of one AWQ weight stored input-major, packed along N (module docstring)."""
+    q = unpack_awq(qweight)  # [..., K, N]
+    k, n = q.shape[-2], q.shape[-1]
+    group = scheme.group
+    if scales.shape[-2] * group != k or scales.shape[-1] != n:
+        raise ValueError(f"scales {list(scales.shape)} do not cover an input-major weight of {[k, n]} in "
+                         f"{group}-value groups")
+    z = unpack_awq(qzeros)
+    if z.shape[-2:] != scales.shape[-2:]:
+        raise ValueError(f"zero points {list(qzeros.shape)} do not cover {list(scales.shape[-2:])} groups")
+    if not scheme.zero_points:  # zero_point false: the engines' uint4b8, codes offset by 8 whatever qzeros holds
+        z = torch.full_like(z, 8)
+    values = (q - z.repeat_interleave(group, dim=-2)).double() * scales.double().repeat_interleave(group, dim=-2)
+    return values.transpose(-1, -2)
+
+
 def dequantized(tensors, scheme, shapes=None):
     """A copy of a rank's (or checkpoint's) {name: tensor} with each packed weight X.weight_packed (with its
     scale, zero points and shape) replaced by X.weight in float64. `shapes`: every [N, K] the checkpoint's
     weight_shape tensors hold; a weight_shape outside it is an error (None: not checked)."""
+    if scheme.gptq or scheme.awq:  # X.qweight, X.scales, X.qzeros (experts: X.w13_qweight, ...) -> X.weight
+        out = {n: t for n, t in tensors.items() if not any(n.endswith(s) for s in GPTQ_SUFFIXES)}
+        dequantize_input_major = dequantize_awq if scheme.awq else dequantize_gptq
+        for name in tensors:
+            if name.endswith("qweight"):
+                base = name[:-len("qweight")]
+                out[base + "weight"] = dequantize_input_major(tensors[name], tensors[base + "scales"],
+                                                              tensors[base + "qzeros"], scheme)
+        return out
     out = {n: t for n, t in tensors.items() if not any(n.endswith(s) for s in SUFFIXES)}
     for name in tensors:
         if not name.endswith("weight_packed"):

@@ -177,13 +177,15 @@ class _Model:
 
     def names(self):
         names = [self.inner(n) for n in self.ckpt.where if self.inner(n) is not None] + list(self.virtual)
-        return [n[:-len("_packed")] if n.endswith(".weight_packed") else n for n in names]
+        return [n[:-len("_packed")] if n.endswith(".weight_packed") else
+                n[:-len("qweight")] + "weight" if n.endswith(".qweight") else n for n in names]
 
     def _packed(self, name):
-        """The checkpoint's X.weight_packed behind rank name X.weight, or None."""
+        """The checkpoint's X.weight_packed (GPTQ: X.qweight) behind rank name X.weight, or None."""
         if self.packed is None or not name.endswith(".weight") or self.outer(name) in self.ckpt:
             return None
-        return self.outer(name) + "_packed" if self.outer(name) + "_packed" in self.ckpt else None
+        packed = self.outer(name)[:-len("weight")] + self.packed.weight_suffix
+        return packed if packed in self.ckpt else None
 
     def packed_shapes(self):
         """Every [N, K] the checkpoint's weight_shape tensors hold."""
@@ -215,6 +217,11 @@ class _Model:
         name = self.aliases.get(name, name)
         packed = self._packed(name)
         if packed:
+            if self.packed.gptq or self.packed.awq:
+                base = packed[:-len("qweight")]
+                dequantize = packed_int.dequantize_awq if self.packed.awq else packed_int.dequantize_gptq
+                return dequantize(self.ckpt.get(packed), self.ckpt.get(base + "scales"),
+                                  self.ckpt.get(base + "qzeros"), self.packed)
             base = packed[:-len("packed")]
             if self.packed.nvfp4:
                 return packed_int.dequantize_nvfp4(self.ckpt.get(packed), self.ckpt.get(base + "scale"),

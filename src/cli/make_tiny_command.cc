@@ -54,7 +54,9 @@ void add_make_tiny_command(CLI::App& app) {
              "Weight format: none (bf16), fp8 (per-tensor scales, AutoFP8/vLLM), fp8-block "
              "(128x128 block scales, DeepSeek-V3; block-aligned default sizes, no --size), or "
              "llm-compressor's compressed-tensors FP8: ct-fp8-tensor, ct-fp8-channel, ct-fp8-block; "
-             "mxfp4 (gpt_oss only: its experts as the Hub stores them)")
+             "mxfp4 (gpt_oss only: its experts as the Hub stores them); llm-compressor's integer and FP4 "
+             "weights: ct-w4a16, ct-w4a16-asym, ct-w8a16, ct-w8a8, ct-nvfp4; GPTQ int4: gptq (32-value "
+             "groups), gptq-channel; AWQ int4 (GEMM, zero points): awq")
           ->capture_default_str();
   CLI::Option* scheme = cmd->add_option(
       "--activation-scheme", options->activation_scheme,

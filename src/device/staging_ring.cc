@@ -73,7 +73,7 @@ void zero_gaps(const RankPlan& rank, const WindowSlice& slice, std::byte* stagin
     const PlanParam& param = rank.params[i];
     for (const PlanPiece& piece : param.pieces) {
       const uint64_t at = param.offset + piece.dst_offset;
-      covered.emplace_back(at, at + piece.rows() * piece.cols() * dtype_bits(param.dtype) / 8);
+      covered.emplace_back(at, at + piece.dst_span_values() * dtype_bits(param.dtype) / 8);
     }
   }
   std::sort(covered.begin(), covered.end());

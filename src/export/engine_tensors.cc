@@ -87,6 +87,8 @@ enum Fp8Format : unsigned {
   kCtPacked = 1u << 5,
   kCtInt8 = 1u << 6,
   kCtNvfp4 = 1u << 7,
+  kGptq = 1u << 8,
+  kAwq = 1u << 9,
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
@@ -94,9 +96,10 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
     {kCtBlock, "compressed-tensors block"},   {kCtPacked, "compressed-tensors pack-quantized"},
     {kCtInt8, "compressed-tensors int-quantized"}, {kCtNvfp4, "compressed-tensors nvfp4-pack-quantized"},
+    {kGptq, "gptq"}, {kAwq, "awq"},
 };
 // vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
-constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4;
+constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -418,6 +421,8 @@ std::optional<Fp8Format> fp8_format(const Plan& plan) {
   if (plan.quantization == Quantization::kWna16) return kCtPacked;
   if (plan.quantization == Quantization::kInt8) return kCtInt8;
   if (plan.quantization == Quantization::kNvfp4) return kCtNvfp4;
+  if (plan.quantization == Quantization::kGptq) return kGptq;
+  if (plan.quantization == Quantization::kAwq) return kAwq;
   if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
     switch (plan.model.weight_strategy) {
       case WeightStrategy::kTensor:
@@ -674,13 +679,25 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
         for (std::string_view scale : kAttentionScales)
           out.push_back({prefix + std::string(scale), DType::kF32, Shape{}, nullptr, 1.0f});
       }
-      if (plan.quantization == Quantization::kNone) continue;
+      // vLLM's GPTQ and AWQ configs give the attention no quantization method: no KV-cache scales.
+      if (plan.quantization == Quantization::kNone || plan.model.quant_format == QuantFormat::kGptq ||
+          plan.model.quant_format == QuantFormat::kAwq) {
+        continue;
+      }
       const bool compressed = plan.model.quant_format == QuantFormat::kCompressedTensors;
       for (const KvCacheSlot& slot : compressed ? buffers.kv_cache_ct : buffers.kv_cache) {
         out.push_back({prefix + std::string(slot.name), slot.model_dtype ? plan.dtype : DType::kF32,
                        slot.one_element ? Shape{1} : Shape{}, nullptr,
                        post_processed ? kPostProcessedKvCacheScale : slot.value});
       }
+    }
+    // vLLM's GPTQ MoE method registers its experts' biases ([E_l, N] in the model dtype) whatever the
+    // checkpoint holds: zero where it has none, as every checkpoint shardload reads (it refuses others).
+    const std::string packed = "_" + plan.format.weight_suffix;
+    if (engine == Engine::kVllm && plan.model.quant_format == QuantFormat::kGptq && module.moe_layer >= 0 &&
+        param.role == ParamRole::kData && name.ends_with(packed) && param.shape.size() == 3) {
+      out.push_back({name.substr(0, name.size() - packed.size()) + "_bias", plan.dtype,
+                     Shape{param.shape[0], param.shape[2]}, nullptr, 0.0f});
     }
   }
   return out;

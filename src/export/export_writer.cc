@@ -15,6 +15,8 @@
 #include "core/plural.h"
 #include "core/shape_text.h"
 #include "core/transpose.h"
+#include "core/json_input.h"
+#include "export/engine_config.h"
 #include "export/engine_tensors.h"
 #include "export/export_steps.h"
 #include "export/recorded_layout.h"
@@ -192,6 +194,18 @@ void finish_export(const Checkpoint& ckpt, const Plan& plan, Engine engine, Engi
   if (ckpt.is_directory()) {
     for (const auto& entry : fs::directory_iterator(ckpt.path())) {
       if (!is_copied(entry) || entry.path().filename() == kManifest) continue;
+      if (entry.path().filename() == "config.json") {
+        const std::optional<nlohmann::json> config = engine_config(
+            plan, engine, read_json_file(entry.path().string(), ErrorKind::kConfig, kConfigJsonLimits, "config.json"));
+        if (config) {
+          std::ofstream file(out / "config.json", std::ios::binary | std::ios::trunc);
+          file << config->dump(2) << "\n";
+          file.close();
+          if (!file) throw Error(ErrorKind::kIo, "cannot write config.json", {.file = (out / "config.json").string()});
+          sync_path(out / "config.json");
+          continue;
+        }
+      }
       std::error_code ec;
       fs::copy_file(entry.path(), out / entry.path().filename(),
                     fs::copy_options::overwrite_existing, ec);

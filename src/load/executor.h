@@ -54,6 +54,8 @@ struct Consumer {
   bool transposed = false;
   uint64_t row0 = 0;  // transposed: the source row of dst's column 0 (the whole piece's first row)
   uint64_t ld = 0;    // transposed: dst's row length in elements (the whole piece's rows)
+  uint64_t pitch = 0;  // not transposed: bytes from one destination row to the next
+  bool dense() const { return pitch == (col_end - col_begin) * dtype_bits(dtype) / 8; }
 };
 
 // memcpy, with the common narrow widths as fixed-size moves the compiler inlines.
@@ -315,7 +317,7 @@ class Executor {
     const std::vector<uint64_t>& cuts = cuts_[src.file];
     const uint64_t row_bytes = src.cols * dtype_bits(src.dtype) / 8;
     // A transposed piece's parts keep its destination: each row lands by its own index (Consumer).
-    const uint64_t dst_row_bytes = piece.transposed ? 0 : piece.cols() * dtype_bits(param.dtype) / 8;
+    const uint64_t dst_row_bytes = piece.transposed ? 0 : piece.dst_row_values() * dtype_bits(param.dtype) / 8;
     PlanPiece part = piece;
     auto cut = std::upper_bound(cuts.begin(), cuts.end(),
                                 src.file_offset + piece.row_begin * row_bytes);
@@ -344,14 +346,15 @@ class Executor {
     const PlanSource& src = plan_.sources[piece.source];
     const bool whole_rows = piece.col_begin == 0 && piece.col_end == src.cols;
     const SourceRows rows{piece.source, piece.row_begin, piece.row_end};
-    if (whole_rows && src.dtype == param.dtype && piece.divisor == 1 && !piece.transposed) {
+    const bool dense = piece.dst_row_values() == piece.cols();
+    if (whole_rows && dense && src.dtype == param.dtype && piece.divisor == 1 && !piece.transposed) {
       direct_pieces_.push_back({rows, param_base + piece.dst_offset});
       return;
     }
     gather_pieces_.push_back({rows,
                               {param_base + piece.dst_offset, piece.col_begin, piece.col_end,
                                param.dtype, piece.divisor, piece.transposed, whole.row_begin,
-                               whole.rows()}});
+                               whole.rows(), piece.dst_row_values() * dtype_bits(param.dtype) / 8}});
   }
 
   // The gathers: pieces of the same source rows grouped by sorting (stable: consumers keep the
@@ -510,8 +513,7 @@ class Executor {
     for (uint64_t r = part.row_begin - gather.row_begin; r < part.row_end - gather.row_begin; ++r) {
       for (uint32_t t : gather.tiles) {
         const Consumer& c = gather.consumers[t];
-        const uint64_t width = (c.col_end - c.col_begin) * esize;
-        f(c.dst + r * width, width);
+        f(c.dst + r * c.pitch, (c.col_end - c.col_begin) * esize);
       }
     }
   }
@@ -542,9 +544,15 @@ class Executor {
       const uint64_t first = part.row_begin - gather.row_begin;
       for (const auto& [replica, tile] : gather.replicas) {
         const Consumer& c = gather.consumers[replica];
+        const Consumer& read = gather.consumers[tile];
         const uint64_t width = (c.col_end - c.col_begin) * esize;
-        std::memcpy(c.dst + first * width, gather.consumers[tile].dst + first * width,
-                    (part.row_end - part.row_begin) * width);
+        if (c.dense() && read.dense()) {
+          std::memcpy(c.dst + first * width, read.dst + first * width, (part.row_end - part.row_begin) * width);
+          continue;
+        }
+        for (uint64_t r = first; r < first + (part.row_end - part.row_begin); ++r) {
+          std::memcpy(c.dst + r * c.pitch, read.dst + r * read.pitch, width);
+        }
       }
     }
   }
@@ -582,10 +590,10 @@ class Executor {
         continue;
       }
       const uint64_t width = c.col_end - c.col_begin;
-      const uint64_t dst_row_bytes = width * dtype_bits(c.dtype) / 8;
+      const uint64_t dst_row_bytes = c.pitch;
       std::byte* dst = c.dst + (part.row_begin - gather.row_begin) * dst_row_bytes;
       const uint64_t rows = part.row_end - part.row_begin;
-      if (width == src.cols) {  // whole rows: one call for the part
+      if (width == src.cols && c.dense()) {  // whole rows: one call for the part
         convert_values(src.dtype, src_bytes, c.dtype, dst, rows * width, c.divisor, scratch);
         continue;
       }
@@ -665,8 +673,7 @@ class Executor {
     for (uint64_t r = 0; r < rows; ++r) {
       const std::byte* row = src_bytes + r * row_bytes;
       for (const Consumer& c : gather.consumers) {
-        const uint64_t width = (c.col_end - c.col_begin) * esize;
-        copy_small(c.dst + (first + r) * width, row + c.col_begin * esize, width);
+        copy_small(c.dst + (first + r) * c.pitch, row + c.col_begin * esize, (c.col_end - c.col_begin) * esize);
       }
     }
   }

@@ -89,11 +89,13 @@ class ScaleCheck {
 
  private:
   Error bad(const PlanParam& param, uint64_t at, float value) const {
-    // The piece that put the value there: a dense [rows, cols] block of the source at dst_offset.
+    // The piece that put the value there: a [rows, cols] block of the source at dst_offset, its rows
+    // dst_row_values() apart.
     const PlanPiece* piece = nullptr;
     const uint64_t size = dtype_bits(param.dtype) / 8;
     for (const PlanPiece& p : param.pieces) {
-      if (at >= p.dst_offset && at < p.dst_offset + p.rows() * p.cols() * size) piece = &p;
+      if (at < p.dst_offset || at >= p.dst_offset + p.dst_span_values() * size) continue;
+      if ((at - p.dst_offset) / size % p.dst_row_values() < p.cols()) piece = &p;
     }
     std::vector<std::string> where;
     ErrorDetails details{.expected = "> 0", .found = fmt::format("{}", value)};
@@ -107,12 +109,12 @@ class ScaleCheck {
       }
       if (plan_.modules[param.module].checks_scales && source.shape.size() >= 2) {  // a grid of scales
         const uint64_t index = (at - piece->dst_offset) / size;
-        const uint64_t row = piece->row_begin + index / piece->cols();
+        const uint64_t row = piece->row_begin + index / piece->dst_row_values();
         if (plan_.format.scales_per_row()) {  // per-channel: one scale per weight row
           where.push_back(fmt::format("row {}", row));
         } else {
           where.push_back(fmt::format("{} (row {}, column {})", plan_.format.pack_factor > 1 ? "group" : "block",
-                                      row, piece->col_begin + index % piece->cols()));
+                                      row, piece->col_begin + index % piece->dst_row_values()));
         }
       }
     }
@@ -158,7 +160,10 @@ void check_block_scales(const PlanParam& scale, const ScaleCheck& check,
       continue;
     }
     const uint64_t size = dtype_bits(scale.dtype) / 8;
-    for (uint64_t i = 0; i < piece.rows() * piece.cols(); ++i) check(scale, piece.dst_offset + i * size);
+    for (uint64_t r = 0; r < piece.rows(); ++r) {
+      const uint64_t row = piece.dst_offset + r * piece.dst_row_values() * size;
+      for (uint64_t i = 0; i < piece.cols(); ++i) check(scale, row + i * size);
+    }
   }
 }
 

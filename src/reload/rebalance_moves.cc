@@ -35,7 +35,7 @@ void check_map(const Plan& plan, const std::vector<std::vector<int>>& map) {
 
 // One piece that fills a slot: the parameter (index into a rank's params), the source tensor, its
 // rows and columns, where it lands within the slot, its divisor and whether it is transposed.
-using PieceKey = std::array<uint64_t, 9>;
+using PieceKey = std::array<uint64_t, 10>;
 // What fills a slot of a module's parameters on a rank: its pieces. Slots with equal signatures
 // hold equal bytes once post-processed, because post-processing is per slot (only the merged input
 // scale is per rank; it has no pieces).
@@ -51,7 +51,7 @@ SlotSignature slot_signature(const RankPlan& rank, const std::vector<size_t>& pa
       if (piece.dst_offset / slot_bytes != slot) continue;
       out.push_back({k, piece.source, piece.row_begin, piece.row_end, piece.col_begin,
                      piece.col_end, piece.dst_offset - slot * slot_bytes, piece.divisor,
-                     piece.transposed ? 1u : 0u});
+                     piece.transposed ? 1u : 0u, piece.dst_pitch});
     }
   }
   return out;

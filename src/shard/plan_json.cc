@@ -105,6 +105,7 @@ nlohmann::json Plan::to_json(bool with_pieces) const {
           }
           if (piece.divisor != 1) j["divisor"] = piece.divisor;
           if (piece.transposed) j["transposed"] = true;
+          if (piece.dst_pitch != 0) j["dst_pitch"] = piece.dst_pitch;  // values between destination rows
           p["pieces"].push_back(std::move(j));
         }
       }

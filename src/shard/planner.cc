@@ -116,7 +116,8 @@ struct PartView {
   uint64_t expert_rows = 0;  // a stacked source's matrix rows per expert (its [x] starts at x * this)
 };
 
-PartView part_view(const Part& part, const PlanSource& src, const std::string& target) {
+// `k_first`: the source stores the matrix input-major ([K, N], WeightFormat::k_first); the view is [N, K].
+PartView part_view(const Part& part, const PlanSource& src, const std::string& target, bool k_first = false) {
   const Shape& shape = src.shape;
   PartView view;
   if (part.stacked && shape.size() < 2) {
@@ -129,7 +130,7 @@ PartView part_view(const Part& part, const PlanSource& src, const std::string& t
   view.cols = std::accumulate(first == shape.end() ? first : first + 1, shape.end(), uint64_t{1},
                               std::multiplies<>());
   view.expert_rows = view.rows;
-  if (part.transposed) std::swap(view.rows, view.cols);
+  if (part.transposed || k_first) std::swap(view.rows, view.cols);
   if (part.band != Band::kAll) {
     if (view.rows % 2 != 0) {
       throw Error(ErrorKind::kShapeMismatch, "a fused gate/up tensor needs an even size to halve",
@@ -202,13 +203,15 @@ class Planner {
   // alike for every part and expert (a fused layer half quantized and half not cannot be one rank
   // tensor).
   bool checkpoint_quantizes(const Instance& inst) const {
-    if (model().quant_format != QuantFormat::kCompressedTensors) return true;
+    const bool by_tensors = format().quantized_where_stored && ckpt_ != nullptr;
+    if (model().quant_format != QuantFormat::kCompressedTensors && !by_tensors) return true;
     std::optional<bool> all;
     std::string first;
     for (const auto& names : inst.sources) {
       for (const std::string& name : names) {
         const std::string_view module = std::string_view(name).substr(0, name.rfind('.'));
-        const bool quantized = model().module_quantized(module);
+        const bool quantized = by_tensors ? ckpt_->find(with_suffix(name, format().weight_suffix)) != nullptr
+                                          : model().module_quantized(module);
         if (all && *all != quantized) {
           throw Error(ErrorKind::kConfig,
                       "the parts of one fused layer must all be quantized alike (quantization_config "
@@ -329,8 +332,13 @@ class Planner {
       // other towers are skipped whole.
       const std::optional<std::string> text_name =
           arch::text_model_name(*model().family, model().weight_prefix, name);
+      const bool unread = std::any_of(format().unread_suffixes.begin(), format().unread_suffixes.end(),
+                                      [&](const std::string& suffix) {
+                                        return name.size() > suffix.size() && name.ends_with(suffix) &&
+                                               name[name.size() - suffix.size() - 1] == '.';
+                                      });
       const bool skipped =
-          !text_name || std::any_of(table.skips.begin(), table.skips.end(), [&](const arch::SkipRule& s) {
+          unread || !text_name || std::any_of(table.skips.begin(), table.skips.end(), [&](const arch::SkipRule& s) {
             return s.matches(*text_name, model());
           });
       if (!skipped) {
@@ -409,7 +417,9 @@ class Planner {
       }
       const uint64_t rows = shape.empty() ? 1 : shape[0];
       const uint64_t cols = shape.size() <= 1 ? 1 : shape[1];
-      out.push_back({ceil_div(rows, grid_block_rows(companion)), ceil_div(cols, grid_block_cols(companion))});
+      Shape grid{ceil_div(rows, grid_block_rows(companion)), ceil_div(cols, grid_block_cols(companion))};
+      if (format().k_first) std::swap(grid[0], grid[1]);  // stored input-major, [K blocks, N blocks]
+      out.push_back(std::move(grid));
     }
     return out;
   }
@@ -431,20 +441,27 @@ class Planner {
   // whole number of words cannot be stored so: refused before any read.
   Shape packed_shape(const Instance& inst, size_t k, Shape shape) const {
     const uint64_t pack = format().pack_factor;
-    if (shape.empty() || shape.back() % pack != 0) {
+    // The packed dimension: K (the last), or N (the one before it) for words of outputs.
+    const bool outputs = format().packs_outputs;
+    const size_t dim = outputs && shape.size() >= 2 ? shape.size() - 2 : shape.size() - 1;
+    if (shape.empty() || shape[dim] % pack != 0) {
       throw Error(ErrorKind::kShapeMismatch,
-                  fmt::format("{} weights pack {} values a word: the inputs of a layer must be whole words",
-                              quantized_name(), pack),
+                  fmt::format("{} weights pack {} values a word: the {} of a layer must be whole words",
+                              quantized_name(), pack, outputs ? "outputs" : "inputs"),
                   {.file = "config.json", .tensor = inst.sources.front()[k], .field = inst.target,
-                   .expected = fmt::format("inputs a multiple of {}", pack),
+                   .expected = fmt::format("{} a multiple of {}", outputs ? "outputs" : "inputs", pack),
                    .found = shape_text(shape)});
     }
-    shape.back() /= pack;
+    shape[dim] /= pack;
+    if (format().k_first && shape.size() >= 2) std::swap(shape[shape.size() - 2], shape.back());
     return shape;
   }
 
   // What a refusal calls a quantized layer: "FP8".
   std::string quantized_name() const { return format().family_name; }
+
+  // Whether the instance's weight and block grids are stored and kept input-major (WeightFormat::k_first).
+  bool k_first(const Instance& inst) const { return inst.quantized && format().k_first; }
 
   std::string file_name(const std::string& tensor) const {
     const Checkpoint::Entry* entry = ckpt_->find(tensor);
@@ -556,9 +573,17 @@ class Planner {
   // The block of a source that one rank takes for a part, by its split rule.
   // `group` ranks split the part; this rank is number `r` among them.
   Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
-            const std::string& target) const {
+            const std::string& target, bool k_first) const {
+    if (part.rows != nullptr && k_first) {
+      throw Error(ErrorKind::kConfig,
+                  fmt::format("{} checkpoints store their weights input-major: a part that is a row range of a "
+                              "fused tensor cannot be cut from them (not supported yet)",
+                              quantized_name()),
+                  {.tensor = src.name, .field = target, .expected = "an output-major checkpoint ([N, K] weights)",
+                   .found = quantized_name()});
+    }
     if (part.rows != nullptr) return cut_row_range(part, src, group, r, target);
-    const PartView view = part_view(part, src, target);
+    const PartView view = part_view(part, src, target, k_first);
     Block b{0, view.rows, 0, view.cols, view.rows, 1};
     auto must_divide = [&](uint64_t size, uint64_t parts, const char* what) {
       if (size % parts != 0) {
@@ -664,7 +689,7 @@ class Planner {
     const std::vector<uint32_t>& first_ids = inst.source_ids.front();
     SlotLayout layout;
     for (size_t k = 0; k < rule.parts.size(); ++k) {
-      const Block b = cut(rule.parts[k], source(first_ids[k]), group.size, group.index, inst.target);
+      const Block b = cut(rule.parts[k], source(first_ids[k]), group.size, group.index, inst.target, k_first(inst));
       const uint64_t block_cols = b.col_end - b.col_begin;
       if (k > 0 && block_cols != layout.cols) {
         throw Error(ErrorKind::kShapeMismatch, "fused parts have different widths",
@@ -694,11 +719,16 @@ class Planner {
       if (b.row_end - b.row_begin < b.out_rows) param.has_padding = true;
       row += b.out_rows;
       if (b.row_end == b.row_begin) continue;
-      const PartView view = part_view(part, source(ids[k]), inst.target);
+      const PartView view = part_view(part, source(ids[k]), inst.target, k_first(inst));
       const uint64_t first = part.stacked ? expert * view.expert_rows : 0;  // the expert's matrix
       const uint64_t rows_begin = view.band_row + b.row_begin;
       const uint64_t rows_end = view.band_row + b.row_end;
-      if (part.transposed) {  // view rows are source columns, view columns source rows
+      if (k_first(inst)) {  // source rows are view columns: the block lands as columns of the [K, N] slot
+        PlanPiece piece{ids[k], b.col_begin, b.col_end, rows_begin, rows_end,
+                        base + (row - b.out_rows) * esize, b.divisor};
+        piece.dst_pitch = layout.rows;
+        param.pieces.push_back(piece);
+      } else if (part.transposed) {  // view rows are source columns, view columns source rows
         param.pieces.push_back({ids[k], first + b.col_begin, first + b.col_end, rows_begin, rows_end,
                                 dst, b.divisor, /*transposed=*/true});
       } else if (part.rotary_pairs) {
@@ -818,6 +848,7 @@ class Planner {
     const uint64_t esize = dtype_bits(at_load ? DType::kF32 : param.dtype) / 8;
     const SlotLayout layout = slot_layout(inst, plan_.parallel.split_group(rule.group, rank), part_rows);
     const std::vector<size_t> slot_logical = place_slots(inst, rank, layout, esize, param);
+    if (k_first(inst)) std::swap(param.shape[param.shape.size() - 2], param.shape.back());  // [.., K, N]
     param.nbytes = shape_nbytes(param.shape, param.dtype);
 
     std::vector<PlanParam> out;
@@ -907,7 +938,9 @@ class Planner {
     const CompanionTensor& companion = format().companions[c];
     const uint64_t br = grid_block_rows(companion);
     const uint64_t bc = grid_block_cols(companion);
-    const uint64_t pack = format().pack_factor;
+    // Values a block's row or column of the weight's view stands for: words pack K (columns) or N (rows).
+    const uint64_t row_pack = format().packs_outputs ? format().pack_factor : 1;
+    const uint64_t pack = format().packs_outputs ? 1 : format().pack_factor;
     const ParamGroup group = inst.rule->group;
     const uint64_t ranks = plan_.parallel.split_group(group, 0).size;
     auto check = [&](uint64_t begin, uint64_t end, uint64_t full, uint64_t block, const std::string& part,
@@ -930,13 +963,16 @@ class Planner {
     uint64_t grid_rows = 0;
     uint64_t grid_cols = 0;
     std::vector<uint64_t> part_row0;
+    const bool input_major = k_first(inst);
     for (size_t k = 0; k < blocks.size(); ++k) {
       const Block& b = blocks[k];
       const PlanSource& src = source(inst.source_ids.front()[k]);
-      check(b.row_begin, b.row_end, src.rows, br, src.name, "rows");
-      check(b.col_begin * pack, b.col_end * pack, src.cols * pack, bc, src.name, "columns");
+      const uint64_t rows = input_major ? src.cols : src.rows;  // of the [N, K] view
+      const uint64_t cols = input_major ? src.rows : src.cols;
+      check(b.row_begin * row_pack, b.row_end * row_pack, rows * row_pack, br, src.name, "rows");
+      check(b.col_begin * pack, b.col_end * pack, cols * pack, bc, src.name, "columns");
       part_row0.push_back(grid_rows);
-      grid_rows += ceil_div(b.out_rows, br);
+      grid_rows += ceil_div(b.out_rows * row_pack, br);
       grid_cols = ceil_div((b.col_end - b.col_begin) * pack, bc);
     }
     PlanParam grid;
@@ -947,14 +983,24 @@ class Planner {
     const uint64_t esize = dtype_bits(grid.dtype) / 8;
     const uint64_t slots = slot_logical.size();
     grid.shape = expert ? Shape{slots, grid_rows, grid_cols} : Shape{grid_rows, grid_cols};
+    if (input_major) std::swap(grid.shape[grid.shape.size() - 2], grid.shape.back());  // [.., K blocks, N blocks]
     grid.nbytes = shape_nbytes(grid.shape, grid.dtype);
     const uint64_t slot_bytes = grid_rows * grid_cols * esize;
     for (uint64_t j = 0; j < slots; ++j) {
       for (size_t k = 0; k < blocks.size(); ++k) {
         const Block& b = blocks[k];
-        grid.pieces.push_back({inst.companion_ids[c][slot_logical[j]][k], b.row_begin / br,
-                               ceil_div(b.row_end, br), b.col_begin * pack / bc, ceil_div(b.col_end * pack, bc),
-                               j * slot_bytes + part_row0[k] * grid_cols * esize, 1});
+        const uint32_t id = inst.companion_ids[c][slot_logical[j]][k];
+        const uint64_t n_begin = b.row_begin * row_pack / br;
+        const uint64_t n_end = ceil_div(b.row_end * row_pack, br);
+        const uint64_t k_begin = b.col_begin * pack / bc;
+        const uint64_t k_end = ceil_div(b.col_end * pack, bc);
+        if (input_major) {  // the part's block grid is a column block of the [K blocks, N blocks] slot
+          PlanPiece piece{id, k_begin, k_end, n_begin, n_end, j * slot_bytes + part_row0[k] * esize, 1};
+          piece.dst_pitch = grid_rows;
+          grid.pieces.push_back(piece);
+        } else {
+          grid.pieces.push_back({id, n_begin, n_end, k_begin, k_end, j * slot_bytes + part_row0[k] * grid_cols * esize, 1});
+        }
       }
     }
     return grid;

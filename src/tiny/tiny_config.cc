@@ -171,6 +171,16 @@ json compressed_tensors_config(const TinyModel& m) {
 // The quantization_config of AutoFP8 / vLLM "fp8" checkpoints, or of DeepSeek-V3's block FP8.
 json quantization_config(const TinyModel& m) {
   if (is_compressed_tensors(m.quant)) return compressed_tensors_config(m);
+  if (m.quant == Quant::kAwq) {  // as AutoAWQ writes it (transformers' spelling of the fields)
+    return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", kTinyIntGroup}, {"zero_point", true},
+            {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+  }
+  if (is_gptq(m.quant)) {  // as GPTQModel writes it (the layers quantized are those with a qweight)
+    const json group = m.quant == Quant::kGptq ? json(kTinyIntGroup) : json(-1);
+    return {{"quant_method", "gptq"}, {"bits", 4},         {"group_size", group},         {"desc_act", false},
+            {"sym", true},            {"lm_head", false},  {"damp_percent", 0.01},       {"true_sequential", true},
+            {"static_groups", false}, {"checkpoint_format", "gptq"}, {"pack_dtype", "int32"}};
+  }
   json q;
   if (m.quant == Quant::kFp8Block) {
     q = {{"quant_method", "fp8"},

@@ -102,6 +102,20 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
     return Quant::kCtBlock;
   }
   if (c.mxfp4_experts) return Quant::kMxfp4;
+  if (c.quant_format == QuantFormat::kAwq) {
+    if (c.group_size == kTinyIntGroup && c.zero_points) return Quant::kAwq;
+    throw config_error(file, "make-tiny writes AWQ in 32-value groups with zero points only", "quantization_config",
+                       "group_size 32, zero_point true",
+                       fmt::format("group_size {}, zero_point {}", c.group_size, c.zero_points));
+  }
+  if (c.quant_format == QuantFormat::kGptq) {
+    if (c.weight_bits == 4 && c.group_size == kTinyIntGroup) return Quant::kGptq;
+    if (c.weight_bits == 4 && c.group_size == kWholeRow) return Quant::kGptqChannel;
+    throw config_error(file, "make-tiny writes GPTQ int4 in 32-value groups or per column only", "quantization_config",
+                       "bits 4, group_size 32 or -1",
+                       fmt::format("bits {}, group_size {}", c.weight_bits,
+                                   c.group_size == kWholeRow ? std::string("-1") : std::to_string(c.group_size)));
+  }
   switch (c.quantization) {
     case Quantization::kNone:
       return Quant::kNone;
@@ -118,6 +132,8 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
     case Quantization::kWna16:
     case Quantization::kInt8:
     case Quantization::kNvfp4:
+    case Quantization::kGptq:
+    case Quantization::kAwq:
       break;
   }
   throw config_error(file, "unsupported quantization", "quantization_config", "fp8", "?");

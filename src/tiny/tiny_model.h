@@ -21,10 +21,14 @@ namespace shardload::tiny {
 // experts' scheme) or with zero points (W4A16_ASYM), and int8 per channel (W8A16); its int-quantized
 // W8A8 int8 (int8 weights as they are, a scale per row, activations quantized per token at run time); its
 // nvfp4-pack-quantized NVFP4 (FP4 weights, an FP8 scale per 16 inputs, float32 global scales).
+// kGptq: GPTQ's int4 (AutoGPTQ / GPTQModel v1 format), symmetric in 32-value groups, input-major;
+// kGptqChannel: the same with one group per column (group_size -1). kAwq: AWQ's GEMM int4 (AutoAWQ), with
+// zero points in 32-value groups, input-major and packed along the outputs.
 enum class Quant {
   kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16, kCtW8a8,
-  kCtNvfp4
+  kCtNvfp4, kGptq, kGptqChannel, kAwq
 };
+inline bool is_gptq(Quant q) { return q == Quant::kGptq || q == Quant::kGptqChannel; }
 // 128 x 128 blocks: the geometry every tp split must respect.
 inline bool is_block_quant(Quant q) { return q == Quant::kFp8Block || q == Quant::kCtBlock; }
 inline bool is_packed_int(Quant q) {
@@ -73,10 +77,10 @@ bool is_moe_layer(const TinyModel& model, int layer);
 // How a tensor's values are drawn: weights small around 0, norms around 1; FP8 weight scales from
 // the values of their weight, input scales from their name (tiny_quant.h).
 // Packed integer weights come with zero points and their [N, K] (kZeroPoint, kWeightShape); NVFP4 weights
-// with a global scale (kGlobalScale).
+// with a global scale (kGlobalScale); GPTQ's with each input's group (kGroupIndex, g_idx).
 enum class ValueKind {
   kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape,
-  kGlobalScale
+  kGlobalScale, kGroupIndex
 };
 
 struct TensorSpec {

@@ -80,7 +80,7 @@ std::optional<std::string_view> strip(std::string_view name, std::string_view su
 std::string_view module_of(const TensorSpec& spec) {
   for (std::string_view suffix : {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale", ".weight_packed",
                                   ".weight_zero_point", ".weight_shape", ".weight_global_scale",
-                                  ".input_global_scale"}) {
+                                  ".input_global_scale", ".qweight", ".scales", ".qzeros", ".g_idx"}) {
     if (auto module = strip(spec.name, suffix)) return *module;
   }
   throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale name",
@@ -171,6 +171,7 @@ struct Group {
   const FillJob* zero = nullptr;
   const FillJob* shape = nullptr;
   const FillJob* global = nullptr;
+  const FillJob* group_index = nullptr;
 };
 
 struct IntScheme {
@@ -279,6 +280,93 @@ void fill_packed_int(const Group& group, uint64_t seed) {
   }
 }
 
+// GPTQ int4, symmetric: in 32-value groups, or one group a column.
+IntScheme gptq_scheme(Quant quant) { return {4, quant == Quant::kGptqChannel ? 0 : kTinyIntGroup, false}; }
+
+// GPTQ (v1, symmetric): the W4A16 codes of the [out, in] weight, stored input-major.
+void fill_gptq(const Group& group, uint64_t seed) {
+  const TensorSpec& any = group.weight != nullptr ? *group.weight->spec
+                          : group.scale != nullptr ? *group.scale->spec
+                          : group.zero != nullptr  ? *group.zero->spec
+                                                   : *group.group_index->spec;
+  const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
+  const uint64_t rows = shape[0], cols = shape[1];
+  const IntScheme q = gptq_scheme(any.quant);
+  const uint64_t group_size = q.group == 0 ? cols : q.group;
+  const uint64_t groups = cols / group_size;
+  if (group.group_index != nullptr) {
+    auto* index = reinterpret_cast<int32_t*>(group.group_index->out.data());
+    for (uint64_t i = 0; i < cols; ++i) index[i] = static_cast<int32_t>(i / group_size);
+  }
+  if (group.zero != nullptr) {  // zero - 1 in every field: 2^(bits-1) - 1
+    uint32_t word = 0;
+    for (uint64_t j = 0; j < q.pack(); ++j) word |= ((1u << (q.bits - 1)) - 1) << (q.bits * j);
+    auto* words = reinterpret_cast<uint32_t*>(group.zero->out.data());
+    std::fill(words, words + groups * rows / q.pack(), word);
+  }
+  if (group.weight == nullptr && group.scale == nullptr) return;
+  const IntCodes codes =
+      int_codes(reference_values(std::string(module_of(any)) + ".weight", shape, seed), rows, cols, q);
+  if (group.weight != nullptr) {  // word (w, n): inputs 8w .. 8w + 7 of output n
+    auto* words = reinterpret_cast<uint32_t*>(group.weight->out.data());
+    for (uint64_t w = 0; w < cols / q.pack(); ++w) {
+      for (uint64_t n = 0; n < rows; ++n) words[w * rows + n] = pack_word(codes.codes.data() + n * cols + w * q.pack(), 1, q);
+    }
+  }
+  if (group.scale != nullptr) {  // [groups, out], F16 (the BF16-rounded scales are exact in it)
+    std::vector<float> by_group(groups * rows);
+    for (uint64_t n = 0; n < rows; ++n) {
+      for (uint64_t g = 0; g < groups; ++g) by_group[g * rows + n] = codes.scales[n * groups + g];
+    }
+    write_floats(by_group, DType::kF16, group.scale->out);
+  }
+}
+
+// AWQ (GEMM, zero points): the W4A16_ASYM codes of the [out, in] weight, input-major, words of 8 outputs in
+// AWQ's order (nibble j of word c holds output 8c + kAwqOrder[j]).
+constexpr uint64_t kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+// Word c of row `values` (a row of an input-major [.., out] table, signed codes) in AWQ's order, offset by 8.
+uint32_t awq_word(const int32_t* values, uint64_t c) {
+  uint32_t word = 0;
+  for (uint64_t j = 0; j < 8; ++j) word |= (static_cast<uint32_t>(values[8 * c + kAwqOrder[j]] + 8) & 0xF) << (4 * j);
+  return word;
+}
+
+void fill_awq(const Group& group, uint64_t seed) {
+  const TensorSpec& any = group.weight != nullptr ? *group.weight->spec
+                          : group.scale != nullptr ? *group.scale->spec
+                                                   : *group.zero->spec;
+  const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
+  const uint64_t rows = shape[0], cols = shape[1];
+  const IntScheme q = int_scheme(Quant::kCtW4a16Asym);
+  const IntCodes codes =
+      int_codes(reference_values(std::string(module_of(any)) + ".weight", shape, seed), rows, cols, q);
+  const uint64_t groups = codes.groups;
+  std::vector<int32_t> row(rows);
+  if (group.weight != nullptr) {  // [in, out / 8]
+    auto* words = reinterpret_cast<uint32_t*>(group.weight->out.data());
+    for (uint64_t k = 0; k < cols; ++k) {
+      for (uint64_t n = 0; n < rows; ++n) row[n] = codes.codes[n * cols + k];
+      for (uint64_t c = 0; c < rows / 8; ++c) words[k * (rows / 8) + c] = awq_word(row.data(), c);
+    }
+  }
+  if (group.zero != nullptr) {  // [groups, out / 8]
+    auto* words = reinterpret_cast<uint32_t*>(group.zero->out.data());
+    for (uint64_t g = 0; g < groups; ++g) {
+      for (uint64_t n = 0; n < rows; ++n) row[n] = codes.zeros[n * groups + g];
+      for (uint64_t c = 0; c < rows / 8; ++c) words[g * (rows / 8) + c] = awq_word(row.data(), c);
+    }
+  }
+  if (group.scale != nullptr) {  // [groups, out], F16 (the BF16-rounded scales are exact in it)
+    std::vector<float> by_group(groups * rows);
+    for (uint64_t n = 0; n < rows; ++n) {
+      for (uint64_t g = 0; g < groups; ++g) by_group[g * rows + n] = codes.scales[n * groups + g];
+    }
+    write_floats(by_group, DType::kF16, group.scale->out);
+  }
+}
+
 // E2M1's magnitudes by code (bit 3 the sign).
 constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 constexpr float kFp4Max = 6.0f;
@@ -342,8 +430,17 @@ void fill_group(const Group& group, uint64_t seed) {
                          : group.shape ? group.shape
                          : group.global ? group.global
                                        : group.input;
+  if (first == nullptr) first = group.group_index;
   if (first != nullptr && first->spec->quant == Quant::kCtNvfp4) {
     fill_nvfp4(group, seed);
+    return;
+  }
+  if (first != nullptr && first->spec->quant == Quant::kAwq) {
+    fill_awq(group, seed);
+    return;
+  }
+  if (first != nullptr && is_gptq(first->spec->quant)) {
+    fill_gptq(group, seed);
     return;
   }
   if (first != nullptr && (is_packed_int(first->spec->quant) || first->spec->quant == Quant::kCtW8a8)) {
@@ -381,7 +478,8 @@ const std::vector<std::string>& quant_names() {
   static const std::vector<std::string> names = {"none",          "fp8",           "fp8-block",
                                                  "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
                                                  "mxfp4",         "ct-w4a16",      "ct-w4a16-asym",
-                                                 "ct-w8a16",      "ct-w8a8",       "ct-nvfp4"};
+                                                 "ct-w8a16",      "ct-w8a8",       "ct-nvfp4",
+                                                 "gptq",          "gptq-channel",  "awq"};
   return names;
 }
 
@@ -389,7 +487,8 @@ std::optional<Quant> parse_quant(std::string_view name) {
   static constexpr Quant kInOrder[] = {Quant::kNone,     Quant::kFp8,       Quant::kFp8Block,
                                        Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
                                        Quant::kMxfp4,    Quant::kCtW4a16,   Quant::kCtW4a16Asym,
-                                       Quant::kCtW8a16,  Quant::kCtW8a8,  Quant::kCtNvfp4};
+                                       Quant::kCtW8a16,  Quant::kCtW8a8,  Quant::kCtNvfp4,
+                                       Quant::kGptq,     Quant::kGptqChannel, Quant::kAwq};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -470,6 +569,33 @@ std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& sh
           {module + ".input_global_scale", DType::kF32, {1}, ValueKind::kInputScale, quant, shape}};
 }
 
+std::vector<TensorSpec> gptq_tensors(const std::string& module, const Shape& shape, Quant quant) {
+  const IntScheme q = gptq_scheme(quant);
+  const uint64_t rows = shape.at(0), cols = shape.at(1);
+  const uint64_t group = q.group == 0 ? cols : q.group;
+  if (cols % group != 0 || cols % q.pack() != 0 || rows % q.pack() != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "make-tiny's GPTQ weights need whole 32-value groups and words",
+                {.tensor = module + ".weight", .expected = "inputs a multiple of 32, outputs of 8",
+                 .found = fmt::format("[{}, {}]", rows, cols)});
+  }
+  return {{module + ".qweight", DType::kI32, {cols / q.pack(), rows}, ValueKind::kWeight, quant, shape},
+          {module + ".scales", DType::kF16, {cols / group, rows}, ValueKind::kWeightScale, quant, shape},
+          {module + ".qzeros", DType::kI32, {cols / group, rows / q.pack()}, ValueKind::kZeroPoint, quant, shape},
+          {module + ".g_idx", DType::kI32, {cols}, ValueKind::kGroupIndex, quant, shape}};
+}
+
+std::vector<TensorSpec> awq_tensors(const std::string& module, const Shape& shape) {
+  const uint64_t rows = shape.at(0), cols = shape.at(1);
+  if (cols % kTinyIntGroup != 0 || rows % 8 != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "make-tiny's AWQ weights need whole 32-value groups and words",
+                {.tensor = module + ".weight", .expected = "inputs a multiple of 32, outputs of 8",
+                 .found = fmt::format("[{}, {}]", rows, cols)});
+  }
+  return {{module + ".qweight", DType::kI32, {cols, rows / 8}, ValueKind::kWeight, Quant::kAwq, shape},
+          {module + ".qzeros", DType::kI32, {cols / kTinyIntGroup, rows / 8}, ValueKind::kZeroPoint, Quant::kAwq, shape},
+          {module + ".scales", DType::kF16, {cols / kTinyIntGroup, rows}, ValueKind::kWeightScale, Quant::kAwq, shape}};
+}
+
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads) {
   std::map<std::string_view, Group>
       by_module;  // ordered, so the work list does not depend on hashing
@@ -493,6 +619,9 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
         break;
       case ValueKind::kGlobalScale:
         group.global = &job;
+        break;
+      case ValueKind::kGroupIndex:
+        group.group_index = &job;
         break;
       case ValueKind::kNorm:
       case ValueKind::kBias:

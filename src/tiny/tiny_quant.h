@@ -16,7 +16,8 @@ namespace shardload::tiny {
 inline constexpr uint64_t kFp8Block = arch::kFp8BlockSize;
 
 // --quant spellings: "none", "fp8", "fp8-block", "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
-// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", in that order.
+// "mxfp4", "ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", "gptq", "gptq-channel", "awq", in that
+// order.
 const std::vector<std::string>& quant_names();
 std::optional<Quant> parse_quant(std::string_view name);
 
@@ -52,6 +53,17 @@ std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& sh
 // (s = amax / 127, codes clamped to [-128, 127]), stored as they are. NVFP4: a global scale
 // g = 448 * 6 / amax of the projection, per 16 inputs s = fp8(amax / 6 * g), codes the nearest E2M1 value
 // of w * g / s (value 2j of a byte in its low nibble); the input global scale a value in [10, 100).
+// The tensors of one GPTQ projection [out, in] as AutoGPTQ / GPTQModel write them (v1): qweight I32
+// [in / 8, out] (value j of a word is input 8w + j, stored + 8), scales F16 [in / 32, out], qzeros I32
+// [in / 32, out / 8] (each 8 - 1: symmetric) and g_idx I32 [in] (input i's group, i / 32).
+// kGptqChannel: scales [1, out], qzeros [1, out / 8], every g_idx 0.
+std::vector<TensorSpec> gptq_tensors(const std::string& module, const Shape& shape, Quant quant);
+
+// The tensors of one AWQ projection [out, in] as AutoAWQ's GEMM format has them: qweight I32 [in, out / 8]
+// (nibble j of word c holds output 8c + [0, 2, 4, 6, 1, 3, 5, 7][j], stored + 8), qzeros I32 [in / 32, out / 8]
+// packed the same way, scales F16 [in / 32, out].
+std::vector<TensorSpec> awq_tensors(const std::string& module, const Shape& shape);
+
 void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threads = 0);
 
 }  // namespace shardload::tiny

@@ -36,6 +36,8 @@ class Builder final : public arch::TensorWriter {
     for (TensorSpec& spec : is_packed_int(m_.quant)         ? packed_int_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kCtW8a8 ? int8_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kCtNvfp4 ? nvfp4_tensors(module, {out, in}, m_.quant)
+                            : is_gptq(m_.quant)          ? gptq_tensors(module, {out, in}, m_.quant)
+                            : m_.quant == Quant::kAwq     ? awq_tensors(module, {out, in})
                                                           : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {
       if (spec.kind == ValueKind::kWeightShape && m_.family->tiny_int32_weight_shape) spec.dtype = DType::kI32;
       specs_.push_back(std::move(spec));

@@ -39,6 +39,7 @@ Distribution distribution(ValueKind kind) {
     case ValueKind::kZeroPoint:  // tiny_quant.cc's
     case ValueKind::kWeightShape:
     case ValueKind::kGlobalScale:
+    case ValueKind::kGroupIndex:
       break;
   }
   return {0.0f, 0.0f};

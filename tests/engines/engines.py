@@ -293,7 +293,13 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
 
 
 # Cases that are another shape of a family's checkpoint: the family and make-tiny's flags for it.
-VARIANTS = {"gemma4-dense": ("gemma4", ["--experts", "0"])}
+# qwen3_moe-every-layer-moe: vLLM 0.33's GPTQ methods decide a fused layer's quantization by its parts' names
+# (packed_modules_mapping), which its Qwen3-MoE model gives gate_up_proj only after its quantization config
+# took a copy of it: a checkpoint with a dense layer (mlp_only_layers) builds that layer unquantized and
+# fails its own load (AttributeError: 'MergedColumnParallelLinear' object has no attribute 'data'). Real
+# Qwen3-MoE checkpoints have no dense layer.
+VARIANTS = {"gemma4-dense": ("gemma4", ["--experts", "0"]),
+            "qwen3_moe-every-layer-moe": ("qwen3_moe", ["--every-layer-moe"])}
 
 
 def make_tiny_args(engine, arch):
@@ -312,9 +318,9 @@ def tiny_flags(engine, arch):
 FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3"}
 # Per-tensor FP8: the engines requantize a fused layer's parts to one scale in their post-processing.
 REQUANTIZED = {"fp8", "ct-fp8-tensor"}
-# llm-compressor's integer weights (make-tiny --quant): kept as stored, cut on whole words and groups
+# llm-compressor's and GPTQ's integer weights (make-tiny --quant): kept as stored, cut on whole words and groups
 # (int-quantized int8: on whole rows).
-INT_WEIGHTS = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4")
+INT_WEIGHTS = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", "gptq", "gptq-channel", "awq")
 # float32 on both sides, summed in another order: the logits' largest difference, relative to the largest.
 FORWARD_TOLERANCE = 1e-5
 # Per-tensor FP8 after the engine's post-processing: the engine's codes one code apart from shardload's on

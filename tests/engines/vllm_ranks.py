@@ -192,20 +192,27 @@ def cpu_model_stand_ins(built):
         # class and must keep its own answer (its CPU layout differs).
         kernels_on_this_device(int_wna16)
         # Its dense CPU kernel takes int4 only: int8 (W8A16) layers get the same kernel class named.
+        # So do layers whose size its CPU kernel refuses (GPTQ's fused q_a / kv_a of 168 outputs: "multiples of
+        # 32"), a kernel-only limit.
         from vllm.model_executor.kernels.linear.mixed_precision.cpu import CPUWNA16LinearKernel
+        from vllm.model_executor.layers.quantization import auto_awq, auto_gptq
         from vllm.model_executor.layers.quantization.compressed_tensors.schemes import compressed_tensors_wNa16
 
-        # Its own name: the closures of this function bind names late, and DeepSeek-V3.2's stand-in below
-        # has a `choose` of its own.
-        choose_kernel = compressed_tensors_wNa16.choose_mp_linear_kernel
+        def or_cpu(choose_kernel):
+            """CHOOSE_KERNEL, or vLLM's CPU kernel class where it finds none (a function of its own, so that
+            each wrapper binds its own: DeepSeek-V3.2's stand-in below has a `choose` of its own)."""
 
-        def choose_or_cpu(config, *args, **kwargs):
-            try:
-                return choose_kernel(config, *args, **kwargs)
-            except ValueError:
-                return CPUWNA16LinearKernel
+            def choose_or_cpu(config, *args, **kwargs):
+                try:
+                    return choose_kernel(config, *args, **kwargs)
+                except ValueError:
+                    return CPUWNA16LinearKernel
 
-        compressed_tensors_wNa16.choose_mp_linear_kernel = choose_or_cpu
+            return choose_or_cpu
+
+        compressed_tensors_wNa16.choose_mp_linear_kernel = or_cpu(compressed_tensors_wNa16.choose_mp_linear_kernel)
+        auto_gptq.choose_mp_linear_kernel = or_cpu(auto_gptq.choose_mp_linear_kernel)
+        auto_awq.choose_mp_linear_kernel = or_cpu(auto_awq.choose_mp_linear_kernel)
     if any(int8_weights(c) for c, _, _ in built):
         # Its CPU int8 MoE experts ask for AMX tiles: named on this CPU (a subclass, for the int8 oracle only),
         # which changes nothing its loaders do.
@@ -247,8 +254,11 @@ def cpu_model_stand_ins(built):
 
 
 def packed_int(model_config):
-    """llm-compressor's integer weights (compressed-tensors pack-quantized: W4A16, W8A16)."""
+    """Packed integer weights: llm-compressor's (compressed-tensors pack-quantized: W4A16, W8A16) and GPTQ's
+    (vLLM's auto_gptq, whose MoE method asks the same integer oracle)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    if model_config.quantization in ("auto_gptq", "awq", "auto_awq"):
+        return True
     return model_config.quantization == "compressed-tensors" and quant.get("format") == "pack-quantized"
 
 

@@ -229,7 +229,8 @@ TEST_P(Fp8Reload, ExpertsOnlyFromAnotherCheckpointLeaveTheRestByteIdentical) {
       if (name.find(".experts.") != std::string::npos) {
         ++experts;
         EXPECT_EQ(bytes, want_b.at(name)) << name;
-        EXPECT_NE(bytes, before[r].at(name)) << name << " should have changed";
+        // Symmetric GPTQ's zero points are one constant in every checkpoint.
+        if (!name.ends_with("_qzeros")) EXPECT_NE(bytes, before[r].at(name)) << name << " should have changed";
       } else {
         EXPECT_EQ(bytes, before[r].at(name)) << name << " must not change";
       }
@@ -240,7 +241,7 @@ TEST_P(Fp8Reload, ExpertsOnlyFromAnotherCheckpointLeaveTheRestByteIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Quantizations, Fp8Reload,
                          ::testing::Values("fp8", "fp8-block", "dynamic", "ct-fp8-tensor", "ct-fp8-channel",
-                                           "ct-fp8-block", "ct-w8a8", "ct-nvfp4"));
+                                           "ct-fp8-block", "ct-w8a8", "ct-nvfp4", "gptq"));
 
 TEST(Fp8DynamicTest, EachRankTensorAndExpertGetsItsOwnScaleCodeExact) {
   TempDir dir;

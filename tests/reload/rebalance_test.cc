@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(Quantization, Rebalance,
                                            RebalanceCase{"ct-fp8-tensor", "", false},
                                            RebalanceCase{"ct-w4a16-asym", "", false},
                                            RebalanceCase{"ct-w8a8", "", false},
-                                           RebalanceCase{"ct-nvfp4", "", false}),
+                                           RebalanceCase{"ct-nvfp4", "", false},
+                                           RebalanceCase{"gptq", "", false},
+                                           RebalanceCase{"awq", "", false}),
                          [](const auto& info) {
                            const RebalanceCase& c = info.param;
                            std::string quant = c.quant;

@@ -38,6 +38,8 @@ std::string_view quantization_name(Quantization quantization) {
     case Quantization::kWna16: return "wna16";
     case Quantization::kInt8: return "int8";
     case Quantization::kNvfp4: return "nvfp4";
+    case Quantization::kGptq: return "gptq";
+    case Quantization::kAwq: return "awq";
   }
   return "?";
 }
@@ -83,9 +85,17 @@ void read_quantization(const json& config, ModelConfig& m) {
     read_mxfp4(q, m);
     return;
   }
+  if (name == "gptq") {
+    read_gptq(q, m);
+    return;
+  }
+  if (name == "awq") {
+    read_awq(q, m);
+    return;
+  }
   if (name != "fp8") {
-    throw quant_error("unsupported quantization method", "quant_method", "fp8, compressed-tensors or mxfp4 (gpt-oss)",
-                      name);
+    throw quant_error("unsupported quantization method", "quant_method",
+                      "fp8, compressed-tensors, gptq, awq or mxfp4 (gpt-oss)", name);
   }
   read_fp8(q, m);
 }

@@ -27,6 +27,12 @@ WeightFormat pack_quantized_format(const ModelConfig& model);
 WeightFormat int_quantized_format(const ModelConfig& model);
 // compressed-tensors nvfp4-pack-quantized FP4 weights (nvfp4_pack_quantized.cc).
 WeightFormat nvfp4_format(const ModelConfig& model);
+// GPTQ's quant_method "gptq" (gptq.cc).
+void read_gptq(const nlohmann::json& quantization_config, ModelConfig& m);
+WeightFormat gptq_format(const ModelConfig& model);
+// AWQ's quant_method "awq" (awq.cc).
+void read_awq(const nlohmann::json& quantization_config, ModelConfig& m);
+WeightFormat awq_format(const ModelConfig& model);
 
 // Error(kConfig) in config.json at quantization_config.<field>, for both formats' readers.
 Error quant_error(std::string message, const std::string& field, std::string expected, std::string found);

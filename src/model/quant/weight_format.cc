@@ -13,6 +13,8 @@ WeightFormat weight_format(const ModelConfig& model, bool quantize_at_load) {
     return none;
   }
   if (model.quant_format == QuantFormat::kCompressedTensors) return compressed_tensors_weight_format(model);
+  if (model.quant_format == QuantFormat::kGptq) return gptq_format(model);
+  if (model.quant_format == QuantFormat::kAwq) return awq_format(model);
   return fp8_weight_format(model);
 }
 
