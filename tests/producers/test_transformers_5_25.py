@@ -8,14 +8,12 @@ sharded_state loader, and the two hold the same bytes on every rank (tests/engin
 the hooks beside them)."""
 import json
 import os
-import pathlib
-import shutil
 import sys
 
 import pytest
 from shardload.verify import main as verify
 
-from producers import HERE, cli, open_with_official_safetensors, producer
+from producers import HERE, cli, producer
 
 TRANSFORMERS = os.environ.get("SHARDLOAD_TRANSFORMERS_PYTHON", "")
 pytestmark = pytest.mark.skipif(not TRANSFORMERS or not os.access(TRANSFORMERS, os.X_OK),
@@ -98,9 +96,18 @@ def layout(case, tp=2):
     return ["--tp", str(tp)] + (["--ep", str(ep)] if ep > 1 else [])
 
 
+@pytest.fixture(scope="module")
+def exported(written, tmp_path_factory):
+    """{case: its checkpoint exported at tp 2 (MoE: ep 2)}."""
+    root = tmp_path_factory.mktemp("exports")
+    for case, model in written.items():
+        cli("export", model, *layout(case), "--out", root / case)
+    return {case: root / case for case in written}
+
+
 @pytest.mark.parametrize("case", [*CASES, *(pytest.param(c, marks=pytest.mark.skip(reason=r))
                                             for c, r in WAITING.items())])
-def test_transformers_5_25_checkpoint_plans_exports_and_verifies(written, tmp_path, case):
+def test_transformers_5_25_checkpoint_plans_exports_and_verifies(written, exported, case):
     model = written[case]
     config = json.loads((model / "config.json").read_text())
     assert config["transformers_version"] == "5.25.0"
@@ -110,11 +117,13 @@ def test_transformers_5_25_checkpoint_plans_exports_and_verifies(written, tmp_pa
         assert fused and not any(".experts.0." in n for n in names), "the experts fused, as transformers holds them"
     elif case.startswith("qwen3_5_moe"):
         assert not fused and any(".mlp.experts.0.gate_proj.weight" in n for n in names), "one expert a tensor"
-    cli("plan", model, *layout(case))
-    out = tmp_path / "tp2"
-    cli("export", model, *layout(case), "--out", out)
-    assert verify([str(model), "--export", str(out)]) == 0
-    open_with_official_safetensors(out)
+    assert "rank 1" in cli("plan", model, *layout(case))
+    assert verify([str(model), "--export", str(exported[case])]) == 0
+
+
+def test_the_official_safetensors_opens_every_export(exported):
+    count = int(producer("open_with_safetensors.py", *exported.values(), python=TRANSFORMERS).strip())
+    assert count == sum(len(list(d.glob("*.safetensors"))) for d in exported.values())
 
 
 def test_fused_and_per_expert_saves_export_the_same_bytes(written, tmp_path):
