@@ -2,7 +2,7 @@
 // transformers 5 holds the experts and a checkpoint saved from its state dict stores them,
 // mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
 // mlp.experts.down_proj [E, H, I], plans from those stacked sources and exports byte for byte what the
-// per-expert checkpoint exports, at ep 2, with MoE-TP, and both.
+// per-expert checkpoint exports, at ep 2, with MoE-TP, both, and with redundant experts.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -131,14 +131,20 @@ TEST(Qwen35FusedExperts, StackedSourcesExportWhatThePerExpertCheckpointExports) 
     }
   }
 
-  // Whole experts (ep 2), MoE-TP 2 (each expert's gate and up halves cut), and both (tp 4 x ep 2).
-  for (const auto& [tp, ep] : std::vector<std::pair<int, int>>{{2, 2}, {2, 1}, {4, 2}}) {
-    const std::string layout = "tp" + std::to_string(tp) + "-ep" + std::to_string(ep);
-    const std::string a = tmp.file("export-per-expert-" + layout), b = tmp.file("export-fused-" + layout);
+  // Whole experts (ep 2), MoE-TP 2 (each expert's gate and up halves cut), both (tp 4 x ep 2), and two
+  // redundant experts (slots that repeat an expert: its stacked rows read again).
+  const std::vector<std::vector<std::string>> layouts = {{"--tp", "2", "--ep", "2"},
+                                                         {"--tp", "2"},
+                                                         {"--tp", "4", "--ep", "2"},
+                                                         {"--tp", "4", "--ep", "2", "--redundant-experts", "2"}};
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    const std::string a = tmp.file("export-per-expert-" + std::to_string(l));
+    const std::string b = tmp.file("export-fused-" + std::to_string(l));
     for (const auto& [model, out] : {std::pair{per_expert, a}, std::pair{fused, b}}) {
-      const testing::CommandResult result = shardload_cli(
-          {"export", model, "--tp", std::to_string(tp), "--ep", std::to_string(ep), "--out", out});
-      ASSERT_EQ(result.exit_code, 0) << layout << ": " << result.err;
+      std::vector<std::string> args = {"export", model, "--out", out};
+      args.insert(args.end(), layouts[l].begin(), layouts[l].end());
+      const testing::CommandResult result = shardload_cli(args);
+      ASSERT_EQ(result.exit_code, 0) << "layout " << l << ": " << result.err;
     }
     expect_same_exports(a, b);
   }
