@@ -11,6 +11,8 @@ import os
 import sys
 
 import pytest
+import shardload
+import torch
 from shardload.verify import main as verify
 
 from producers import HERE, cli, producer
@@ -138,6 +140,24 @@ def test_fused_and_per_expert_saves_export_the_same_bytes(written, tmp_path):
         assert files == sorted(p.name for p in exports[1].glob("*.safetensors"))
         for name in files:
             assert (exports[0] / name).read_bytes() == (exports[1] / name).read_bytes(), (flags, name)
+
+
+def test_a_live_model_updates_from_the_fused_save_and_rebalances(written):
+    # The per-expert save's live model takes the fused save (its stacked sources read) and a rebalance that moves
+    # every expert: equal to a fresh load of the fused save under the new placement, addresses kept.
+    per_expert, fused = written["qwen3_5_moe"], written["qwen3_5_moe-fused"]
+    live = shardload.LiveModel(per_expert, tp=2, ep=2)
+    w13 = torch.from_dlpack(live.tensors(1)["model.layers.1.mlp.experts.w13_weight"])
+    address = w13.data_ptr()
+    assert live.update_weights(fused)["read_bytes"] > 0
+    rows = [list(reversed(row)) for row in live.expert_map]
+    assert live.rebalance(rows)["read_bytes"] == 0
+    fresh = shardload.load(fused, tp=2, ep=2, expert_map=rows)
+    for rank in range(2):
+        for name, t in live.tensors(rank).items():
+            assert torch.equal(torch.from_dlpack(t).view(torch.uint8),
+                               torch.from_dlpack(fresh.tensors(rank)[name]).view(torch.uint8)), (rank, name)
+    assert w13.data_ptr() == address
 
 
 def test_vllm_loads_the_exports_of_transformers_checkpoints_as_its_own(written, tmp_path):
