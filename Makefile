@@ -59,6 +59,8 @@ SANITIZE_CXX ?= clang++
 # made once per lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no
 # network), its tests say they skipped.
 PRODUCERS_LOCK := tests/producers/requirements.lock
+# transformers 5.25 (the 2026 families' producer) in one of its own: llm-compressor holds the producers' at 5.17.
+TRANSFORMERS_LOCK := tests/producers/requirements-transformers.lock
 # The engines' (vLLM, then SGLang installed over it with --no-deps), the same way: tests/engines/.
 ENGINES_LOCKS := tests/engines/requirements.lock tests/engines/requirements-nodeps.lock
 # REAL_TOOLS=0: the suite without the real tools' environments (their tests say they skipped), e.g.
@@ -67,9 +69,11 @@ REAL_TOOLS ?= 1
 pypi_env = $$(if [ "$(REAL_TOOLS)" != 0 ]; then bash scripts/pypi-env.sh $(1) || echo ""; fi)
 test-asan: deps
 	producers=$(call pypi_env,$(PRODUCERS_LOCK)); \
+	transformers=$(call pypi_env,$(TRANSFORMERS_LOCK)); \
 	engines=$(call pypi_env,$(ENGINES_LOCKS)); \
 	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
 	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers" \
+	  "-DSHARDLOAD_TRANSFORMERS_PYTHON=$$transformers" \
 	  "-DSHARDLOAD_ENGINES_PYTHON=$$engines"
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS)

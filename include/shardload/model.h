@@ -104,6 +104,11 @@ struct ModelConfig {
   // gpt-oss: quant_method "mxfp4", the routed experts in MXFP4 (U8 codes and E8M0 scales, kept as they
   // are); everything else unquantized.
   bool mxfp4_experts = false;
+  // The checkpoint stores the routed experts fused, one 3-D tensor for all of them (Qwen3.5-MoE's
+  // mlp.experts.gate_up_proj [E, 2I, H] and down_proj [E, H, I], as transformers holds them), where the
+  // family also reads them one expert a tensor (Family::stacked_experts_tensor). Set by the planner
+  // from the checkpoint's names, not from config.json.
+  bool stacked_experts = false;
   // Qwen3-Next's gated DeltaNet linear attention, in the layers linear_layer marks (the others have
   // full attention): linear_key_heads x linear_key_head_dim queries and keys, linear_value_heads x
   // linear_value_head_dim values and output gates, a depthwise causal conv of linear_conv_kernel taps.

@@ -96,7 +96,8 @@ class _Model:
             cfg = cfg.get("text_config") or {}
         self.rotary_pairs = arch.startswith("Llama4")
         self.interleaved = arch in _INTERLEAVED_GATE_UP
-        self.fused_out_in = arch.startswith("Gemma4")  # its fused experts [E, out, in], the others' [E, in, out]
+        # Gemma 4's and Qwen3.5-MoE's fused experts [E, out, in], the others' [E, in, out]
+        self.fused_out_in = arch.startswith(("Gemma4", "Qwen3_5Moe"))
         self.heads = cfg.get("num_attention_heads")
         self.kv_heads = cfg.get("num_key_value_heads") or self.heads
         self.head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (self.heads or 1)

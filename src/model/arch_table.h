@@ -45,6 +45,8 @@ enum class When {
   kPlainExperts,  // they are not
   kLinearAttentionLayer,  // a layer with linear attention (ModelConfig::linear_layer)
   kFullAttentionLayer,    // a layer of a hybrid model with softmax attention
+  kStackedExperts,     // a MoE layer whose routed experts are fused 3-D tensors (ModelConfig::stacked_experts)
+  kPerExpertTensors,   // a MoE layer whose routed experts are one tensor each
 };
 
 enum class Keep {

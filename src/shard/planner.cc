@@ -61,6 +61,8 @@ bool applies(When when, const ModelConfig& m, int layer) {
     case When::kPlainExperts: return moe_layer && !m.mxfp4_experts;
     case When::kLinearAttentionLayer: return layer >= 0 && m.linear_layer[static_cast<size_t>(layer)];
     case When::kFullAttentionLayer: return layer >= 0 && !m.linear_layer[static_cast<size_t>(layer)];
+    case When::kStackedExperts: return moe_layer && m.stacked_experts;
+    case When::kPerExpertTensors: return moe_layer && !m.stacked_experts;
   }
   return false;
 }
@@ -151,6 +153,7 @@ class Planner {
                   {.file = ckpt.path()});
     }
     start(ckpt.config(), parallel);
+    probe_stacked_experts();
   }
 
   // Without a checkpoint (plan_from_config): every source is assumed, as config.json implies it.
@@ -178,6 +181,20 @@ class Planner {
     plan_.moe_tp = parallel.tp / parallel.ep;
     plan_.dtype = parallel.dtype.value_or(plan_.model.dtype);
     build_expert_map();
+  }
+
+  // A family that reads its routed experts either one a tensor or fused (Family::stacked_experts_tensor):
+  // the checkpoint's first MoE layer says which. Without a checkpoint, one a tensor.
+  void probe_stacked_experts() {
+    ModelConfig& m = plan_.model;
+    const std::string_view fused = m.family->stacked_experts_tensor;
+    if (fused.empty() || !m.is_moe()) return;
+    for (int layer = 0; layer < m.layers; ++layer) {
+      if (!m.moe_layer[static_cast<size_t>(layer)]) continue;
+      m.stacked_experts =
+          ckpt_->find(outer_name(fmt::format("model.layers.{}.{}", layer, fused))) != nullptr;
+      return;
+    }
   }
 
   const ModelConfig& model() const { return plan_.model; }

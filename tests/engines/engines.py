@@ -104,10 +104,11 @@ def put_in_hub_cache(model, cache, repo_id):
     return snapshot
 
 
-def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
+def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints=None):
     """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by
     default; a family may be one of VARIANTS, e.g. "gemma4-dense", make-tiny's Gemma 4 without experts) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
-    most of the time, paid once):
+    most of the time, paid once); CHECKPOINTS {case family: folder} gives a case a checkpoint of its own in
+    place of make-tiny's (e.g. one transformers wrote: tests/producers/test_transformers_5_25.py):
     (a) the engine's own load of the checkpoint; (b) its load_format="sharded_state" load of
     `shardload export --engine ENGINE`; (c) shardload inside it from the checkpoint (vLLM: --load-format
     shardload, found by its entry point; SGLang: LoadConfig(load_format=shardload.sglang.ShardloadLoader));
@@ -150,7 +151,7 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False):
         for i, (arch, ep, *quant) in enumerate(cases):
             quant = quant[0] if quant else "none"
             name = f"{arch}-{quant}-ep{ep}"
-            model = tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
+            model = (checkpoints or {}).get(arch) or tmp_path / (arch if quant == "none" else f"{arch}-{quant}")
             if not model.exists():
                 cli("make-tiny", *make_tiny_args(engine, arch), "--quant", quant, "--out", model)
             source = model  # what the engine, the export and the server are given

@@ -9,8 +9,8 @@ import sys
 import torch
 import transformers
 
-seed, args = int(sys.argv[1]), sys.argv[2:]
-for kind, out in zip(args[::2], args[1::2]):
+def gemma4_model(kind, seed):
+    """transformers' random bf16 Gemma4ForCausalLM of KIND (dense or moe), from its own config."""
     fields = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
                   num_global_key_value_heads=1, attention_k_eq_v=True,
@@ -23,6 +23,12 @@ for kind, out in zip(args[::2], args[1::2]):
     config = transformers.Gemma4TextConfig(**fields)
     config.architectures = ["Gemma4ForCausalLM"]
     torch.manual_seed(seed)
-    model = transformers.Gemma4ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out, max_shard_size="1MB")
-    print(transformers.__version__, type(model).__name__, out)
+    return transformers.Gemma4ForCausalLM(config).to(torch.bfloat16)
+
+
+if __name__ == "__main__":
+    seed, args = int(sys.argv[1]), sys.argv[2:]
+    for kind, out in zip(args[::2], args[1::2]):
+        model = gemma4_model(kind, seed)
+        model.save_pretrained(out, max_shard_size="1MB")
+        print(transformers.__version__, type(model).__name__, out)

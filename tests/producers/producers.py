@@ -32,12 +32,12 @@ def cli(*args, stderr=False):
     return result.stderr + result.stdout if stderr else result.stdout
 
 
-def producer(script, *args):
-    """Runs SCRIPT (a file of this folder) in the producers' interpreter, without the sanitizer runtime or
-    the shardload package the suite may put in the environment."""
+def producer(script, *args, python=None):
+    """Runs SCRIPT (a file of this folder) in the producers' interpreter (or PYTHON, another environment's),
+    without the sanitizer runtime or the shardload package the suite may put in the environment."""
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONPATH", "ASAN_OPTIONS")}
-    result = subprocess.run([PRODUCERS, str(HERE / script), *map(str, args)], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run([python or PRODUCERS, str(HERE / script), *map(str, args)], capture_output=True,
+                            text=True, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 

@@ -131,6 +131,11 @@ inline bool kept_float32(std::string_view name, const ConfigView& config) {
   if (config.architecture == "MiniMaxM2ForCausalLM" && name.ends_with("block_sparse_moe.gate.weight")) return true;
   // ERNIE-4.5-MoE's too (the Hub's, vLLM's and FastDeploy's).
   if (config.architecture == "Ernie4_5_MoeForCausalLM" && name.ends_with("mlp.gate.weight")) return true;
+  // GLM-4.5's and GLM-4.7-Flash's (vLLM's and SGLang's, and transformers writes them float32).
+  if ((config.architecture == "Glm4MoeForCausalLM" || config.architecture == "Glm4MoeLiteForCausalLM") &&
+      name.ends_with("mlp.gate.weight")) {
+    return true;
+  }
   return name.ends_with("self_attn.q_norm.weight") || name.ends_with("self_attn.k_norm.weight") ||
          name.ends_with("e_score_correction_bias") || name.ends_with("linear_attn.A_log");
 }

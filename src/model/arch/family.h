@@ -139,6 +139,11 @@ struct Family {
   // (module_matches) in bf16 and write them as the config's `ignore` (Kimi-K2.5: every linear but the
   // routed experts). Empty: every projection is quantized and `ignore` lists the other linears.
   std::vector<std::string_view> tiny_quant_ignore = {};
+  // A family that reads its routed experts either way: this name (relative to "model.layers.{L}.") is
+  // the fused 3-D tensor whose presence in the first MoE layer makes the checkpoint's experts stacked
+  // (ModelConfig::stacked_experts; rules of When::kStackedExperts, else those of kPerExpertTensors).
+  // Empty: the family reads one layout.
+  std::string_view stacked_experts_tensor = {};
   // make-tiny --quant ct-w4a16 and the like write weight_shape as int32 (Kimi-K2.5's files), not int64
   // (llm-compressor's).
   bool tiny_int32_weight_shape = false;

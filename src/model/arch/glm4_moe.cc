@@ -14,8 +14,13 @@ std::vector<ParamRule> layer_rules() {
   for (ParamRule& rule : attention) {
     if (rule.target.ends_with("_norm.weight")) rule.optional = true;
   }
-  std::vector<ParamRule> rules = concat({norm_rules(), attention, dense_mlp_rules(),
-                                         expert_rules("mlp.", "gate_proj", "up_proj", "down_proj"),
+  std::vector<ParamRule> experts = expert_rules("mlp.", "gate_proj", "up_proj", "down_proj");
+  // The router kept float32: vLLM 0.33 (its GateLinear) and SGLang hold it so, and transformers 5 writes it so;
+  // the model dtype would round a float32 checkpoint's.
+  for (ParamRule& rule : experts) {
+    if (rule.target == "mlp.gate.weight") rule.keep = Keep::kFloat32;
+  }
+  std::vector<ParamRule> rules = concat({norm_rules(), attention, dense_mlp_rules(), experts,
                                          shared_expert_rules("mlp.shared_experts.")});
   rules.push_back(score_correction_bias_rule());
   return rules;

@@ -8,10 +8,20 @@
 namespace shardload::arch {
 namespace {
 
+// DeepSeek-V3's rules with the router kept float32: vLLM 0.33 (GLM-4-MoE's GateLinear) and SGLang hold it so,
+// and transformers (5.25 measured) writes it so; the model dtype would round a float32 checkpoint's.
+std::vector<ParamRule> layer_rules() {
+  std::vector<ParamRule> rules = deepseek::layer_rules(/*score_bias=*/true);
+  for (ParamRule& rule : rules) {
+    if (rule.target == "mlp.gate.weight") rule.keep = Keep::kFloat32;
+  }
+  return rules;
+}
+
 const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
-      .layer = deepseek::layer_rules(/*score_bias=*/true),
+      .layer = layer_rules(),
       .skips = skips_with_mtp_layers(),
   };
   return table;

@@ -13,7 +13,13 @@
 // - The multi-token-prediction block mtp.* is skipped: vLLM's main model drops it (its
 //   WeightsMapper maps "mtp." to None) and loads it only as a separate draft model.
 // - qwen3_5_moe: every layer is MoE (vLLM's and transformers' Qwen3.5-MoE read no
-//   decoder_sparse_step or mlp_only_layers), with Qwen3-Next's routed and shared experts.
+//   decoder_sparse_step or mlp_only_layers), with Qwen3-Next's routed and shared experts. The routed
+//   experts are read one a tensor (mlp.experts.{E}.gate_proj ...) or fused, as transformers 5 holds
+//   them (Qwen3_5MoeExperts) and checkpoints saved from its state dict store them:
+//   mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows: [out, in], not
+//   Llama-4's [in, out]) and mlp.experts.down_proj [E, H, I]; vLLM 0.33's FusedMoE takes them with
+//   chunk(2, dim=1) and no transposition (its is_fused_checkpoint_transposed is false for this model).
+//   The checkpoint's first MoE layer says which (Family::stacked_experts_tensor).
 #include "model/arch/qwen3_next.h"
 #include "model/config_fields.h"
 
@@ -58,12 +64,43 @@ std::vector<ParamRule> separate_projection_rules() {
   };
 }
 
+// Qwen3-Next's MoE rules, the routed experts read one a tensor only where the checkpoint stores them so,
+// and their fused 3-D tensors otherwise (the same rank tensors: w13 is each expert's gate rows then
+// its up rows, each cut by MoE-TP; w2 its columns).
+std::vector<ParamRule> moe_rules() {
+  const ShapeFn gate_up = [](const ModelConfig& m) { return Shape{m.experts, 2 * m.moe_intermediate, m.hidden}; };
+  const std::vector<ParamRule> stacked = {
+      {.target = "mlp.experts.w13_weight",
+       .when = When::kStackedExperts,
+       .parts = {{.source = "mlp.experts.gate_up_proj", .split = Split::kColumn, .shape = gate_up, .stacked = true,
+                  .band = Band::kFirstHalf},
+                 {.source = "mlp.experts.gate_up_proj", .split = Split::kColumn, .shape = gate_up, .stacked = true,
+                  .band = Band::kSecondHalf}},
+       .group = Group::kExperts},
+      {.target = "mlp.experts.w2_weight",
+       .when = When::kStackedExperts,
+       .parts = {{.source = "mlp.experts.down_proj", .split = Split::kRow,
+                  .shape = [](const ModelConfig& m) { return Shape{m.experts, m.hidden, m.moe_intermediate}; },
+                  .stacked = true}},
+       .group = Group::kExperts},
+  };
+  // The stacked rules right after the per-expert ones: the rank tensors come in the same order either way.
+  std::vector<ParamRule> rules;
+  for (ParamRule& rule : qwen3_next::moe_rules()) {
+    const bool experts = rule.group == Group::kExperts;
+    if (experts) rule.when = When::kPerExpertTensors;
+    const bool last = experts && rule.target == "mlp.experts.w2_weight";
+    rules.push_back(std::move(rule));
+    if (last) rules.insert(rules.end(), stacked.begin(), stacked.end());
+  }
+  return rules;
+}
+
 const ArchTable& table() {
   static const ArchTable table{
       .model = embedding_rules(),
-      .layer =
-          concat({norm_rules(), separate_projection_rules(), qwen3_next::delta_net_rules(),
-                  qwen3_next::gated_attention_rules(), dense_mlp_rules(), qwen3_next::moe_rules()}),
+      .layer = concat({norm_rules(), separate_projection_rules(), qwen3_next::delta_net_rules(),
+                       qwen3_next::gated_attention_rules(), dense_mlp_rules(), moe_rules()}),
       .skips = qwen3_next::skips(),
   };
   return table;
@@ -214,6 +251,7 @@ const Family& qwen3_5_moe_family() {
       .multimodal_architecture = "Qwen3_5MoeForConditionalGeneration",
       .multimodal_weight_prefix = "model.language_model.",
       .multimodal_replaced_prefix = "model.",
+      .stacked_experts_tensor = "mlp.experts.gate_up_proj",
   };
   return family;
 }
