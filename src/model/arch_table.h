@@ -110,6 +110,9 @@ struct ParamRule {
   bool optional = false;  // absent from some checkpoints (e.g. ERNIE moe_statics): skipped then
   bool flatten = false;   // the rank tensor is 1-D (ERNIE's [1, E] bias becomes [E])
   LayerWhen in_layer = nullptr;  // null: every layer (or the model) `when` takes
+  // Keep::kCheckpoint: the dtype the checkpoint stores the bytes in, which the rank keeps (gpt-oss's U8
+  // MXFP4 codes and scales; DeepSeek-V4's I8 FP4 codes, F8_E8M0 scales and I32 hash-routing table).
+  DType stored = DType::kU8;
 };
 
 // Checkpoint tensors no parameter consumes, each by a stated rule.

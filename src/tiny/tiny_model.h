@@ -76,7 +76,8 @@ bool is_moe_layer(const TinyModel& model, int layer);
 // with a global scale (kGlobalScale).
 enum class ValueKind {
   kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape,
-  kGlobalScale
+  kGlobalScale,
+  kIndices,  // int32 expert ids (DeepSeek-V4's hash-routing table): 0 .. 3, valid for any expert count >= 4
 };
 
 struct TensorSpec {
