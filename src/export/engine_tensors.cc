@@ -167,6 +167,13 @@ constexpr Rename kVllmDeepseek[] = {
     {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
     {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},  // DeepSeek-V2-Lite: no q_lora_rank
 };
+// DeepSeek-V4's MoE layer is `ffn.`, its router's score bias and hash table with the router.
+constexpr Rename kVllmDeepseekV4[] = {
+    {".ffn.experts.w13_", ".ffn.experts.routed_experts.w13_"},
+    {".ffn.experts.w2_", ".ffn.experts.routed_experts.w2_"},
+    {".ffn.gate.", ".ffn.experts.gate."},
+    {".ffn.shared_experts.", ".ffn.experts._shared_experts._layer."},
+};
 // Mixtral's router stays where it is; Qwen2-MoE's too, while its shared expert (with its gate)
 // moves into the fused MoE layer.
 constexpr Rename kVllmMixtral[] = {
@@ -313,6 +320,9 @@ constexpr EngineFamily kEngineFamilies[] = {
     // Kimi-K2.5: DeepSeek-V3's modules under language_model. (the vision tower not built: tests/engines
     // passes limit_mm_per_prompt 0); its int4 routed experts checked, FP8 formats not.
     {Engine::kVllm, "kimi_k25", kVllmDeepseek, kVllmMla, false, kCtPacked},
+    // DeepSeek-V4: its MoE layer (ffn.) holds the router and shared experts as DeepSeek-V3's does; no
+    // attention buffers on CPU. The Hub's format (block FP8 with ue8m0 scales, MXFP4 experts) checked.
+    {Engine::kVllm, "deepseek_v4", kVllmDeepseekV4, {}, false, kFp8Block},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots

@@ -380,6 +380,11 @@ class Planner {
       resolve(inst.sources, inst.source_ids, stored,
               codes ? inst.rule->stored : coded_source ? *format().checkpoint_dtype : model().dtype,
               codes ? std::optional<DType>(inst.rule->stored) : integer_codes);
+      if (codes && inst.rule->rank_as) {  // the same bytes under the engine's label (ParamRule::rank_as)
+        for (const auto& ids : inst.source_ids) {
+          for (const uint32_t id : ids) relabel(plan_.sources[id], *inst.rule->rank_as);
+        }
+      }
       for (size_t c = 0; c < inst.companions.size(); ++c) {
         const CompanionTensor& companion = format().companions[c];
         const bool converted =
@@ -545,6 +550,16 @@ class Planner {
       src.rows = src.shape[0] / 2;
       src.cols = src.shape[1] * 2;
     }
+  }
+
+  // Kept bytes read under another label of the same width (ParamRule::rank_as): copied, never converted.
+  static void relabel(PlanSource& src, DType as) {
+    if (dtype_bits(src.dtype) != dtype_bits(as)) {
+      throw Error(ErrorKind::kUnsupportedDtype, "kept bytes relabelled to a dtype of another width",
+                  {.tensor = src.name, .field = "dtype", .expected = fmt::format("{} bits", dtype_bits(as)),
+                   .found = std::string(dtype_name(src.dtype))});
+    }
+    src.dtype = as;
   }
 
   void require_checkpoint_dtype(const PlanSource& src) const {

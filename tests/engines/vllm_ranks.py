@@ -116,14 +116,19 @@ def rank_main(rank, args, port, errors):
 
         if any(per_tensor_fp8(c) for c, _, _ in built):
             cpu_fp8_stand_ins()
-        if any(c.quantization in ("fp8", "compressed-tensors") and not per_tensor_fp8(c) for c, _, _ in built):
+        if any(c.quantization in ("fp8", "compressed-tensors", "deepseek_v4_fp8") and not per_tensor_fp8(c)
+               for c, _, _ in built):
             # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
             # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
-            # run): the kernel's checks are answered yes.
-            from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
+            # run): the kernel's checks are answered yes (DeepSeek-V4's FP8 config, deepseek_v4_fp8, asks
+            # for its ue8m0 scales' kernel first, CPUFp8W8A8BlockScaledMMKernel).
+            from vllm.model_executor.kernels.linear.scaled_mm import cpu as cpu_scaled_mm
 
-            CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
-            CPUFp8BlockScaledMMKernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
+            for name in ("CPUFp8BlockScaledMMKernel", "CPUFp8W8A8BlockScaledMMKernel"):
+                kernel = getattr(cpu_scaled_mm, name, None)
+                if kernel is not None:
+                    kernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
+                    kernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
         cpu_model_stand_ins(built)
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
         for (model_dir, out, load_format, _), (model_config, load_config, vllm_config) in zip(args.jobs, built):
@@ -223,7 +228,7 @@ def cpu_model_stand_ins(built):
 
         linear_kernels._POSSIBLE_NVFP4_KERNELS[PlatformEnum.CPU] = [EmulationNvFp4LinearKernel]
         kernels_on_this_device(nvfp4_oracle)
-    if "gpt_oss_mxfp4" in quant_methods:
+    if "gpt_oss_mxfp4" in quant_methods or "deepseek_v4_fp8" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
         CPUExpertsMxfp4._supports_current_device = staticmethod(lambda: True)

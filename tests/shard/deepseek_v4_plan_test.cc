@@ -50,7 +50,8 @@ TEST(DeepseekV4Plan, Bf16IntoVllmsNamesAtTp2Ep2) {
                  e = c.at("n_routed_experts"), im = c.at("moe_intermediate_size"), v = c.at("vocab_size"),
                  hc = c.at("hc_mult"), ih = c.at("index_n_heads"), id = c.at("index_head_dim");
   EXPECT_EQ(c.at("compress_ratios"), json({128, 4}));
-  const json& files = v4_json(dir + "/model.safetensors.index.json").at("weight_map");
+  const json index = v4_json(dir + "/model.safetensors.index.json");
+  const json& files = index.at("weight_map");
   for (const char* name : {"embed.weight", "head.weight", "norm.weight", "hc_head_fn", "layers.0.attn.wq_a.weight",
                            "layers.0.ffn.gate.tid2eid", "layers.1.ffn.gate.bias", "layers.1.attn.indexer.wq_b.weight",
                            "layers.0.attn.compressor.ape", "layers.1.ffn.experts.7.w2.weight"}) {
@@ -149,10 +150,10 @@ TEST(DeepseekV4Plan, HubFormatFp8BlockWithUe8m0ScalesAndMxfp4Experts) {
     EXPECT_FALSE(params.count(l1 + "attn.compressor.fused_wkv_wgate.weight_scale_inv"));
     expect(l1 + "ffn.gate.weight", DType::kBF16, {e, h});
     // MXFP4 experts: codes and E8M0 scales kept as stored, each rank's experts and MoE-TP share.
-    expect(l1 + "ffn.experts.w13_weight", DType::kI8, {local, 2 * im / moe_tp, h / 2});
-    expect(l1 + "ffn.experts.w13_weight_scale", DType::kF8E8M0, {local, 2 * im / moe_tp, h / 32});
-    expect(l1 + "ffn.experts.w2_weight", DType::kI8, {local, h, im / moe_tp / 2});
-    expect(l1 + "ffn.experts.w2_weight_scale", DType::kF8E8M0, {local, h, im / moe_tp / 32});
+    expect(l1 + "ffn.experts.w13_weight", DType::kU8, {local, 2 * im / moe_tp, h / 2});
+    expect(l1 + "ffn.experts.w13_weight_scale", DType::kU8, {local, 2 * im / moe_tp, h / 32});
+    expect(l1 + "ffn.experts.w2_weight", DType::kU8, {local, h, im / moe_tp / 2});
+    expect(l1 + "ffn.experts.w2_weight_scale", DType::kU8, {local, h, im / moe_tp / 32});
     EXPECT_FALSE(params.count(l1 + "ffn.experts.w13_weight_scale_inv"));
   }
 }

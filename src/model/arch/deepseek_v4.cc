@@ -22,7 +22,9 @@
 //   fp4 (Flash, Pro) the scales are F8_E8M0 (ue8m0), kept as their bytes (vLLM holds float8_e8m0fnu), and
 //   the routed experts are MXFP4: I8 codes [out, in / 2] (two E2M1 values a byte) and F8_E8M0 scales
 //   [out, in / 32] -> w13_weight / w13_weight_scale, w2_weight / w2_weight_scale, kept as stored and cut on
-//   whole 32-value groups; with expert_dtype fp8 (Flash-Base) they are block-FP8 experts with float32 scales.
+//   whole 32-value groups, held as uint8 as vLLM's Mxfp4MoEMethod holds them (the same bytes: its loader
+//   views the E8M0 scales as uint8); with expert_dtype fp8 (Flash-Base) they are block-FP8 experts with
+//   float32 scales.
 // - mtp.* (the multi-token-prediction module) is skipped: vLLM 0.33 loads it into its draft model
 //   (DeepSeekV4MTP), not DeepseekV4ForCausalLM, and drops it on CPU.
 #include <algorithm>
@@ -192,7 +194,7 @@ std::vector<ParamRule> moe_rules() {
   const auto mx = [&](std::string target, std::string w1, std::string w3, Split split, ShapeFn shape, DType dtype,
                       uint64_t granule) {
     ParamRule rule{.target = std::move(target), .when = When::kMxfp4Experts, .parts = {}, .group = Group::kExperts,
-                   .keep = Keep::kCheckpoint, .stored = dtype};
+                   .keep = Keep::kCheckpoint, .stored = dtype, .rank_as = DType::kU8};
     for (std::string* source : {&w1, &w3}) {
       if (source->empty()) continue;
       rule.parts.push_back({.source = x + *source, .split = split, .shape = shape, .cut_granule = granule,
@@ -267,11 +269,12 @@ void read_compression(const nlohmann::json& c, ModelConfig& m) {
       }
       type = (*types)[i].get<std::string>();
     } else if (legacy != nullptr) {
-      if (!legacy->is_array() || legacy->size() < static_cast<size_t>(m.layers) || !(*legacy)[i].is_number_unsigned()) {
+      if (!legacy->is_array() || legacy->size() < static_cast<size_t>(m.layers) ||
+          !(*legacy)[i].is_number_integer() || (*legacy)[i].get<int64_t>() < 0) {
         throw config::config_error("not a compression ratio a layer", "compress_ratios",
                                    "num_hidden_layers of 0, 4 or 128", "another value");
       }
-      const uint64_t r = (*legacy)[i].get<uint64_t>();
+      const uint64_t r = static_cast<uint64_t>((*legacy)[i].get<int64_t>());
       if (r != 0 && r != 4 && r != 128) {
         throw config::config_error("a compression ratio DeepSeek-V4 does not have", "compress_ratios",
                                    "0, 4 or 128", std::to_string(r));
