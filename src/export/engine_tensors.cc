@@ -382,6 +382,13 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
      "load of a checkpoint without them holds 335 tower tensors of 376 a rank, at their initial values), "
      "which its sharded_state load would ask of every rank file (shardload exports the text model only), "
      "and the Hub's int4 experts are a format --engine sglang refuses: not checked"},
+    // Measured with sglang_ranks.py on make-tiny's bf16 deepseek_v4 at tp 2 x ep 2.
+    {Engine::kSglang, "deepseek_v4",
+     "SGLang 0.5.23's DeepseekV4ForCausalLM.load_weights prewarms its mHC kernels, which asks the CUDA "
+     "device's multiprocessor count (its own load fails without an NVIDIA GPU); with that stood in, its own "
+     "load holds another layout (attn_sink whole on every rank, not split by head; compressor norms in "
+     "float32; its own names: self_attn.wqkv_a, compressor.wkv_gate, mlp., input_layernorm), not built: "
+     "not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {
