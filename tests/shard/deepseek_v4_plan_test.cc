@@ -14,6 +14,7 @@
 #include "shardload/error.h"
 #include "shardload/plan.h"
 #include "shardload/tiny.h"
+#include "shard/config_plan.h"
 #include "temp_dir.h"
 
 namespace shardload {
@@ -156,6 +157,30 @@ TEST(DeepseekV4Plan, HubFormatFp8BlockWithUe8m0ScalesAndMxfp4Experts) {
     expect(l1 + "ffn.experts.w2_weight_scale", DType::kU8, {local, h, im / moe_tp / 32});
     EXPECT_FALSE(params.count(l1 + "ffn.experts.w13_weight_scale_inv"));
   }
+}
+
+TEST(DeepseekV4Plan, RefusesAnMxfp4CutInsideAGroupNamingTheTensor) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.file("v4");
+  make_tiny({.arch = "deepseek_v4", .out = dir, .seed = 5, .quant = "mxfp4"});
+  json c = v4_json(dir + "/config.json");
+  // Whole FP8 blocks for the attention at tp 8 (o_lora_rank 128) and no shared expert: only the experts'
+  // MoE-TP 8 cut is left, 16 of each expert's 128 rows, inside w2's 32-value groups (8 bytes of 16).
+  c["o_lora_rank"] = 128;
+  c["n_shared_experts"] = 0;
+  ParallelConfig p;
+  p.tp = 8;
+  p.ep = 1;
+  try {
+    plan_from_config(c, p, [](std::string_view) { return false; });
+    ADD_FAILURE() << "a cut inside an MXFP4 group accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("MXFP4 32-value groups"), std::string::npos) << what;
+    EXPECT_NE(what.find("ffn.experts.w2_weight"), std::string::npos) << what;
+  }
+  p.tp = 4;  // MoE-TP 4: 32 rows, one group of each expert's w2 a rank
+  EXPECT_EQ(plan_from_config(c, p, [](std::string_view) { return false; }).ranks.size(), 4u);
 }
 
 }  // namespace
