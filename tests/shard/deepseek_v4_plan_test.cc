@@ -125,7 +125,8 @@ TEST(DeepseekV4Plan, HubFormatFp8BlockWithUe8m0ScalesAndMxfp4Experts) {
   EXPECT_EQ(ckpt.find("layers.1.attn.compressor.wkv.weight")->info->dtype, DType::kBF16);
 
   // tp 2: the shared experts' 256 rows are two FP8 blocks; with ep 1 the MXFP4 experts are cut by MoE-TP 2.
-  for (const auto& [tp, ep] : {std::pair{2, 2}, std::pair{2, 1}}) {
+  for (const std::pair<int, int>& layout : {std::pair{2, 2}, std::pair{2, 1}}) {
+    const int tp = layout.first, ep = layout.second;  // named: clang's lambdas capture no structured binding
     const Plan plan = v4_plan(dir, tp, ep);
     EXPECT_EQ(plan.quantization, Quantization::kFp8Block);
     const uint64_t moe_tp = static_cast<uint64_t>(tp / ep), local = e / static_cast<uint64_t>(ep);
