@@ -120,15 +120,11 @@ def rank_main(rank, args, port, errors):
                for c, _, _ in built):
             # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
             # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
-            # run): the kernel's checks are answered yes (DeepSeek-V4's FP8 config, deepseek_v4_fp8, asks
-            # for its ue8m0 scales' kernel first, CPUFp8W8A8BlockScaledMMKernel).
-            from vllm.model_executor.kernels.linear.scaled_mm import cpu as cpu_scaled_mm
+            # run): the kernel's checks are answered yes (DeepSeek-V4's FP8 config, deepseek_v4_fp8, too).
+            from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
 
-            for name in ("CPUFp8BlockScaledMMKernel", "CPUFp8W8A8BlockScaledMMKernel"):
-                kernel = getattr(cpu_scaled_mm, name, None)
-                if kernel is not None:
-                    kernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
-                    kernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
+            CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
+            CPUFp8BlockScaledMMKernel.can_implement = classmethod(lambda cls, *a, **k: (True, None))
         cpu_model_stand_ins(built)
         live = {}  # the models --sync goes on with: the server's, and vLLM's own load of NEW
         for (model_dir, out, load_format, _), (model_config, load_config, vllm_config) in zip(args.jobs, built):
