@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,14 +102,32 @@ struct ModelConfig {
   uint64_t index_heads = 0;
   uint64_t index_head_dim = 0;
 
-  // gpt-oss: quant_method "mxfp4", the routed experts in MXFP4 (U8 codes and E8M0 scales, kept as they
-  // are); everything else unquantized.
+  // The routed experts in MXFP4, kept as the checkpoint stores them (codes and E8M0 scales): gpt-oss's
+  // quant_method "mxfp4" (everything else unquantized), DeepSeek-V4's expert_dtype "fp4" beside its
+  // block-FP8 linears.
   bool mxfp4_experts = false;
   // The checkpoint stores the routed experts fused, one 3-D tensor for all of them (Qwen3.5-MoE's
   // mlp.experts.gate_up_proj [E, 2I, H] and down_proj [E, H, I], as transformers holds them), where the
   // family also reads them one expert a tensor (Family::stacked_experts_tensor). Set by the planner
   // from the checkpoint's names, not from config.json.
   bool stacked_experts = false;
+  // DeepSeek-V4 (src/model/arch/deepseek_v4.cc): the grouped output projection (o_groups groups of
+  // o_lora_rank), hyper-connections of hc_mult streams, each layer's KV compression ratio (0: none; 4:
+  // a compressor of overlapping windows and the indexer; other: a compressor alone), the first
+  // hash_layers MoE layers routed by a token-id table of hash_topk experts a token, and the router's
+  // score bias (topk_method noaux_tc) in the others.
+  uint64_t o_groups = 0;
+  uint64_t o_lora_rank = 0;
+  uint64_t hc_mult = 0;
+  std::vector<uint64_t> compress_ratio;  // per decoder layer; empty for the families without it
+  int hash_layers = 0;
+  uint64_t hash_topk = 0;
+  bool score_bias = false;
+  // Block FP8 whose scale grids the checkpoint names "X.<block_scale_suffix>" (DeepSeek-V4: "scale";
+  // empty: the format's weight_scale_inv) and stores as block_scale_dtype (F8_E8M0: ue8m0 exponents,
+  // kept as bytes, as vLLM holds them; nullopt: float32).
+  std::string block_scale_suffix;
+  std::optional<DType> block_scale_dtype;
   // Qwen3-Next's gated DeltaNet linear attention, in the layers linear_layer marks (the others have
   // full attention): linear_key_heads x linear_key_head_dim queries and keys, linear_value_heads x
   // linear_value_head_dim values and output gates, a depthwise causal conv of linear_conv_kernel taps.

@@ -88,6 +88,7 @@ _DTYPES = {
     "F64": (np.float64, torch.float64),
     "F8_E4M3": (np.uint8, torch.uint8),
     "F8_E5M2": (np.uint8, torch.uint8),
+    "F8_E8M0": (np.uint8, torch.uint8),  # DeepSeek-V4's ue8m0 scales: bytes, viewed, never cast
 }
 SERVER_ALIVE = "server.alive"  # kShmServerAliveName: a running server holds a read lock on it
 API_KEY_FILE = "api-key"  # kShmApiKeyName: the HTTP API's key, readable by the directory's readers

@@ -15,7 +15,8 @@ from . import _shardload
 from .errors import ConflictError, InvalidArgumentError
 
 _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
-                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U8": "uint8", "I8": "int8",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+                 "U8": "uint8", "I8": "int8",
                  "I32": "int32", "I64": "int64"}
 
 

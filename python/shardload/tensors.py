@@ -36,18 +36,20 @@ def to_numpy(tensor, *, bits=False):
     return numpy.from_dlpack(tensor)
 
 
-_FLOAT8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+# F8_E8M0: DeepSeek-V4's ue8m0 block scales (powers of two), bytes the engines hold as float8_e8m0fnu.
+_FLOAT8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
 
 def as_float8(t):
     """The FP8 tensor `t` (uint8 bytes, as views and FP8 targets are) viewed as torch's float8
-    dtype (`torch.float8_e4m3fn` for F8_E4M3, `float8_e5m2` for F8_E5M2), sharing memory. The FP8
+    dtype (`torch.float8_e4m3fn` for F8_E4M3, `float8_e5m2` for F8_E5M2, `float8_e8m0fnu` for F8_E8M0),
+    sharing memory. The FP8
     flavour is `t.shardload_dtype` (set on every view) or `dtype`. Raises InvalidArgumentError when
     `t` is not FP8 bytes or the installed torch has no such dtype."""
     if torch is None:
         raise InvalidArgumentError("torch is not installed", field="torch")
     name = getattr(t, "shardload_dtype", None) or "F8_E4M3"
     if name not in _FLOAT8 or t.dtype != torch.uint8:
-        raise InvalidArgumentError("not FP8 bytes", field="dtype", expected="a uint8 view of F8_E4M3 or F8_E5M2",
+        raise InvalidArgumentError("not FP8 bytes", field="dtype", expected="a uint8 view of F8_E4M3, F8_E5M2 or F8_E8M0",
                                    found=f"{name} as {t.dtype}")
     torch_dtype = getattr(torch, _FLOAT8[name], None)
     if torch_dtype is None:

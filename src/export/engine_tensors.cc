@@ -170,6 +170,13 @@ constexpr Rename kVllmDeepseek[] = {
     {".self_attn.q_a_layernorm.", ".self_attn.mla_attn.q_a_layernorm."},
     {".self_attn.q_proj.", ".self_attn.mla_attn.q_proj."},  // DeepSeek-V2-Lite: no q_lora_rank
 };
+// DeepSeek-V4's MoE layer is `ffn.`, its router's score bias and hash table with the router.
+constexpr Rename kVllmDeepseekV4[] = {
+    {".ffn.experts.w13_", ".ffn.experts.routed_experts.w13_"},
+    {".ffn.experts.w2_", ".ffn.experts.routed_experts.w2_"},
+    {".ffn.gate.", ".ffn.experts.gate."},
+    {".ffn.shared_experts.", ".ffn.experts._shared_experts._layer."},
+};
 // Mixtral's router stays where it is; Qwen2-MoE's too, while its shared expert (with its gate)
 // moves into the fused MoE layer.
 constexpr Rename kVllmMixtral[] = {
@@ -316,6 +323,9 @@ constexpr EngineFamily kEngineFamilies[] = {
     // Kimi-K2.5: DeepSeek-V3's modules under language_model. (the vision tower not built: tests/engines
     // passes limit_mm_per_prompt 0); its int4 routed experts checked, FP8 formats not.
     {Engine::kVllm, "kimi_k25", kVllmDeepseek, kVllmMla, false, kCtPacked},
+    // DeepSeek-V4: its MoE layer (ffn.) holds the router and shared experts as DeepSeek-V3's does; no
+    // attention buffers on CPU. The Hub's format (block FP8 with ue8m0 scales, MXFP4 experts) checked.
+    {Engine::kVllm, "deepseek_v4", kVllmDeepseekV4, {}, false, kFp8Block},
     {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
@@ -375,6 +385,13 @@ constexpr FamilyRefusal kFamilyRefusals[] = {
      "load of a checkpoint without them holds 335 tower tensors of 376 a rank, at their initial values), "
      "which its sharded_state load would ask of every rank file (shardload exports the text model only), "
      "and the Hub's int4 experts are a format --engine sglang refuses: not checked"},
+    // Measured with sglang_ranks.py on make-tiny's bf16 deepseek_v4 at tp 2 x ep 2.
+    {Engine::kSglang, "deepseek_v4",
+     "SGLang 0.5.23's DeepseekV4ForCausalLM.load_weights prewarms its mHC kernels, which asks the CUDA "
+     "device's multiprocessor count (its own load fails without an NVIDIA GPU); with that stood in, its own "
+     "load holds another layout (attn_sink whole on every rank, not split by head; compressor norms in "
+     "float32; its own names: self_attn.wqkv_a, compressor.wkv_gate, mlp., input_layernorm), not built: "
+     "not checked"},
 };
 
 const EngineFamily* find_engine_family(Engine engine, std::string_view family) {

@@ -5,6 +5,7 @@
 // architecture means adding a file (src/model/arch/<family>.cc, with its table and the rest of its
 // descriptor, family.h) and one line in registry.cc, not a code path.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,13 @@ struct ParamRule {
   bool optional = false;  // absent from some checkpoints (e.g. ERNIE moe_statics): skipped then
   bool flatten = false;   // the rank tensor is 1-D (ERNIE's [1, E] bias becomes [E])
   LayerWhen in_layer = nullptr;  // null: every layer (or the model) `when` takes
+  // Keep::kCheckpoint: the dtype the checkpoint stores the bytes in, which the rank keeps (gpt-oss's U8
+  // MXFP4 codes and scales; DeepSeek-V4's I8 FP4 codes, F8_E8M0 scales and I32 hash-routing table).
+  DType stored = DType::kU8;
+  // Keep::kCheckpoint: the dtype the rank labels those bytes with where the engine's differs (the same
+  // bytes, reinterpreted, never converted: vLLM's MoE parameters hold DeepSeek-V4's I8 FP4 codes and F8_E8M0
+  // scales as uint8); nullopt: the stored dtype.
+  std::optional<DType> rank_as = std::nullopt;
 };
 
 // Checkpoint tensors no parameter consumes, each by a stated rule.

@@ -251,7 +251,9 @@ class Planner {
     return arch::checkpoint_name(*model().family, model().weight_prefix, name);
   }
 
-  void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix) {
+  // `prefix`: the rank tensors' layer prefix ("model.layers.N."); `source_prefix`: the checkpoint's.
+  void add_instance(const ParamRule& rule, int layer, int moe_layer, const std::string& prefix,
+                    const std::string& source_prefix) {
     Instance inst;
     inst.rule = &rule;
     inst.layer = layer;
@@ -265,7 +267,7 @@ class Planner {
       names.reserve(rule.parts.size());
       for (const Part& part : rule.parts) {
         names.push_back(model_level ? outer_name(source_name("", part.source, x))
-                                    : source_name(prefix, part.source, x));
+                                    : source_name(source_prefix, part.source, x));
       }
     }
     inst.quantized = format().quantizes() && rule.keep != Keep::kCheckpoint &&
@@ -299,15 +301,18 @@ class Planner {
   void instantiate() {
     const arch::ArchTable& table = arch::table_for(model().family);
     for (const ParamRule& rule : table.model) {
-      if (applies(rule, model(), -1)) add_instance(rule, -1, -1, "");
+      if (applies(rule, model(), -1)) add_instance(rule, -1, -1, "", "");
     }
     int moe_index = 0;
     for (int layer = 0; layer < model().layers; ++layer) {
       const std::string prefix = outer_name(fmt::format("model.layers.{}.", layer));
+      // The checkpoint's own spelling of the layers where the family's differs (DeepSeek-V4's "layers.N.").
+      const std::string_view layers = model().family->checkpoint_layers;
+      const std::string source_prefix = layers.empty() ? prefix : fmt::format("{}{}.", layers, layer);
       const bool moe_layer = model().moe_layer[static_cast<size_t>(layer)];
       for (const ParamRule& rule : table.layer) {
         if (applies(rule, model(), layer)) {
-          add_instance(rule, layer, moe_layer ? moe_index : -1, prefix);
+          add_instance(rule, layer, moe_layer ? moe_index : -1, prefix, source_prefix);
         }
       }
       if (moe_layer) ++moe_index;
@@ -398,8 +403,13 @@ class Planner {
           coded_source && !is_convertible_float(*format().checkpoint_dtype) ? format().checkpoint_dtype
                                                                             : std::nullopt;
       resolve(inst.sources, inst.source_ids, stored,
-              codes ? DType::kU8 : coded_source ? *format().checkpoint_dtype : model().dtype,
-              codes ? std::optional<DType>(DType::kU8) : integer_codes);
+              codes ? inst.rule->stored : coded_source ? *format().checkpoint_dtype : model().dtype,
+              codes ? std::optional<DType>(inst.rule->stored) : integer_codes);
+      if (codes && inst.rule->rank_as) {  // the same bytes under the engine's label (ParamRule::rank_as)
+        for (const auto& ids : inst.source_ids) {
+          for (const uint32_t id : ids) relabel(plan_.sources[id], *inst.rule->rank_as);
+        }
+      }
       for (size_t c = 0; c < inst.companions.size(); ++c) {
         const CompanionTensor& companion = format().companions[c];
         const bool converted =
@@ -519,7 +529,9 @@ class Planner {
     }
     if (exact && info.dtype != *exact && info.dtype != alt) {
       throw Error(ErrorKind::kUnsupportedDtype,
-                  fmt::format("an {} checkpoint stores it as {}", quantized_name(), dtype_name(*exact)),
+                  format().quantizes()
+                      ? fmt::format("an {} checkpoint stores it as {}", quantized_name(), dtype_name(*exact))
+                      : fmt::format("bytes kept as the checkpoint stores them must be {}", dtype_name(*exact)),
                   {.file = file.path(), .tensor = name, .field = "dtype",
                    .expected = std::string(dtype_name(*exact)), .found = std::string(dtype_name(info.dtype))});
     }
@@ -572,6 +584,16 @@ class Planner {
       src.rows = src.shape[0] / 2;
       src.cols = src.shape[1] * 2;
     }
+  }
+
+  // Kept bytes read under another label of the same width (ParamRule::rank_as): copied, never converted.
+  static void relabel(PlanSource& src, DType as) {
+    if (dtype_bits(src.dtype) != dtype_bits(as)) {
+      throw Error(ErrorKind::kUnsupportedDtype, "kept bytes relabelled to a dtype of another width",
+                  {.tensor = src.name, .field = "dtype", .expected = fmt::format("{} bits", dtype_bits(as)),
+                   .found = std::string(dtype_name(src.dtype))});
+    }
+    src.dtype = as;
   }
 
   void require_checkpoint_dtype(const PlanSource& src) const {

@@ -182,6 +182,15 @@ std::vector<std::pair<const char*, std::string>> tensor_fields(const ModelConfig
       {"num_kv_shared_layers", std::to_string(c.layers - c.first_kv_shared_layer)},
       {"use_double_wide_mlp", c.double_wide_mlp ? "true" : "false"},
       {"hidden_size_per_layer_input", std::to_string(c.per_layer_hidden)},
+      {"o_groups", std::to_string(c.o_groups)},
+      {"o_lora_rank", std::to_string(c.o_lora_rank)},
+      {"hc_mult", std::to_string(c.hc_mult)},
+      {"compress_ratios", fmt::format("{}", fmt::join(c.compress_ratio, ","))},
+      {"num_hash_layers", std::to_string(c.hash_layers)},
+      {"num_experts_per_tok (hash routing)", std::to_string(c.hash_topk)},
+      {"topk_method (score bias)", c.score_bias ? "noaux_tc" : "other"},
+      {"index_n_heads", std::to_string(c.index_heads)},
+      {"index_head_dim", std::to_string(c.index_head_dim)},
       {"vocab_size_per_layer_input", std::to_string(c.per_layer_vocab)},
       {"quantization_config", std::string(quantization_label(c, c.quantization))},
       {"quantization_config weights.strategy", std::string(weight_strategy_name(c.weight_strategy))},
@@ -270,6 +279,13 @@ TinyModel model_from_config(const json& config, const std::string& file) {
   m.kv_shared_layers = c.layers - c.first_kv_shared_layer;
   m.double_wide_mlp = c.double_wide_mlp;
   m.per_layer_hidden = c.per_layer_hidden;
+  m.o_groups = c.o_groups;
+  m.o_lora_rank = c.o_lora_rank;
+  m.hc_mult = c.hc_mult;
+  m.compress_ratio = c.compress_ratio;
+  m.hash_layers = c.hash_layers;
+  m.score_bias = c.score_bias;
+  if (c.hash_topk > 0) m.experts_per_token = c.hash_topk;  // DeepSeek-V4's tid2eid has one column each
   // Written by the families that have MTP layers (the planner skips them; a checkpoint has them):
   // DeepSeek's and Qwen3-Next's field, or Qwen3.5's (in a multimodal config's text_config).
   const json& text = config.contains("text_config") && config.at("text_config").is_object()

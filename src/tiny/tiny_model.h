@@ -80,7 +80,8 @@ bool is_moe_layer(const TinyModel& model, int layer);
 // with a global scale (kGlobalScale); GPTQ's with each input's group (kGroupIndex, g_idx).
 enum class ValueKind {
   kWeight, kNorm, kBias, kWeightScale, kInputScale, kMxfp4Codes, kMxfp4Scales, kZeroPoint, kWeightShape,
-  kGlobalScale, kGroupIndex
+  kGlobalScale, kGroupIndex,
+  kIndices,  // int32 expert ids (DeepSeek-V4's hash-routing table): 0 .. 3, valid for any expert count >= 4
 };
 
 struct TensorSpec {

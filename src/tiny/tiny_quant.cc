@@ -627,6 +627,7 @@ void fill_quantized(std::span<const FillJob> jobs, uint64_t seed, unsigned threa
       case ValueKind::kBias:
       case ValueKind::kMxfp4Codes:
       case ValueKind::kMxfp4Scales:
+      case ValueKind::kIndices:
         throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale",
                     {.tensor = job.spec->name});
     }

@@ -58,6 +58,11 @@ class Builder final : public arch::TensorWriter {
     add(name + "_blocks", std::move(blocks), ValueKind::kMxfp4Codes, DType::kU8);
     add(name + "_scales", std::move(scales), ValueKind::kMxfp4Scales, DType::kU8);
   }
+  void stored_bytes(const std::string& name, Shape shape, DType dtype, bool exponents) override {
+    add(name, std::move(shape),
+        exponents ? ValueKind::kMxfp4Scales : dtype == DType::kI32 ? ValueKind::kIndices : ValueKind::kMxfp4Codes,
+        dtype);
+  }
 
  private:
   // The family's own compressed-tensors `ignore` (Kimi-K2.5: the routed experts alone quantized); the

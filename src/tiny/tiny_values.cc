@@ -40,6 +40,7 @@ Distribution distribution(ValueKind kind) {
     case ValueKind::kWeightShape:
     case ValueKind::kGlobalScale:
     case ValueKind::kGroupIndex:
+    case ValueKind::kIndices:
       break;
   }
   return {0.0f, 0.0f};
@@ -99,6 +100,11 @@ void fill_chunk(const FillJob& job, uint64_t chunk, uint64_t seed) {
     // that weights stay small (an E2M1 code is at most 6).
     for (size_t i = 0; i < kLevels; ++i) {
       table[i] = std::byte(spec.kind == ValueKind::kMxfp4Codes ? i * 37 % 256 : 121 + i % 4);
+    }
+  } else if (spec.kind == ValueKind::kIndices) {
+    for (size_t i = 0; i < kLevels; ++i) {
+      const uint32_t id = static_cast<uint32_t>(i % 4);
+      std::memcpy(table + i * sizeof(id), &id, sizeof(id));
     }
   } else {
     convert(DType::kF32, levels, spec.dtype, table, kLevels);

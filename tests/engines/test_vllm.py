@@ -53,11 +53,13 @@ AWQ = [("llama", 1, "awq"), ("qwen3_moe", 2, "awq"), ("deepseek_v3", 1, "awq")]
 
 # The families vLLM builds on CPU with the harness's stand-ins for a kernel choice (vllm_ranks.py:
 # cpu_model_stand_ins), each with expert parallelism; gpt-oss also with its experts in MXFP4 as the Hub
-# ships them.
+# ships them; DeepSeek-V4 in bf16 and as the Hub ships it (make-tiny --quant mxfp4: block FP8 with ue8m0
+# scales, MXFP4 experts), with expert parallelism and with MoE-TP.
 MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deepseek_v32", "glm4_moe",
                          "ernie4_5_moe", "glm4_moe_lite", "glm_moe_dsa", "qwen3_5_moe"]] + \
     [("gpt_oss", 2, "mxfp4"), ("qwen3_5", 1), ("gemma4", 2), ("gemma4-dense", 1)] + \
-    [("qwen3_5", 1, "fp8-block"), ("qwen3_5_moe", 2, "fp8-block")]
+    [("qwen3_5", 1, "fp8-block"), ("qwen3_5_moe", 2, "fp8-block")] + \
+    [("deepseek_v4", 2), ("deepseek_v4", 2, "mxfp4"), ("deepseek_v4", 1, "mxfp4")]
 
 
 def test_vllm_tp2(tmp_path):

@@ -116,10 +116,11 @@ def rank_main(rank, args, port, errors):
 
         if any(per_tensor_fp8(c) for c, _, _ in built):
             cpu_fp8_stand_ins()
-        if any(c.quantization in ("fp8", "compressed-tensors") and not per_tensor_fp8(c) for c, _, _ in built):
+        if any(c.quantization in ("fp8", "compressed-tensors", "deepseek_v4_fp8") and not per_tensor_fp8(c)
+               for c, _, _ in built):
             # vLLM picks a block FP8 layer's CPU kernel (AMX, and an op its CUDA wheel lacks) when it
             # builds the layer; none runs here (no forward pass, and block FP8's post-processing is not
-            # run): the kernel's checks are answered yes.
+            # run): the kernel's checks are answered yes (DeepSeek-V4's FP8 config, deepseek_v4_fp8, too).
             from vllm.model_executor.kernels.linear.scaled_mm.cpu import CPUFp8BlockScaledMMKernel
 
             CPUFp8BlockScaledMMKernel.is_supported = classmethod(lambda cls, *a, **k: (True, None))
@@ -230,7 +231,7 @@ def cpu_model_stand_ins(built):
 
         linear_kernels._POSSIBLE_NVFP4_KERNELS[PlatformEnum.CPU] = [EmulationNvFp4LinearKernel]
         kernels_on_this_device(nvfp4_oracle)
-    if "gpt_oss_mxfp4" in quant_methods:
+    if "gpt_oss_mxfp4" in quant_methods or "deepseek_v4_fp8" in quant_methods:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUExpertsMxfp4
 
         CPUExpertsMxfp4._supports_current_device = staticmethod(lambda: True)

@@ -36,6 +36,12 @@ ParamGroup expected_group(const std::string& target, std::string_view family) {
     return ParamGroup::kExperts;  // weights, gpt-oss's MXFP4 scales and biases
   }
   if (target == "self_attn.sinks") return ParamGroup::kAttention;  // gpt-oss: one per query head
+  // DeepSeek-V4: the query up-projection, the grouped output projection and the sinks split by head; its fused
+  // wq_a / wkv, compressors and indexer are replicated.
+  if (target == "attn.wq_b.weight" || target == "attn.wo_a.weight" || target == "attn.wo_b.weight" ||
+      target == "attn.attn_sink") {
+    return ParamGroup::kAttention;
+  }
   // The MLA down-projections and DeepSeek-V3.2's indexer are replicated, every other attention projection split.
   if (target.starts_with("self_attn.") && target.find("_proj.") != std::string::npos &&
       target.find("fused_qkv_a_proj") == std::string::npos && target.find("kv_a_proj") == std::string::npos &&

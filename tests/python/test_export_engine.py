@@ -198,6 +198,8 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     ("llama4", "none", ["--tp", 2, "--engine", "sglang"], ["llama4", "interleaved order"]),
     # SGLang 0.5.23 cannot read Gemma 4's per-layer geometry (docs/engines.md)
     ("gemma4", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["gemma4", "global_head_dim"]),
+    # SGLang 0.5.23's DeepSeek-V4 load needs an NVIDIA GPU and holds another layout (docs/engines.md)
+    ("deepseek_v4", "none", ["--tp", 2, "--ep", 2, "--engine", "sglang"], ["deepseek_v4", "mHC kernels"]),
     # the seven families vLLM takes since issue 48: unquantized (and gpt-oss's MXFP4) only
     ("glm4_moe", "fp8", ["--tp", 2, "--ep", 2, "--engine", "vllm"], ["quantization format of glm4_moe", "unquantized"]),
     # vLLM 0.33's gpt-oss divides the KV heads by tp without replicating them: make-tiny's 2 at tp 4 is none

@@ -409,7 +409,13 @@ const std::map<std::string, std::string> kArchitectures = {
     {"qwen3_5_moe", "Qwen3_5MoeForCausalLM"},
     {"gemma4", "Gemma4ForCausalLM"},
     {"kimi_k25", "KimiK25ForConditionalGeneration"},
+    {"deepseek_v4", "DeepseekV4ForCausalLM"},
 };
+
+// DeepSeek-V4's checkpoints carry DeepSeek's own names (layers.N.attn.wq_a, embed, head), not the Hugging Face
+// ones the per-name checks below read: its shapes, layers and values are checked by its own tests
+// (tests/shard/deepseek_v4_plan_test.cc, tests/load/deepseek_v4_load_test.cc).
+bool own_names(const std::string& arch) { return arch == "deepseek_v4"; }
 
 TinySummary make(const TempDir& dir, const std::string& arch, uint64_t seed = 7) {
   return make_tiny({.arch = arch, .out = dir.path().string(), .seed = seed});
@@ -466,6 +472,7 @@ TEST_P(EveryFamily, WritesAConsistentCheckpoint) {
 }
 
 TEST_P(EveryFamily, ShapesFollowFromConfig) {
+  if (own_names(GetParam())) GTEST_SKIP() << "DeepSeek's own names: its own tests";
   TempDir dir;
   make(dir, GetParam());
   const Checkpoint c = load(dir.path());
@@ -481,6 +488,7 @@ TEST_P(EveryFamily, ShapesFollowFromConfig) {
 }
 
 TEST_P(EveryFamily, LayersFollowTheMoeRule) {
+  if (own_names(GetParam())) GTEST_SKIP() << "DeepSeek's own names: its own tests";
   TempDir dir;
   make(dir, GetParam());
   const Checkpoint c = load(dir.path());
@@ -521,6 +529,7 @@ TEST_P(EveryFamily, LayersFollowTheMoeRule) {
 }
 
 TEST_P(EveryFamily, ValuesAreSmallDistinctAndNormsNearOne) {
+  if (own_names(GetParam())) GTEST_SKIP() << "DeepSeek's own names: its own tests";
   TempDir dir;
   make(dir, GetParam());
   const Checkpoint c = load(dir.path());

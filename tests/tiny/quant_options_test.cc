@@ -183,6 +183,14 @@ bool restated_projection(const std::string& name) {
   // (docs/families/gemma4.md).
   if (last == "per_layer_model_projection" || last == "per_layer_projection") return false;
   if (last.find("_proj") != std::string::npos) return true;
+  // DeepSeek-V4's own names: its attention projections and shared experts (its compressors stay bf16).
+  if (module.find(".attn.") != std::string::npos && module.find("compressor") == std::string::npos &&
+      (last == "wq_a" || last == "wq_b" || last == "wkv" || last == "wo_a" || last == "wo_b")) {
+    return true;
+  }
+  if (module.find(".shared_experts.") != std::string::npos && (last == "w1" || last == "w2" || last == "w3")) {
+    return true;
+  }
   return (last == "w1" || last == "w2" || last == "w3") &&
          module.find(".experts.") != std::string::npos;
 }

@@ -117,7 +117,7 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     // on the sanitized build).
     if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0 ||
         name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0 ||
-        name.rfind("kimi", 0) == 0) {
+        name.rfind("kimi", 0) == 0 || name.rfind("deepseek-v4", 0) == 0) {
       continue;
     }
     const uint64_t heads = real.n("num_attention_heads");
@@ -472,6 +472,50 @@ TEST(TinyRealConfigs, KimiK25PlansItsInt4ExpertsAtItsDeployments) {
     EXPECT_EQ(plan.exit_code, 0) << fmt::format("{}", fmt::join(layout, " ")) << plan.err;
     EXPECT_NE(plan.out.find("rank 7 "), std::string::npos) << plan.out;
     EXPECT_NE(plan.out.find("208215 sources, 0 skipped"), std::string::npos) << plan.out;
+  }
+}
+
+TEST(TinyRealConfigs, DeepseekV4FlashPlansAtItsDeployments) {
+  // DeepSeek-V4-Flash (reconstructed, tests/data/configs/README.md) in DeepSeek's own names: 43 layers (two
+  // sliding, then compression ratios 4 and 128 alternating, the last 4), every one MoE with 256 MXFP4 experts
+  // of 2048 (I8 codes, F8_E8M0 scales) and one block-FP8 shared expert, block-FP8 attention with ue8m0
+  // X.scale grids, the first 3 layers hash-routed. Planned at tp 8 x ep 8, at tp 8 with MoE-TP (256 of each
+  // expert's 2048 rows a rank: 8 groups), with data-parallel attention (dp 8), each plan's seconds printed.
+  const Real r("deepseek-v4-flash");
+  const uint64_t h = r.n("hidden_size"), im = r.n("moe_intermediate_size"), v = r.n("vocab_size");
+  r.expect("layers.0.ffn.experts.255.w1.weight", DType::kI8, {im, h / 2});
+  r.expect("layers.0.ffn.experts.255.w1.scale", DType::kF8E8M0, {im, h / 32});
+  r.expect("layers.42.ffn.experts.0.w2.weight", DType::kI8, {h, im / 2});
+  r.expect("layers.42.ffn.experts.0.w2.scale", DType::kF8E8M0, {h, im / 32});
+  r.expect("layers.1.attn.wq_b.weight", DType::kF8E4M3, {64 * 512, 1024});
+  r.expect("layers.1.attn.wq_b.scale", DType::kF8E8M0, {64 * 512 / 128, 1024 / 128});
+  r.expect("layers.1.attn.wo_a.weight", DType::kF8E4M3, {8 * 1024, 64 * 512 / 8});
+  r.expect("layers.1.ffn.shared_experts.w2.scale", DType::kF8E8M0, {h / 128, im / 128});
+  r.expect("layers.2.ffn.gate.tid2eid", DType::kI32, {v, 6});
+  r.expect("layers.3.ffn.gate.bias", DType::kF32, {256});
+  r.expect("layers.2.attn.indexer.compressor.ape", DType::kF32, {4, 2 * 128});
+  r.expect("layers.3.attn.compressor.ape", DType::kF32, {128, 512});
+  r.expect("layers.2.attn.compressor.wkv.weight", DType::kBF16, {2 * 512, h});
+  r.expect("hc_head_fn", DType::kF32, {4, 4 * h});
+  r.expect("embed.weight", DType::kBF16, {v, h});
+  r.expect("head.weight", DType::kBF16, {v, h});
+  EXPECT_FALSE(r.has("layers.0.attn.compressor.ape")) << "a sliding layer";
+  EXPECT_FALSE(r.has("layers.3.attn.indexer.wq_b.weight")) << "ratio 128: no indexer";
+  EXPECT_FALSE(r.has("layers.2.ffn.gate.bias")) << "a hash-routed layer";
+  // 43 x (21 attention, norms and hyper-connection tensors, router and tid2eid or bias, 6 shared, 256 x 6
+  // expert tensors), 41 compressors of 4, 21 indexers of 7; embed, norm, head and hc_head's 3.
+  EXPECT_EQ(r.tensors.size(), 43u * (21 + 2 + 6 + 256 * 6) + 41 * 4 + 21 * 7 + 6);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--tp", "8", "--ep", "8"}, {"--tp", "8"}, {"--tp", "8", "--dp", "8", "--ep", "8"}}) {
+    std::vector<std::string> args = {"plan", r.out};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const auto start = std::chrono::steady_clock::now();
+    const testing::CommandResult plan = testing::run_shardload(args);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("deepseek-v4-flash plan %s: %.2f s\n", fmt::format("{}", fmt::join(layout, " ")).c_str(), seconds);
+    EXPECT_EQ(plan.exit_code, 0) << fmt::format("{}", fmt::join(layout, " ")) << plan.err;
+    EXPECT_NE(plan.out.find("rank 7 "), std::string::npos) << plan.out;
+    EXPECT_NE(plan.out.find("67612 sources, 0 skipped"), std::string::npos) << plan.out;
   }
 }
 

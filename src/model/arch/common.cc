@@ -30,6 +30,11 @@ bool is_linear_weight(std::string_view target) {
   // SGLang build it unquantized).
   if (target.ends_with("indexer.wq_b") || target.ends_with("indexer.wk")) return true;
   if (target.ends_with("indexer.weights_proj")) return false;
+  // DeepSeek-V4's attention projections (vLLM's names; its compressors' fused_wkv_wgate stay BF16).
+  if (target.ends_with("attn.fused_wqa_wkv") || target.ends_with("attn.wq_b") || target.ends_with("attn.wo_a") ||
+      target.ends_with("attn.wo_b")) {
+    return true;
+  }
   // Qwen3-Next's b/a projection (Qwen3.5's in_proj_b and in_proj_a): its rows per rank (2 x value heads
   // / T) are below an FP8 block, and Qwen's FP8 checkpoints leave it in bf16 (modules_to_not_convert).
   if (target.ends_with("linear_attn.in_proj_ba") || target.ends_with("linear_attn.in_proj_b") ||

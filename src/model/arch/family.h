@@ -78,6 +78,14 @@ struct TinySizes {
   int kv_shared_layers = 0;
   bool double_wide_mlp = false;
   uint64_t per_layer_hidden = 0;
+
+  // DeepSeek-V4 (ModelConfig's fields of the same names).
+  uint64_t o_groups = 0;
+  uint64_t o_lora_rank = 0;
+  uint64_t hc_mult = 0;
+  std::vector<uint64_t> compress_ratio;
+  int hash_layers = 0;
+  bool score_bias = false;
 };
 
 // Where a family's generator writes the checkpoint tensors, in the order Hugging Face writes them.
@@ -96,6 +104,9 @@ class TensorWriter {
   // MXFP4 "<name>_blocks" `blocks` [..., groups, 16] U8 (two E2M1 codes a byte) and "<name>_scales"
   // [..., groups] U8 (E8M0 exponents, kept near 2^0 so that the values stay small).
   virtual void mxfp4(const std::string& name, Shape blocks) = 0;
+  // Bytes written as a checkpoint stores them, in `dtype` (one byte an element): FP4 codes (any byte, two
+  // E2M1 codes) or, with `exponents`, E8M0 scales (kept near 2^0, as mxfp4's).
+  virtual void stored_bytes(const std::string& name, Shape shape, DType dtype, bool exponents) = 0;
 };
 
 struct Family {
@@ -147,6 +158,9 @@ struct Family {
   // make-tiny --quant ct-w4a16 and the like write weight_shape as int32 (Kimi-K2.5's files), not int64
   // (llm-compressor's).
   bool tiny_int32_weight_shape = false;
+  // The checkpoint's name for the decoder layers, where it is not the rank tensors' "model.layers."
+  // (DeepSeek-V4's own names: "layers."); layer rules' sources are read under "<this>N.".
+  std::string_view checkpoint_layers = {};
 };
 
 // Every registered family, in a fixed order (registry.cc).

@@ -25,6 +25,7 @@ const Family& qwen3_5_family();
 const Family& qwen3_5_moe_family();
 const Family& gemma4_family();
 const Family& kimi_k25_family();
+const Family& deepseek_v4_family();
 
 std::span<const Family* const> families() {
   static const Family* const kFamilies[] = {
@@ -34,7 +35,7 @@ std::span<const Family* const> families() {
       &minimax_m2_family(),   &qwen3_next_family(),   &llama4_family(),   &gpt_oss_family(),
       &glm4_moe_lite_family(), &glm_moe_dsa_family(),
       &qwen3_5_family(),      &qwen3_5_moe_family(),   &gemma4_family(),
-      &kimi_k25_family(),
+      &kimi_k25_family(),      &deepseek_v4_family(),
   };
   return kFamilies;
 }

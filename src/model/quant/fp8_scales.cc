@@ -50,6 +50,17 @@ WeightFormat block_fp8_format(const ModelConfig& m, const std::string& scale_suf
   format.companions.push_back({scale_suffix, scale_suffix, CompanionLayout::kBlockGrid, ParamRole::kWeightScale,
                                ParamRole::kWeightScaleParts, ""});
   format.checks_scales = true;  // nothing to compute, but every scale read is checked
+  // A family's own scale names and dtype (DeepSeek-V4: X.scale, F8_E8M0): the grid read under its name
+  // and kept as its bytes (a cast would turn the exponents into other values). Every E8M0 byte but 0xFF
+  // (NaN) is a positive power of two: nothing to check that the engines check.
+  if (!m.block_scale_suffix.empty()) format.companions.back().checkpoint_suffix = m.block_scale_suffix;
+  if (m.block_scale_dtype) {
+    CompanionTensor& scale = format.companions.back();
+    scale.dtype = scale.expert_dtype = CompanionDtype::kStored;
+    scale.stored_dtype = m.block_scale_dtype;
+    format.checks_scales = false;
+    format.scheme += fmt::format(" scales {}", dtype_name(*m.block_scale_dtype));
+  }
   return format;
 }
 
