@@ -613,15 +613,7 @@ class Planner {
   // `group` ranks split the part; this rank is number `r` among them.
   Block cut(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
             const std::string& target, bool k_first) const {
-    if (part.rows != nullptr && k_first) {
-      throw Error(ErrorKind::kConfig,
-                  fmt::format("{} checkpoints store their weights input-major: a part that is a row range of a "
-                              "fused tensor cannot be cut from them (not supported yet)",
-                              quantized_name()),
-                  {.tensor = src.name, .field = target, .expected = "an output-major checkpoint ([N, K] weights)",
-                   .found = quantized_name()});
-    }
-    if (part.rows != nullptr) return cut_row_range(part, src, group, r, target);
+    if (part.rows != nullptr) return cut_row_range(part, src, group, r, target, k_first);
     const PartView view = part_view(part, src, target, k_first);
     Block b{0, view.rows, 0, view.cols, view.rows, 1};
     auto must_divide = [&](uint64_t size, uint64_t parts, const char* what) {
@@ -689,14 +681,28 @@ class Planner {
   }
 
   // A part that is rows [begin, begin + size) of its source: whole, or its equal blocks over the group.
+  // `k_first`: the source is stored input-major, its rows the view's columns (in words where they pack outputs).
   Block cut_row_range(const Part& part, const PlanSource& src, uint64_t group, uint64_t r,
-                      const std::string& target) const {
-    const arch::RowRange range = part.rows(model());
-    if (range.begin + range.size > src.rows || range.size == 0) {
+                      const std::string& target, bool k_first) const {
+    arch::RowRange range = part.rows(model());
+    const uint64_t src_rows = k_first ? src.cols : src.rows;
+    const uint64_t src_cols = k_first ? src.rows : src.cols;
+    if (k_first && format().packs_outputs) {
+      const uint64_t pack = format().pack_factor;
+      if (range.begin % pack != 0 || range.size % pack != 0) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{} words pack {} outputs: a part's rows must be whole words", quantized_name(), pack),
+                    {.tensor = src.name, .field = target, .expected = fmt::format("rows a multiple of {}", pack),
+                     .found = fmt::format("rows [{}, {})", range.begin, range.begin + range.size)});
+      }
+      range.begin /= pack;
+      range.size /= pack;
+    }
+    if (range.begin + range.size > src_rows || range.size == 0) {
       throw Error(ErrorKind::kShapeMismatch, "the row range of a part is outside its source",
                   {.tensor = src.name, .field = target,
                    .expected = fmt::format("rows [{}, {})", range.begin, range.begin + range.size),
-                   .found = fmt::format("{} rows", src.rows)});
+                   .found = fmt::format("{} rows", src_rows)});
     }
     if (part.split != Split::kReplicated && part.split != Split::kColumn) {
       throw Error(ErrorKind::kInternal, "a row-range part is replicated or split by rows",
@@ -710,7 +716,7 @@ class Planner {
     }
     const uint64_t per = range.size / parts;
     const uint64_t begin = range.begin + (parts == 1 ? 0 : r * per);
-    return Block{begin, begin + per, 0, src.cols, per, 1};
+    return Block{begin, begin + per, 0, src_cols, per, 1};
   }
 
   // The layout of one slot: the block of each part, stacked along the rows of a rows x cols tensor.

@@ -101,15 +101,15 @@ TEST(Fp8ConfigErrors, OtherQuantizationMethodsAreRefused) {
   testing::TempDir tmp;
   const std::string dir = tmp.file("model");
   nlohmann::json config = block_fp8_llama();
-  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
   testing::write_handmade(dir, config, testing::handmade_tensors(config), 1);
   try {
     plan_at(dir, 1);
-    FAIL() << "awq is not loaded";
+    FAIL() << "bitsandbytes is not loaded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
     EXPECT_NE(std::string(e.what()).find("quant_method"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("awq"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bitsandbytes"), std::string::npos) << e.what();
   }
 }
 
