@@ -315,8 +315,8 @@ constexpr EngineFamily kEngineFamilies[] = {
      kVllmDeepseekV32Fused},
     // Qwen3.5: Qwen3-Next's modules (its separately stored projections are held fused, as planned);
     // block FP8 checked too (in_proj_ba unquantized, as the checkpoints leave it).
-    {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block},
-    {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block},
+    {Engine::kVllm, "qwen3_5", {}, kVllmAttention, false, kFp8Block | kGptq},
+    {Engine::kVllm, "qwen3_5_moe", kVllmQwen3Next, kVllmAttention, false, kFp8Block | kGptq},
     // Gemma 4, dense and MoE: every tensor in the model dtype (its norms, router and scales too).
     {Engine::kVllm, "gemma4", kVllmGemma4, kVllmGemma4Attention, false, 0, {}, {}, false,
      vllm_gemma4_cross_decoder},

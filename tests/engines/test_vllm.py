@@ -45,7 +45,9 @@ NVFP4 = [("llama", 1, "ct-nvfp4"), ("qwen3_moe", 2, "ct-nvfp4"), ("deepseek_v3",
 # GPTQ int4 (make-tiny --quant gptq: 32-value groups, symmetric, input-major qweight [K/8, N]; gptq-channel: one
 # group a column), held as vLLM's AutoGPTQ methods hold them: dense, MoE with EP, MLA with MoE-TP. Qwen3-MoE
 # with every layer MoE (engines.py VARIANTS says why).
-GPTQ = [("llama", 1, "gptq"), ("qwen3_moe-every-layer-moe", 2, "gptq"), ("deepseek_v3", 1, "gptq")]
+# Qwen3.5-MoE too (issue 49's GPTQ-Int4: its linear attention's in_proj_qkv cut into q/k/v column ranges).
+GPTQ = [("llama", 1, "gptq"), ("qwen3_moe-every-layer-moe", 2, "gptq"), ("deepseek_v3", 1, "gptq"),
+        ("qwen3_5_moe", 2, "gptq")]
 # AWQ int4 (make-tiny --quant awq: GEMM, zero points, 32-value groups, input-major qweight [K, N/8] packed along
 # N), held as vLLM's AWQ methods hold them.
 AWQ = [("llama", 1, "awq"), ("qwen3_moe", 2, "awq"), ("deepseek_v3", 1, "awq")]
