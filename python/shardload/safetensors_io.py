@@ -24,6 +24,8 @@ _DTYPES = {
     "BF16": (2, np.int16, torch.bfloat16), "I64": (8, np.int64, None), "I32": (4, np.int32, None),
     "I16": (2, np.int16, None), "I8": (1, np.int8, None), "U8": (1, np.uint8, None),
     "BOOL": (1, np.bool_, None), "F8_E4M3": (1, np.uint8, None),
+    # DeepSeek-V4's ue8m0 block and MXFP4 scales (powers of two): bytes, as F8_E4M3.
+    "F8_E8M0": (1, np.uint8, None),
 }
 _TORCH_TO_ST = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                 torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
@@ -134,7 +136,7 @@ class SafetensorsFile:
                                    expected=end, found=data_size)
 
     def get(self, name):
-        """The tensor as torch: BF16 as torch.bfloat16, F8_E4M3 as uint8 codes, others as their dtype."""
+        """The tensor as torch: BF16 as torch.bfloat16, F8_E4M3 and F8_E8M0 as uint8 bytes, others as their dtype."""
         info = self.tensors[name]
         fd = open_regular(self.path)
         try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _shardload, packed_int, rank_source
+from . import _shardload, packed_int, rank_source, verify_deepseek_v4
 from .errors import Error
 from .safetensors_io import Checkpoint, SafetensorsError
 from .verify_layout import Layout, classify
@@ -76,6 +76,8 @@ _SEPARATE_PROJECTIONS = {"linear_attn.in_proj_qkvz": ["linear_attn.in_proj_q", "
                                                       "linear_attn.in_proj_v", "linear_attn.in_proj_z"],
                          "linear_attn.in_proj_ba": ["linear_attn.in_proj_b", "linear_attn.in_proj_a"]}
 _QKV_ROWS = re.compile(r"(.*\.linear_attn\.in_proj_)qkv\.(weight|weight_scale_inv|weight_scale|input_scale)")
+# ... and packed (GPTQ qweight, compressed-tensors weight_packed): its part rows cut from the dequantized whole.
+_QKV_PACKED = re.compile(r"(.*\.linear_attn\.in_proj_)qkv\.(qweight|weight_packed)")
 _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)(_blocks)?")
 # gpt-oss: fused gate/up interleaved (gate j at 2j, up j at 2j + 1), with biases, and MXFP4 on the Hub.
 _INTERLEAVED_GATE_UP = {"GptOssForCausalLM"}
@@ -92,6 +94,8 @@ class _Model:
         cfg = self.ckpt.config
         arch = (cfg.get("architectures") or [""])[0]
         self.prefix, self.replaced = _MULTIMODAL_PREFIX.get(arch, ("", ""))
+        # DeepSeek-V4: DeepSeek's own names in the checkpoint (verify_deepseek_v4.py)
+        self.v4 = verify_deepseek_v4.Names(self.ckpt) if arch == verify_deepseek_v4.ARCH else None
         if self.prefix:
             cfg = cfg.get("text_config") or {}
         self.rotary_pairs = arch.startswith("Llama4")
@@ -119,6 +123,12 @@ class _Model:
                 sizes = [self.key_dim, self.key_dim, self.value_dim]
                 for part, begin, size in zip("qkv", (0, sizes[0], 2 * sizes[0]), sizes):
                     self.row_ranges[self.inner(m.group(1) + part + "." + m.group(2))] = (name, begin, size)
+            m = _QKV_PACKED.fullmatch(name)
+            if m and self.packed is not None and self.inner(name) is not None:
+                whole = self.inner(m.group(1) + "qkv.weight")  # dequantized by _get, as the ranks' are
+                for part, begin, size in zip("qkv", (0, self.key_dim, 2 * self.key_dim),
+                                             (self.key_dim, self.key_dim, self.value_dim)):
+                    self.row_ranges[self.inner(m.group(1) + part + ".weight")] = (whole, begin, size)
             m = _FUSED_EXPERTS.fullmatch(name)
             if not m or not name.startswith(self.prefix):
                 continue
@@ -164,12 +174,16 @@ class _Model:
 
     def outer(self, name):
         """A text-model name as the checkpoint spells it."""
+        if self.v4:
+            return self.v4.to_checkpoint(name)
         if not self.prefix or not name.startswith(self.replaced):
             return name
         return self.prefix + name[len(self.replaced):]
 
     def inner(self, name):
         """The text model's name of a checkpoint (or rank) tensor; None for another tower's."""
+        if self.v4:
+            return self.v4.to_engine(name)
         if not self.prefix:
             return name
         if name.startswith(self.prefix):
@@ -208,10 +222,12 @@ class _Model:
         name = self.aliases.get(name, name)
         if self._packed(name):
             return "F64"  # dequantized exactly, as the rank's are
-        if name in self.virtual and self.virtual[name][0].endswith("_blocks"):
+        if (name in self.virtual and self.virtual[name][0].endswith("_blocks")) or (
+                self.v4 and self.v4.is_mxfp4_expert(self.outer(name))):
             return "BF16"  # MXFP4 decodes exactly; the rank's codes are compared decoded too
         if name in self.row_ranges:
-            return self.ckpt.dtype(self.row_ranges[name][0])
+            source = self.row_ranges[name][0]
+            return "F64" if self._packed(source) else self.ckpt.dtype(source)
         return self.ckpt.dtype(self.virtual[name][0] if name in self.virtual else self.outer(name))
 
     def _get(self, name):
@@ -231,7 +247,7 @@ class _Model:
             return packed_int.dequantize(self.ckpt.get(packed), self.ckpt.get(base + "scale"), zero, self.packed)
         if name in self.row_ranges:
             source, begin, size = self.row_ranges[name]
-            t = self.ckpt.get(source)
+            t = self._get(source) if self._packed(source) else self.ckpt.get(source)
             rows = 2 * self.key_dim + self.value_dim
             if t.numel() <= 1:  # a per-tensor scale: every part's
                 return t
@@ -257,7 +273,7 @@ class _Model:
                 else:
                     w = w[:, :half] if part == "gate_proj" else w[:, half:]
             return w.T.contiguous()
-        w = self.ckpt.get(self.outer(name))
+        w = self.v4.get(self.outer(name)) if self.v4 else self.ckpt.get(self.outer(name))
         if self.rotary_pairs and re.search(r"self_attn\.[qk]_proj\.weight$", name):
             d = self.head_dim
             w = w.reshape(-1, d // 2, 2, w.shape[-1]).transpose(1, 2).reshape(-1, w.shape[-1])
@@ -277,7 +293,7 @@ class _Model:
 
 
 _EXPERT_PARTS = {"mlp": (["gate_proj", "up_proj"], "down_proj"), "": (["gate_proj", "up_proj"], "down_proj"), "block_sparse_moe": (["w1", "w3"], "w2"),
-                 "feed_forward": (["gate_proj", "up_proj"], "down_proj")}
+                 "feed_forward": (["gate_proj", "up_proj"], "down_proj"), "ffn": (["w1", "w3"], "w2")}
 
 
 class _Verifier:
@@ -613,6 +629,8 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
             ranks = [packed_int.dequantized(rank, model.packed, shapes) for rank in ranks]
         except ValueError as e:
             raise VerifyError(f"packed integer weights: {e}") from None
+    if model.v4:
+        ranks = [verify_deepseek_v4.rank_scales_as_float(rank) for rank in ranks]
     lay = Layout(layout, len(ranks))
     v = _Verifier(model, ranks, lay, tolerance, seed, tokens)
     layers = default_layers(ranks) if layers is None else sorted(set(layers))
@@ -633,6 +651,8 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
             work.append((name, lambda name=name, group=group: v.value(name, name, name, group, vocab=True)))
     if "model.norm.weight" in ranks[0]:
         work.append(("model.norm.weight", lambda: v.value(*["model.norm.weight"] * 3)))
+    for name in sorted(n for n in ranks[0] if n.startswith("model.hc_head_")):  # DeepSeek-V4's head mixer
+        work.append((name, lambda name=name: v.value(name, name, name)))
     # Gemma 4's per-layer embeddings: a vocab-parallel table, its projection split by rows, a norm.
     if "model.embed_tokens_per_layer.weight" in ranks[0]:
         work.append(("model.embed_tokens_per_layer.weight", lambda: v.value(
@@ -661,7 +681,7 @@ def verify(model_dir, ranks, layout, layers=None, tolerance=None, seed=0, tokens
 
 
 _SUFFIX = re.compile(r"\.(weight|bias|weight_scale|weight_scale_inv|input_scale)$")
-_VALUES = ("mlp.gate", "block_sparse_moe.gate", "mlp.router", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
+_VALUES = ("mlp.gate", "block_sparse_moe.gate", "ffn.gate", "ffn.gate.e_score_correction_bias", "mlp.router", "mlp.shared_expert_gate", "mlp.gate.e_score_correction_bias",
            "block_sparse_moe.e_score_correction_bias", "feed_forward.router", "router.proj", "per_layer_input_gate",
            "per_layer_projection")
 # Replicated tensors named without .weight (Gemma 4's router scales and layer scalar).
@@ -672,7 +692,7 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
     """The check of one rank module of layer i, or None for tensors another check covers (expert w2 and
     scales): anything left unchecked shows up as an unverified tensor."""
     label = f"layer {i} {mod}"
-    cls = classify(mod)
+    cls = verify_deepseek_v4.classify(mod) if model.v4 else classify(mod)
     if mod in _SEPARATE_PROJECTIONS and not model.has(prefix + mod + ".weight"):
         cls = ("column", "attention", _SEPARATE_PROJECTIONS[mod])
     if mod.endswith("experts.w13_weight"):
@@ -686,9 +706,9 @@ def _check_for(v, model, i, prefix, mod, moe_layers):
         # MiniMax-M2's per-layer q/k norms (over the whole projection) are split with the heads.
         split = "heads" if mod == "self_attn.q_norm" else "kv_heads"
         return lambda: v.value(label, prefix + mod + ".weight", prefix + mod + ".weight", "attention", split=split)
-    if mod in _BARE_VALUES:
+    if mod in _BARE_VALUES or (model.v4 and verify_deepseek_v4.BARE_VALUES.fullmatch(mod)):
         return lambda: v.value(label, prefix + mod, prefix + mod)
-    if mod == "self_attn.sinks":  # gpt-oss: one logit per query head, split with the heads
+    if mod in ("self_attn.sinks", "attn.attn_sink"):  # gpt-oss, DeepSeek-V4: a logit per query head, by head
         return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")
     if mod in ("linear_attn.A_log", "linear_attn.dt_bias"):
         return lambda: v.value(label, prefix + mod, prefix + mod, "attention", split="heads")

@@ -31,7 +31,7 @@ EXACT_TOLERANCE = 1e-9
 SLACK = 1.25
 _PRECISION = {"F8_E4M3": 0, "BF16": 1, "F16": 1, "F32": 2, "F64": 3}
 _TORCH_DTYPE = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.float64: "F64",
-                torch.uint8: "F8_E4M3"}
+                torch.uint8: "F8_E4M3", torch.int32: "I32", torch.int64: "I64"}
 
 
 class VerifyError(Error):

@@ -3,7 +3,7 @@ column) and AWQ int4 (awq: GEMM, zero points), whose words, scales and zero poin
 input-major (GPTQ's qweight [K / 8, N], AWQ's [K, N / 8]): dense, MoE with expert parallelism and MoE-TP, and MLA
 pass; a swapped group scale, a scale cut for another rank, a wrong nibble order (GPTQ's, and AWQ's read in
 order), fused parts' column blocks swapped, an expert scaled by another expert's scales and AWQ zero points of
-another rank are each caught (issue 47, item 4)."""
+another rank are each caught (issue 47, item 4); Qwen3.5's packed in_proj_qkv parts (issue 49)."""
 import pytest
 import torch
 
@@ -106,3 +106,22 @@ def test_awq_zero_points_of_another_rank_fail(tiny, tmp_path):
 
     report = _gptq_corrupted(tiny("llama", "awq"), tmp_path, ["--tp", "2"], other_rank)
     assert _gptq_failed(report) == ["layer 0 self_attn.qkv_proj"]
+
+
+# Qwen3.5 stores its linear attention's q, k and v as one packed in_proj_qkv: each part's rows are cut from
+# the dequantized whole and checked against the rank's in_proj_qkvz column blocks (issue 49).
+@pytest.mark.parametrize("arch,args", [("qwen3_5", ["--tp", "2"]), ("qwen3_5_moe", ["--tp", "2", "--ep", "2"])])
+@pytest.mark.parametrize("quant", ["gptq", "ct-w4a16"])
+def test_qwen3_5_packed_linear_attention_parts_pass(tiny, arch, args, quant):
+    report, _ = check(tiny(arch, quant), args)
+    assert any(c.module.endswith("linear_attn.in_proj_qkvz") for c in report.checks)
+
+
+def test_qwen3_5_linear_attention_cut_for_another_rank_fails(tiny, tmp_path):
+    def other_rank(ranks):  # rank 1 given rank 0's words and scales of in_proj_qkvz
+        for suffix in ("qweight", "scales", "qzeros"):
+            name = f"model.layers.0.linear_attn.in_proj_qkvz.{suffix}"
+            ranks[1][name] = ranks[0][name].clone()
+
+    report = _gptq_corrupted(tiny("qwen3_5", "gptq"), tmp_path, ["--tp", "2"], other_rank)
+    assert _gptq_failed(report) == ["layer 0 linear_attn.in_proj_qkvz"]
