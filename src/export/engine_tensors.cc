@@ -290,6 +290,9 @@ constexpr DtypeRule kSglangErnieRouter[] = {
     {"mlp.gate.e_score_correction_bias", DType::kF32, /*model_dtype=*/true, /*leading_one=*/true}};
 
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
+// W8A8 int8 and NVFP4: SGLang 0.5.23 holds them, before its post-processing, as vLLM does (measured on
+// llama: docs/engines.md); its hooks fill them as loaded, its sharded_state would read them post-processed.
+constexpr unsigned kSglangLlama = kSglangFp8 | kCtInt8 | kCtNvfp4;
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "qwen2", {}, kVllmAttention},  // its tiny MLP (352) splits no 32-group at tp 2: W4A16 unchecked
@@ -326,7 +329,7 @@ constexpr EngineFamily kEngineFamilies[] = {
     // DeepSeek-V4: its MoE layer (ffn.) holds the router and shared experts as DeepSeek-V3's does; no
     // attention buffers on CPU. The Hub's format (block FP8 with ue8m0 scales, MXFP4 experts) checked.
     {Engine::kVllm, "deepseek_v4", kVllmDeepseekV4, {}, false, kFp8Block},
-    {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangFp8},
+    {Engine::kSglang, "llama", {}, kSglangAttention, false, kSglangLlama},
     {Engine::kSglang, "qwen2", {}, kSglangAttention, false, kSglangFp8},
     {Engine::kSglang, "qwen3", {}, {}, false, kSglangFp8},  // no KV-cache slots
     {Engine::kSglang, "mixtral", {}, kSglangAttention, false, kSglangFp8},
@@ -539,9 +542,9 @@ void check_engine_plan(const Plan& plan, Engine engine, EngineUse use) {
   // fill before the post-processing.
   if (use == EngineUse::kExport && engine == Engine::kSglang && plan.quantization != Quantization::kNone) {
     refuse(engine,
-           "FP8 for SGLang's sharded_state loader as loaded: it reads the post-processed layers, "
-           "which --engine-post-processed writes as on NVIDIA GPUs with FP8; shardload.sglang's "
-           "loader takes FP8 as loaded",
+           "a quantized checkpoint for SGLang's sharded_state loader as loaded: it reads the post-processed "
+           "layers, which --engine-post-processed writes as on NVIDIA GPUs with FP8; shardload.sglang's "
+           "loader takes the layers as loaded",
            "an unquantized checkpoint, or --engine-post-processed",
            std::string(quantization_name(plan.quantization)));
   }

@@ -164,8 +164,9 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
             # SGLang's sharded_state loader post-processes before it reads (its files hold the post-processed
             # layers): `export --engine sglang` takes FP8 with --engine-post-processed, as on an NVIDIA GPU
             # with FP8 (its sharded_state job runs SGLang's post-processing in that branch: "-gpu"); without
-            # the flag it refuses FP8 (test_export_engine.py).
-            post_processed = not vllm and quant != "none"
+            # the flag it refuses FP8 (test_export_engine.py). Integer and NVFP4 weights: SGLang's hooks only
+            # (its post-processed layout of them is not written).
+            post_processed = not vllm and quant != "none" and quant not in INT_WEIGHTS
             exported = quant == "none" or vllm or post_processed
             export = tmp_path / f"{name}-export"
             if exported:

@@ -52,3 +52,11 @@ def test_sglang_tp2_later_family_synced(tmp_path):
     # DeepSeek-V3 and an FP8 Mixtral): GLM-4-MoE at tp 2 x ep 2. A group of its own: the sync goes on with a
     # group's last model.
     print(check_engine(tmp_path, "sglang", 2, [("glm4_moe", 2)], sync=True))
+
+
+def test_sglang_tp2_int8_and_nvfp4_hooks(tmp_path):
+    # llm-compressor's W8A8 int8 and NVFP4 (make-tiny ct-w8a8, ct-nvfp4): SGLang's own load on CPU holds them as
+    # loaded as vLLM's does; its hooks, from the checkpoint and from the weight server, fill the same bytes, and
+    # SGLang's post-processing of both gives the same. Its sharded_state loader reads them post-processed, which
+    # `export --engine sglang` does not write for them (refused: test_export_engine.py).
+    print(check_engine(tmp_path, "sglang", 2, [("llama", 1, "ct-w8a8"), ("llama", 1, "ct-nvfp4")]))

@@ -217,6 +217,9 @@ def test_vllm_rows_of_the_later_families(tiny, tmp_path):
     ("deepseek_v3", "ct-fp8-tensor", ["--tp", 2, "--ep", 2, "--engine", "sglang"],
      ["quantization format of deepseek_v3", "compressed-tensors tensor", "fp8-block, compressed-tensors block"]),
     ("llama", "none", ["--tp", 2, "--quantization", "fp8", "--engine", "vllm"], ["quantization format", "fp8-dynamic"]),
+    # W8A8 int8 and NVFP4: SGLang's hooks take them as loaded; its sharded_state reads them post-processed.
+    ("llama", "ct-w8a8", ["--tp", 2, "--engine", "sglang"], ["sharded_state", "as loaded", "found int8"]),
+    ("llama", "ct-w8a8", ["--tp", 2, "--engine", "sglang", "--engine-post-processed"], ["FP8 checkpoint"]),
     # Packed integer weights: checked against vLLM's loaders only; SGLang's not yet.
     ("llama", "ct-w4a16", ["--tp", 2, "--engine", "sglang"],
      ["quantization format of llama", "found compressed-tensors pack-quantized"]),
