@@ -290,9 +290,10 @@ constexpr DtypeRule kSglangErnieRouter[] = {
     {"mlp.gate.e_score_correction_bias", DType::kF32, /*model_dtype=*/true, /*leading_one=*/true}};
 
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
-// W8A8 int8 and NVFP4: SGLang 0.5.23 holds them, before its post-processing, as vLLM does (measured on
-// llama: docs/engines.md); its hooks fill them as loaded, its sharded_state would read them post-processed.
-constexpr unsigned kSglangLlama = kSglangFp8 | kCtInt8 | kCtNvfp4;
+// W8A8 int8, NVFP4 and AWQ (float16 only, as SGLang takes it): SGLang 0.5.23 holds them, before its
+// post-processing, as vLLM does (measured on llama: docs/engines.md); its hooks fill them as loaded, its
+// sharded_state would read them post-processed.
+constexpr unsigned kSglangLlama = kSglangFp8 | kCtInt8 | kCtNvfp4 | kAwq;
 constexpr EngineFamily kEngineFamilies[] = {
     {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "qwen2", {}, kVllmAttention},  // its tiny MLP (352) splits no 32-group at tp 2: W4A16 unchecked

@@ -55,13 +55,14 @@ class WeightServer:
     """`shardload serve MODEL --tp T --ep E --name NAME --port 0 [--engine ENGINE]`, output to files; stop()
     kills it and removes its shared memory."""
 
-    def __init__(self, model, tp, ep, log_dir, env=None, engine=None):
+    def __init__(self, model, tp, ep, log_dir, env=None, engine=None, dtype=None):
         self.name = f"engines-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.log = log_dir / f"{self.name}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [BIN, "serve", model, "--tp", str(tp), "--ep", str(ep), "--name", self.name, "--port", "0",
-                 "--threads", "2", *(["--engine", engine] if engine else [])], stdin=subprocess.DEVNULL, stdout=out,
+                 "--threads", "2", *(["--engine", engine] if engine else []), *(["--dtype", dtype] if dtype else [])],
+                stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -104,7 +105,7 @@ def put_in_hub_cache(model, cache, repo_id):
     return snapshot
 
 
-def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints=None):
+def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints=None, dtype=None):
     """CASES: (family, ep) or (family, ep, quant) tuples, each a make-tiny checkpoint (--quant, none by
     default; a family may be one of VARIANTS, e.g. "gemma4-dense", make-tiny's Gemma 4 without experts) loaded by ENGINE at tp TP and that ep, all in one group of TP processes (the engine's imports,
     most of the time, paid once); CHECKPOINTS {case family: folder} gives a case a checkpoint of its own in
@@ -133,6 +134,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
     a Hugging Face cache of its own (HF_HUB_CACHE, offline), which huggingface_hub itself must find where
     it was put; the engine's own load fetches it with the engine's own means, the plugin with the same,
     `shardload export` and the weight server find it in the cache.
+
+    DTYPE (e.g. "float16": SGLang's AWQ takes no other) is the engine's and the weight server's model dtype.
 
     Then a forward pass on each family's loads, and on the synced model against the second checkpoint
     (check_forward). Returns the harness's output (the times), the allowed differences and the forward
@@ -171,12 +174,13 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
             export = tmp_path / f"{name}-export"
             if exported:
                 cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export,
-                    *(["--engine-post-processed"] if post_processed else []), env=hub_env)
+                    *(["--engine-post-processed"] if post_processed else []), *(["--dtype", dtype] if dtype else []),
+                    env=hub_env)
                 # load_export takes what it wrote: the engine's names checked against the export's plan.
                 cli("load", export, "--checksum")
             # The first case's server lists layout.md's names only: the plugin plans the engine's names from
             # the checkpoint; the others' are started for the engine and the plugin takes their table.
-            server = WeightServer(source, tp, ep, tmp_path, env=hub_env, engine=engine if i > 0 else None)
+            server = WeightServer(source, tp, ep, tmp_path, env=hub_env, engine=engine if i > 0 else None, dtype=dtype)
             servers.append(server)
             # vLLM's expert parallelism is all or nothing (ep = tp), per job; SGLang's is the group's. A
             # static FP8 MoE model synced and rebalanced runs with vLLM's EPLB on (fp8_eplb below).
@@ -214,7 +218,9 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
                 # and scales, cut
                 pairs += ([own, sharded, own, export] if exported and not post_processed else [])
                 pairs += [own, plugin, own, served]
-                if quant not in ("none", "mxfp4") and not vllm:  # SGLang post-processes FP8 on load: after it too
+                # SGLang post-processes FP8 and compressed-tensors on load: after it too (sglang_ranks.py records
+                # those methods' layers as loaded; AWQ's, untouched on CPU, are compared as they end).
+                if quant not in ("none", "mxfp4", "awq") and not vllm:
                     pairs += [pathlib.Path(f"{own}-post"), pathlib.Path(f"{plugin}-post")]
             else:
                 # FP8: shardload's rank is requantized once (one scale per fused layer) where the engine
@@ -281,7 +287,8 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
             # SGLang's expert-parallel size is the group's: dense models (ep 1) load beside MoE ones in it.
             assert len({case[1] for case in cases} - {1}) <= 1
             parallel = ["--tp", tp, "--ep", max(case[1] for case in cases)]
-        args = [*parallel, *jobs] + (["--sync", json.dumps(sync_spec)] if sync_spec else [])
+        args = [*parallel, *(["--dtype", dtype] if dtype else []), *jobs] + (
+            ["--sync", json.dumps(sync_spec)] if sync_spec else [])
         output = engine_python(f"{engine}_ranks.py", *args, shardload=True, env=hub_env)
     finally:
         for server in servers:

@@ -60,3 +60,9 @@ def test_sglang_tp2_int8_and_nvfp4_hooks(tmp_path):
     # SGLang's post-processing of both gives the same. Its sharded_state loader reads them post-processed, which
     # `export --engine sglang` does not write for them (refused: test_export_engine.py).
     print(check_engine(tmp_path, "sglang", 2, [("llama", 1, "ct-w8a8"), ("llama", 1, "ct-nvfp4")]))
+
+
+def test_sglang_tp2_awq_hooks_in_float16(tmp_path):
+    # AWQ (make-tiny awq: GEMM, zero points), which SGLang takes in float16 only: its own load on CPU == its hooks'
+    # fill from the checkpoint and from the weight server (scales cast to float16 as SGLang casts them).
+    print(check_engine(tmp_path, "sglang", 2, [("llama", 1, "awq")], dtype="float16"))
