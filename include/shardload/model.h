@@ -15,6 +15,7 @@ namespace shardload {
 namespace arch {
 struct Family;  // one architecture family (src/model/arch/family.h)
 }
+struct ExpertFormat;  // a format the routed experts keep as stored (shardload/weight_format.h)
 
 // The family's name, config.json's model_type spelling ("qwen3_moe"); "?" for none.
 std::string_view family_name(const arch::Family* family);
@@ -102,10 +103,11 @@ struct ModelConfig {
   uint64_t index_heads = 0;
   uint64_t index_head_dim = 0;
 
-  // The routed experts in MXFP4, kept as the checkpoint stores them (codes and E8M0 scales): gpt-oss's
-  // quant_method "mxfp4" (everything else unquantized), DeepSeek-V4's expert_dtype "fp4" beside its
-  // block-FP8 linears.
-  bool mxfp4_experts = false;
+  // The format the routed experts keep as the checkpoint stores them, beside the linear weights'
+  // (ExpertFormat, shardload/weight_format.h; the format file's reader or the family sets it): MXFP4 for
+  // gpt-oss's quant_method "mxfp4" (everything else unquantized) and DeepSeek-V4's expert_dtype "fp4"
+  // beside its block-FP8 linears. Null: the experts are linear weights like the others.
+  const ExpertFormat* expert_format = nullptr;
   // The checkpoint stores the routed experts fused, one 3-D tensor for all of them (Qwen3.5-MoE's
   // mlp.experts.gate_up_proj [E, 2I, H] and down_proj [E, H, I], as transformers holds them), where the
   // family also reads them one expert a tensor (Family::stacked_experts_tensor). Set by the planner

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardload/dtype.h"
@@ -139,5 +140,21 @@ struct WeightFormat {
 // The format of a checkpoint's linear weights as config.json gives it, or, for `quantize_at_load` (the
 // --quantization option) on an unquantized one, the format they are quantized to.
 WeightFormat weight_format(const ModelConfig& model, bool quantize_at_load);
+
+// A format the routed experts keep as the checkpoint stores them, beside the linear weights' WeightFormat
+// (MXFP4: src/model/quant/mxfp4.cc): codes and scales copied as their bytes (arch::Keep::kCheckpoint),
+// never cast or quantized, and cut only on whole groups. The format's reader (or the family, where its
+// config.json says so elsewhere) points ModelConfig::expert_format at it; the planner then takes the
+// family's rules for stored experts (arch::When::kStoredExperts) instead of its linear ones, and the
+// families size those rules from it. Nothing else names the format.
+struct ExpertFormat {
+  std::string_view name;           // "MXFP4"
+  uint64_t group = 1;              // values per scale
+  uint64_t values_per_byte = 1;    // codes in a stored byte
+  DType scale_dtype = DType::kU8;  // the scales' dtype as the format defines it (a checkpoint may say U8)
+  std::string_view groups_name;    // what a cut that splits a group misses: "MXFP4 32-value groups"
+
+  uint64_t group_bytes() const { return group / values_per_byte; }  // bytes of codes per group
+};
 
 }  // namespace shardload

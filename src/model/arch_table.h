@@ -42,8 +42,10 @@ enum class When {
   kAttentionBias,  // q/k/v/o biases
   kQkvBias,        // q/k/v biases (with attention_bias too)
   kMlpBias,
-  kMxfp4Experts,  // the checkpoint's routed experts are MXFP4 (quant_method "mxfp4")
-  kPlainExperts,  // they are not
+  // A MoE layer whose routed experts are kept in their own format as the checkpoint stores them
+  // (ModelConfig::expert_format: gpt-oss's and DeepSeek-V4's MXFP4): the rules of their codes and scales.
+  kStoredExperts,
+  kLinearExperts,  // a MoE layer whose routed experts are linear weights like the others
   kLinearAttentionLayer,  // a layer with linear attention (ModelConfig::linear_layer)
   kFullAttentionLayer,    // a layer of a hybrid model with softmax attention
   kStackedExperts,     // a MoE layer whose routed experts are fused 3-D tensors (ModelConfig::stacked_experts)

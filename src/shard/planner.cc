@@ -57,8 +57,8 @@ bool applies(When when, const ModelConfig& m, int layer) {
     case When::kAttentionBias: return m.attention_bias;
     case When::kQkvBias: return m.attention_bias || m.qkv_bias;
     case When::kMlpBias: return m.mlp_bias && !moe_layer;
-    case When::kMxfp4Experts: return moe_layer && m.mxfp4_experts;
-    case When::kPlainExperts: return moe_layer && !m.mxfp4_experts;
+    case When::kStoredExperts: return moe_layer && m.expert_format != nullptr;
+    case When::kLinearExperts: return moe_layer && m.expert_format == nullptr;
     case When::kLinearAttentionLayer: return layer >= 0 && m.linear_layer[static_cast<size_t>(layer)];
     case When::kFullAttentionLayer: return layer >= 0 && !m.linear_layer[static_cast<size_t>(layer)];
     case When::kStackedExperts: return moe_layer && m.stacked_experts;

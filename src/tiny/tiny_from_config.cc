@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "model/config_fields.h"
+#include "model/quant/mxfp4.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 #include "tiny/tiny_config.h"
@@ -101,7 +102,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
     }
     return Quant::kCtBlock;
   }
-  if (c.mxfp4_experts) return Quant::kMxfp4;
+  if (c.expert_format == &mxfp4_format()) return Quant::kMxfp4;
   if (c.quant_format == QuantFormat::kAwq) {
     if (c.group_size == kTinyIntGroup && c.zero_points) return Quant::kAwq;
     throw config_error(file, "make-tiny writes AWQ in 32-value groups with zero points only", "quantization_config",

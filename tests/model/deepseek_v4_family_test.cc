@@ -12,6 +12,7 @@
 #include "config_refusal.h"
 #include "model/arch/family.h"
 #include "model/arch_table.h"
+#include "model/quant/mxfp4.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 #include "shardload/weight_format.h"
@@ -79,7 +80,7 @@ TEST(DeepseekV4Family, ReadsTheHubsConfig) {
   EXPECT_EQ(m.compress_ratio, (std::vector<uint64_t>{0, 0, 4, 128, 4, 128}));
   // Block FP8 under DeepSeek's scale names, ue8m0 bytes beside the MXFP4 experts.
   EXPECT_EQ(m.quantization, Quantization::kFp8Block);
-  EXPECT_TRUE(m.mxfp4_experts);
+  EXPECT_EQ(m.expert_format, &mxfp4_format());
   EXPECT_EQ(m.block_scale_suffix, "scale");
   EXPECT_EQ(m.block_scale_dtype, DType::kF8E8M0);
   const WeightFormat f = weight_format(m, false);
@@ -114,13 +115,13 @@ TEST(DeepseekV4Family, ExpertDtypeDecidesTheScalesAndTheExperts) {
   json c = flash_config();
   c["expert_dtype"] = "fp8";  // Flash-Base: block-FP8 experts, float32 scales
   const ModelConfig base = ModelConfig::from_json(c);
-  EXPECT_FALSE(base.mxfp4_experts);
+  EXPECT_EQ(base.expert_format, nullptr);
   EXPECT_EQ(base.block_scale_dtype, std::nullopt);
   EXPECT_EQ(weight_format(base, false).companions.at(0).checkpoint_suffix, "scale");
   c = flash_config();
   c.erase("quantization_config");  // bf16 (make-tiny, transformers)
   const ModelConfig bf16 = ModelConfig::from_json(c);
-  EXPECT_FALSE(bf16.mxfp4_experts);
+  EXPECT_EQ(bf16.expert_format, nullptr);
   EXPECT_EQ(bf16.quantization, Quantization::kNone);
   c = flash_config();
   c.erase("topk_method");  // vLLM creates the score bias only with noaux_tc

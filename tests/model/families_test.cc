@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/arch/family.h"
+#include "model/quant/mxfp4.h"
 #include "shardload/error.h"
 #include "shardload/model.h"
 
@@ -204,10 +205,10 @@ TEST(ModelFamilies, GptOssReadsMxfp4AsItsExpertsFormat) {
   EXPECT_TRUE(m.attention_bias) << "q/k/v/o biases unless the config says otherwise";
   EXPECT_EQ(m.moe_intermediate, 64u);
   EXPECT_EQ(m.moe_layer, (std::vector<bool>{true, true}));
-  EXPECT_FALSE(m.mxfp4_experts);
+  EXPECT_EQ(m.expert_format, nullptr);
   config["quantization_config"] = {{"quant_method", "mxfp4"}, {"modules_to_not_convert", {"lm_head"}}};
   m = ModelConfig::from_json(config);
-  EXPECT_TRUE(m.mxfp4_experts);
+  EXPECT_EQ(m.expert_format, &mxfp4_format());
   EXPECT_EQ(m.quantization, Quantization::kNone) << "nothing is FP8";
 }
 

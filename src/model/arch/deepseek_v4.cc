@@ -33,14 +33,16 @@
 
 #include "model/arch/family.h"
 #include "model/config_fields.h"
+#include "model/quant/mxfp4.h"
 #include "shardload/error.h"
 
 namespace shardload::arch {
 namespace {
 
-constexpr uint64_t kMxfp4Group = 32;    // values per E8M0 scale
-constexpr uint64_t kMxfp4GroupBytes = kMxfp4Group / 2;  // bytes of codes per group
-constexpr std::string_view kMxfp4Groups = "MXFP4 32-value groups";
+// The routed experts' MXFP4 (src/model/quant/mxfp4.cc): bytes of codes for `values`, scales (groups) for
+// them.
+uint64_t code_bytes(uint64_t values) { return values / mxfp4_format().values_per_byte; }
+uint64_t groups(uint64_t values) { return values / mxfp4_format().group; }
 
 // The hyper-connection mixers' rows: pre and post weights (hc_mult each) and the hc_mult x hc_mult
 // residual mixing.
@@ -182,37 +184,37 @@ std::vector<ParamRule> moe_rules() {
        .group = Group::kSharedExperts},
       // bf16 (or block-FP8 with expert_dtype fp8): the planner's linear experts.
       {.target = "ffn.experts.w13_weight",
-       .when = When::kPlainExperts,
+       .when = When::kLinearExperts,
        .parts = {{x + "w1.weight", Split::kColumn, up}, {x + "w3.weight", Split::kColumn, up}},
        .group = Group::kExperts},
       {.target = "ffn.experts.w2_weight",
-       .when = When::kPlainExperts,
+       .when = When::kLinearExperts,
        .parts = {{x + "w2.weight", Split::kRow, down}},
        .group = Group::kExperts},
   };
   // MXFP4 (expert_dtype fp4): codes and E8M0 scales kept as stored, cut on whole 32-value groups.
   const auto mx = [&](std::string target, std::string w1, std::string w3, Split split, ShapeFn shape, DType dtype,
                       uint64_t granule) {
-    ParamRule rule{.target = std::move(target), .when = When::kMxfp4Experts, .parts = {}, .group = Group::kExperts,
+    ParamRule rule{.target = std::move(target), .when = When::kStoredExperts, .parts = {}, .group = Group::kExperts,
                    .keep = Keep::kCheckpoint, .stored = dtype, .rank_as = DType::kU8};
     for (std::string* source : {&w1, &w3}) {
       if (source->empty()) continue;
       rule.parts.push_back({.source = x + *source, .split = split, .shape = shape, .cut_granule = granule,
-                            .cut_granule_name = kMxfp4Groups});
+                            .cut_granule_name = mxfp4_format().groups_name});
     }
     return rule;
   };
+  const DType scales = mxfp4_format().scale_dtype;
   rules.push_back(mx("ffn.experts.w13_weight", "w1.weight", "w3.weight", Split::kColumn,
-                     [](const ModelConfig& m) { return Shape{m.moe_intermediate, m.hidden / 2}; }, DType::kI8, 1));
+                     [](const ModelConfig& m) { return Shape{m.moe_intermediate, code_bytes(m.hidden)}; },
+                     DType::kI8, 1));
   rules.push_back(mx("ffn.experts.w13_weight_scale", "w1.scale", "w3.scale", Split::kColumn,
-                     [](const ModelConfig& m) { return Shape{m.moe_intermediate, m.hidden / kMxfp4Group}; },
-                     DType::kF8E8M0, 1));
+                     [](const ModelConfig& m) { return Shape{m.moe_intermediate, groups(m.hidden)}; }, scales, 1));
   rules.push_back(mx("ffn.experts.w2_weight", "w2.weight", "", Split::kRow,
-                     [](const ModelConfig& m) { return Shape{m.hidden, m.moe_intermediate / 2}; }, DType::kI8,
-                     kMxfp4GroupBytes));
+                     [](const ModelConfig& m) { return Shape{m.hidden, code_bytes(m.moe_intermediate)}; },
+                     DType::kI8, mxfp4_format().group_bytes()));
   rules.push_back(mx("ffn.experts.w2_weight_scale", "w2.scale", "", Split::kRow,
-                     [](const ModelConfig& m) { return Shape{m.hidden, m.moe_intermediate / kMxfp4Group}; },
-                     DType::kF8E8M0, 1));
+                     [](const ModelConfig& m) { return Shape{m.hidden, groups(m.moe_intermediate)}; }, scales, 1));
   return rules;
 }
 
@@ -340,9 +342,9 @@ void read_config(const nlohmann::json& c, ModelConfig& m) {
   // Block FP8 linears with "X.scale" grids: ue8m0 (F8_E8M0) beside MXFP4 experts, float32 beside FP8 ones
   // (vLLM's DeepseekV4FP8Config.is_scale_e8m0).
   const bool quantized = config::field(c, "quantization_config") != nullptr;
-  m.mxfp4_experts = quantized && experts == "fp4";
+  m.expert_format = quantized && experts == "fp4" ? &mxfp4_format() : nullptr;
   m.block_scale_suffix = "scale";
-  if (m.mxfp4_experts) m.block_scale_dtype = DType::kF8E8M0;
+  if (m.expert_format != nullptr) m.block_scale_dtype = DType::kF8E8M0;
 }
 
 // make-tiny: 8 heads of vLLM's real head size (512; its compressor takes no other), o_groups 8 of 64, two
@@ -466,7 +468,7 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
         const uint64_t out = down ? h : m.moe_intermediate, in = down ? m.moe_intermediate : h;
         if (m.mxfp4_experts) {
           w.stored_bytes(e + name + ".weight", {out, in / 2}, DType::kI8, false);
-          w.stored_bytes(e + name + ".scale", {out, in / kMxfp4Group}, DType::kF8E8M0, true);
+          w.stored_bytes(e + name + ".scale", {out, groups(in)}, DType::kF8E8M0, true);
         } else {
           w.projection(e + name, out, in);
         }

@@ -17,14 +17,17 @@
 // attn and embed_tokens to embedding, a naming for issue 31's engine targets).
 #include "model/arch/family.h"
 #include "model/config_fields.h"
+#include "model/quant/mxfp4.h"
 #include "shardload/error.h"
 
 namespace shardload::arch {
 namespace {
 
-constexpr uint64_t kMxfp4Group = 32;  // values per E8M0 scale
-constexpr uint64_t kMxfp4Bytes = 16;  // bytes per group (two codes a byte)
-constexpr std::string_view kMxfp4Groups = "MXFP4 32-value groups";  // what a refused cut misses
+// The experts' MXFP4 (src/model/quant/mxfp4.cc): groups of `values`, the bytes of codes of one group,
+// and what a cut inside a group misses.
+uint64_t groups(uint64_t values) { return values / mxfp4_format().group; }
+uint64_t group_bytes() { return mxfp4_format().group_bytes(); }
+std::string_view groups_name() { return mxfp4_format().groups_name; }
 
 std::vector<ParamRule> moe_rules() {
   const std::string e = "mlp.experts.";
@@ -40,50 +43,50 @@ std::vector<ParamRule> moe_rules() {
        .parts = {{"mlp.router.bias", Split::kReplicated, [](const ModelConfig& m) { return Shape{m.experts}; }}}},
       // bf16 (transformers): [in, out], transposed into the rank's [out, in].
       {.target = e + "w13_weight",
-       .when = When::kPlainExperts,
+       .when = When::kLinearExperts,
        .parts = {{.source = e + "gate_up_proj", .split = Split::kColumn,
                   .shape = [](const ModelConfig& m) { return Shape{m.experts, m.hidden, 2 * m.moe_intermediate}; },
                   .stacked = true, .transposed = true}},
        .group = Group::kExperts},
       {.target = e + "w2_weight",
-       .when = When::kPlainExperts,
+       .when = When::kLinearExperts,
        .parts = {{.source = e + "down_proj", .split = Split::kRow,
                   .shape = [](const ModelConfig& m) { return Shape{m.experts, m.moe_intermediate, m.hidden}; },
                   .stacked = true, .transposed = true}},
        .group = Group::kExperts},
       // MXFP4 (the Hub): already [out, in], kept as codes and scales.
       {.target = e + "w13_weight",
-       .when = When::kMxfp4Experts,
+       .when = When::kStoredExperts,
        .parts = {{.source = e + "gate_up_proj_blocks", .split = Split::kColumn,
                   .shape = [](const ModelConfig& m) {
-                    return Shape{m.experts, 2 * m.moe_intermediate, m.hidden / kMxfp4Group, kMxfp4Bytes};
+                    return Shape{m.experts, 2 * m.moe_intermediate, groups(m.hidden), group_bytes()};
                   },
-                  .stacked = true, .cut_granule = 2 * kMxfp4Group, .cut_granule_name = kMxfp4Groups}},
+                  .stacked = true, .cut_granule = 2 * mxfp4_format().group, .cut_granule_name = groups_name()}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w13_weight_scale",
-       .when = When::kMxfp4Experts,
+       .when = When::kStoredExperts,
        .parts = {{.source = e + "gate_up_proj_scales", .split = Split::kColumn,
                   .shape = [](const ModelConfig& m) {
-                    return Shape{m.experts, 2 * m.moe_intermediate, m.hidden / kMxfp4Group};
+                    return Shape{m.experts, 2 * m.moe_intermediate, groups(m.hidden)};
                   },
-                  .stacked = true, .cut_granule = 2 * kMxfp4Group, .cut_granule_name = kMxfp4Groups}},
+                  .stacked = true, .cut_granule = 2 * mxfp4_format().group, .cut_granule_name = groups_name()}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w2_weight",
-       .when = When::kMxfp4Experts,
+       .when = When::kStoredExperts,
        .parts = {{.source = e + "down_proj_blocks", .split = Split::kRow,
                   .shape = [](const ModelConfig& m) {
-                    return Shape{m.experts, m.hidden, m.moe_intermediate / kMxfp4Group, kMxfp4Bytes};
+                    return Shape{m.experts, m.hidden, groups(m.moe_intermediate), group_bytes()};
                   },
-                  .stacked = true, .cut_granule = kMxfp4Bytes, .cut_granule_name = kMxfp4Groups}},
+                  .stacked = true, .cut_granule = group_bytes(), .cut_granule_name = groups_name()}},
        .group = Group::kExperts,
        .keep = Keep::kCheckpoint},
       {.target = e + "w2_weight_scale",
-       .when = When::kMxfp4Experts,
+       .when = When::kStoredExperts,
        .parts = {{.source = e + "down_proj_scales", .split = Split::kRow,
                   .shape = [](const ModelConfig& m) {
-                    return Shape{m.experts, m.hidden, m.moe_intermediate / kMxfp4Group};
+                    return Shape{m.experts, m.hidden, groups(m.moe_intermediate)};
                   },
                   .stacked = true}},
        .group = Group::kExperts,
@@ -158,8 +161,8 @@ void tiny_tensors(const TinySizes& m, TensorWriter& w) {
     w.weight(p + "mlp.router.weight", {e, h});
     w.bias(p + "mlp.router.bias", {e});
     if (m.mxfp4_experts) {
-      w.mxfp4(x + "gate_up_proj", {e, 2 * i, h / kMxfp4Group, kMxfp4Bytes});
-      w.mxfp4(x + "down_proj", {e, h, i / kMxfp4Group, kMxfp4Bytes});
+      w.mxfp4(x + "gate_up_proj", {e, 2 * i, groups(h), group_bytes()});
+      w.mxfp4(x + "down_proj", {e, h, groups(i), group_bytes()});
     } else {
       w.weight(x + "gate_up_proj", {e, h, 2 * i});
       w.weight(x + "down_proj", {e, i, h});
