@@ -77,7 +77,8 @@ constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_sca
 // A quantized checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor
 // or block scales, llm-compressor's compressed-tensors FP8 by weight strategy, or its pack-quantized
 // integer weights (W4A16, W8A16: every strategy, the rank tensors being the loaders' own) or its int8
-// weights (int-quantized W8A8) or its FP4 weights (nvfp4-pack-quantized).
+// weights (int-quantized W8A8) or its FP4 weights (nvfp4-pack-quantized), GPTQ, AWQ, or NVIDIA ModelOpt's
+// NVFP4.
 enum Fp8Format : unsigned {
   kFp8Tensor = 1u << 0,
   kFp8Block = 1u << 1,
@@ -89,6 +90,7 @@ enum Fp8Format : unsigned {
   kCtNvfp4 = 1u << 7,
   kGptq = 1u << 8,
   kAwq = 1u << 9,
+  kModeloptNvfp4 = 1u << 10,
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
@@ -96,10 +98,12 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
     {kCtBlock, "compressed-tensors block"},   {kCtPacked, "compressed-tensors pack-quantized"},
     {kCtInt8, "compressed-tensors int-quantized"}, {kCtNvfp4, "compressed-tensors nvfp4-pack-quantized"},
-    {kGptq, "gptq"}, {kAwq, "awq"},
+    {kGptq, "gptq"}, {kAwq, "awq"}, {kModeloptNvfp4, "modelopt nvfp4"},
 };
 // vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
 constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq;
+// ModelOpt NVFP4 is checked on llama, qwen3_moe and deepseek_v3 (tests/engines/test_vllm.py).
+constexpr unsigned kVllmWithModelopt = kVllmEveryFormat | kModeloptNvfp4;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -291,14 +295,14 @@ constexpr DtypeRule kSglangErnieRouter[] = {
 
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
-    {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmWithModelopt},
     {Engine::kVllm, "qwen2", {}, kVllmAttention},  // its tiny MLP (352) splits no 32-group at tp 2: W4A16 unchecked
     {Engine::kVllm, "qwen3", {}, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention, false, kVllmEveryFormat},
-    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention, false, kVllmEveryFormat},
+    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention, false, kVllmWithModelopt},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
-    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
+    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla, false, kVllmWithModelopt},
     // FP8 and compressed-tensors of these families are not checked against vLLM yet.
     {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0, {}, {},
      /*kv_heads_not_replicated=*/true},
@@ -437,7 +441,9 @@ bool is_qk_norm(const std::string& name) {
 std::optional<Fp8Format> fp8_format(const Plan& plan) {
   if (plan.quantization == Quantization::kWna16) return kCtPacked;
   if (plan.quantization == Quantization::kInt8) return kCtInt8;
-  if (plan.quantization == Quantization::kNvfp4) return kCtNvfp4;
+  if (plan.quantization == Quantization::kNvfp4) {
+    return plan.model.quant_format == QuantFormat::kModelopt ? kModeloptNvfp4 : kCtNvfp4;
+  }
   if (plan.quantization == Quantization::kGptq) return kGptq;
   if (plan.quantization == Quantization::kAwq) return kAwq;
   if (plan.model.quant_format == QuantFormat::kCompressedTensors) {

@@ -221,7 +221,6 @@ class Planner {
   // tensor).
   bool checkpoint_quantizes(const Instance& inst) const {
     const bool by_tensors = format().quantized_where_stored && ckpt_ != nullptr;
-    if (model().quant_format != QuantFormat::kCompressedTensors && !by_tensors) return true;
     std::optional<bool> all;
     std::string first;
     for (const auto& names : inst.sources) {
