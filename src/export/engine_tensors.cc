@@ -59,6 +59,9 @@ struct Buffers {
   bool attention_scales = false;               // vLLM's kAttentionScales, whatever the dtype
   std::span<const KvCacheSlot> kv_cache{};     // under an FP8 (quant_method fp8) config
   std::span<const KvCacheSlot> kv_cache_ct{};  // under a compressed-tensors config
+  // Under a ModelOpt config, whose KV-cache method vLLM 0.33 gives MLA attention too (Attention and
+  // MLAAttention: ModelOptQuantConfigBase.get_quant_method).
+  std::span<const KvCacheSlot> kv_cache_modelopt{};
 };
 
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
@@ -101,9 +104,9 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kGptq, "gptq"}, {kAwq, "awq"}, {kModeloptNvfp4, "modelopt nvfp4"},
 };
 // vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
-constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq;
-// ModelOpt NVFP4 is checked on llama, qwen3_moe and deepseek_v3 (tests/engines/test_vllm.py).
-constexpr unsigned kVllmWithModelopt = kVllmEveryFormat | kModeloptNvfp4;
+// ModelOpt NVFP4: llama, qwen3_moe and deepseek_v3 in tests/engines/test_vllm.py, the others by hand.
+constexpr unsigned kVllmEveryFormat =
+    kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq | kModeloptNvfp4;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -152,10 +155,11 @@ struct EngineFamily {
 constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
 
 constexpr Buffers kVllmAttention[] = {
-    {"self_attn.qkv_proj.weight", "self_attn.attn.", true, kVllmKvSlots, kVllmCtKvSlots}};
+    {"self_attn.qkv_proj.weight", "self_attn.attn.", true, kVllmKvSlots, kVllmCtKvSlots, kVllmKvSlots}};
 // vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
 // o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
-constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true}};
+constexpr Buffers kVllmMla[] = {
+    {"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true, {}, {}, kVllmKvSlots}};
 
 // vLLM's fused MoE layer holds the router (gate) and, since 0.33, its routed experts in a child
 // routed_experts; both are reachable from the MLP too, and "experts..." is the smaller name.
@@ -295,14 +299,14 @@ constexpr DtypeRule kSglangErnieRouter[] = {
 
 constexpr unsigned kSglangFp8 = kEveryFp8Format & ~kFp8Block;
 constexpr EngineFamily kEngineFamilies[] = {
-    {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmWithModelopt},
+    {Engine::kVllm, "llama", {}, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "qwen2", {}, kVllmAttention},  // its tiny MLP (352) splits no 32-group at tp 2: W4A16 unchecked
     {Engine::kVllm, "qwen3", {}, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "mixtral", kVllmMixtral, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "qwen2_moe", kVllmQwen2Moe, kVllmAttention, false, kVllmEveryFormat},
-    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention, false, kVllmWithModelopt},
+    {Engine::kVllm, "qwen3_moe", kVllmMoe, kVllmAttention, false, kVllmEveryFormat},
     {Engine::kVllm, "deepseek_v2", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
-    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla, false, kVllmWithModelopt},
+    {Engine::kVllm, "deepseek_v3", kVllmDeepseek, kVllmMla, false, kVllmEveryFormat},
     // FP8 and compressed-tensors of these families are not checked against vLLM yet.
     {Engine::kVllm, "gpt_oss", kVllmGptOss, kVllmGptOssAttention, false, 0, {}, {},
      /*kv_heads_not_replicated=*/true},
@@ -708,7 +712,10 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
         continue;
       }
       const bool compressed = plan.model.quant_format == QuantFormat::kCompressedTensors;
-      for (const KvCacheSlot& slot : compressed ? buffers.kv_cache_ct : buffers.kv_cache) {
+      const bool modelopt = plan.model.quant_format == QuantFormat::kModelopt;
+      for (const KvCacheSlot& slot : modelopt     ? buffers.kv_cache_modelopt
+                                     : compressed ? buffers.kv_cache_ct
+                                                  : buffers.kv_cache) {
         out.push_back({prefix + std::string(slot.name), slot.model_dtype ? plan.dtype : DType::kF32,
                        slot.one_element ? Shape{1} : Shape{}, nullptr,
                        post_processed ? kPostProcessedKvCacheScale : slot.value});

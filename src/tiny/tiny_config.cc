@@ -176,7 +176,9 @@ json modelopt_config(const TinyModel& m) {
     throw Error(ErrorKind::kInvalidArgument, "make-tiny writes ModelOpt NVFP4 for families without their own ignore list",
                 {.field = "--quant", .expected = "another family", .found = std::string(family_name(m.family))});
   }
-  json ignore = json::array();
+  // lm_head always, as ModelOpt's exports list it (with tied embeddings too: vLLM would otherwise give
+  // its LM head NVFP4 scales no tensor fills).
+  json ignore = json::array({"lm_head"});
   for (const json& module : unquantized_linears(m)) {
     std::string entry = module.get<std::string>();
     const std::string_view layers = "model.layers.";

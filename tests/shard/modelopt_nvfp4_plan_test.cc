@@ -3,6 +3,7 @@
 // weight_scale_2 and input_scale kept side by side (vLLM 0.33's ModelOptNvFp4LinearMethod and
 // ModelOptNvFp4FusedMoE hold them so), exclude_modules honoured, its config read from config.json or
 // hf_quant_config.json, and what vLLM refuses refused before any read, naming the field or the tensor.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -227,8 +228,9 @@ TEST(ModeloptNvfp4Config, HfQuantConfigJsonErrorsNameThatFile) {
 }
 
 // make-tiny's ModelOpt NVFP4 MoE at ep 2: every routed expert's tensors under vLLM's w13_ / w2_ names, the
-// scalars side by side per local expert ([E_l, 2] for gate and up, [E_l] for down).
-TEST(ModeloptNvfp4Plan, ExpertsKeepTheirScalarsPerLocalExpert) {
+// weight scalars side by side per local expert ([E_l, 2] for gate and up, [E_l] for down), the input scales
+// of every expert on every rank, by logical expert (vLLM's FlashInfer NVFP4 MoE: use_global_sf).
+TEST(ModeloptNvfp4Plan, ExpertsKeepWeightScalarsPerLocalExpertAndInputScalesOfEvery) {
   testing::TempDir tmp;
   const std::string dir = tmp.file("model");
   make_tiny({.arch = "qwen3_moe", .out = dir, .seed = testing::test_seed(), .quant = "modelopt-nvfp4"});
@@ -249,16 +251,24 @@ TEST(ModeloptNvfp4Plan, ExpertsKeepTheirScalarsPerLocalExpert) {
       {"w13_weight", DType::kU8, {local, 2 * m.moe_intermediate, m.hidden / 2}},
       {"w13_weight_scale", DType::kF8E4M3, {local, 2 * m.moe_intermediate, m.hidden / 16}},
       {"w13_weight_scale_2", DType::kF32, {local, 2}},
-      {"w13_input_scale", DType::kF32, {local, 2}},
+      {"w13_input_scale", DType::kF32, {m.experts, 2}},
       {"w2_weight", DType::kU8, {local, m.hidden, m.moe_intermediate / 2}},
       {"w2_weight_scale", DType::kF8E4M3, {local, m.hidden, m.moe_intermediate / 16}},
       {"w2_weight_scale_2", DType::kF32, {local}},
-      {"w2_input_scale", DType::kF32, {local}},
+      {"w2_input_scale", DType::kF32, {m.experts}},
   };
   for (const auto& e : expected) {
     ASSERT_TRUE(params.count(layer + e.suffix)) << layer + e.suffix;
     EXPECT_EQ(params[layer + e.suffix]->dtype, e.dtype) << e.suffix;
     EXPECT_EQ(params[layer + e.suffix]->shape, e.shape) << e.suffix;
+  }
+  // Rank 1 holds experts E/2.. for its weights, but input scales from expert 0 on: row e is expert e's down_proj.
+  auto rank1 = params_of(plan.ranks[1]);
+  const PlanParam& input = *rank1.at(layer + "w2_input_scale");
+  ASSERT_EQ(input.pieces.size(), m.experts);
+  for (uint64_t e = 0; e < m.experts; ++e) {
+    EXPECT_EQ(plan.sources[input.pieces[e].source].name, fmt::format("{}{}.down_proj.input_scale", layer, e));
+    EXPECT_EQ(input.pieces[e].dst_offset, 4 * e);
   }
 }
 

@@ -214,6 +214,10 @@ WeightFormat modelopt_nvfp4_format(const ModelConfig&) {
   CompanionTensor input = global;
   input.checkpoint_suffix = input.rank_suffix = "input_scale";
   input.role = ParamRole::kInputScale;
+  // Measured (tests/engines): vLLM 0.33's ModelOptNvFp4FusedMoE picks a FlashInfer backend where NVFP4 MoE
+  // experts run (NVIDIA GPUs; the harness's CPU stand-in) and then holds w13_input_scale [E, 2] and
+  // w2_input_scale [E] for every expert on every rank (use_global_sf), filled by global expert id.
+  input.every_expert = true;
   format.companions.push_back(input);
   format.checks_scales = true;  // every scale read is checked: group scales and global ones
   return format;
