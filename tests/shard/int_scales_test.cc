@@ -38,6 +38,8 @@ TEST(IntScales, ABadScaleIsRefusedNamingTheTensorAndItsGroupRowOrExpert) {
       {"llama", "modelopt-nvfp4", "model.layers.0.self_attn.q_proj.weight_scale", 9, 0.0f, "group (row 1, column 1)"},
       {"qwen3_moe", "modelopt-nvfp4", "model.layers.1.mlp.experts.1.gate_proj.weight_scale_2", 0, -1.0f,
        "expert 1"},
+      // Its experts' input scales: one row per logical expert on every rank.
+      {"qwen3_moe", "modelopt-nvfp4", "model.layers.1.mlp.experts.5.up_proj.input_scale", 0, 0.0f, "expert 5"},
       // GPTQ's F16 scales [K / 32, N], input-major: value 5 of o_proj's [4, 128] is group 0 of column 5.
       {"llama", "gptq", "model.layers.0.self_attn.o_proj.scales", 5, 0.0f, "group (row 0, column 5)"},
       {"qwen3_moe", "gptq", "model.layers.1.mlp.experts.2.down_proj.scales", 0, -1.0f, "expert 2"},
