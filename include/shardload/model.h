@@ -55,7 +55,8 @@ std::string_view quantization_name(Quantization quantization);
 
 // Who wrote the FP8 checkpoint: the "fp8" quant_method (AutoFP8, DeepSeek, Qwen), or llm-compressor's
 // "compressed-tensors" (docs/layout.md "compressed-tensors FP8"), whose scales are all `weight_scale`.
-enum class QuantFormat { kFp8, kCompressedTensors, kGptq, kAwq };
+// kModelopt: NVIDIA ModelOpt's quant_method "modelopt" (its NVFP4: docs/layout.md "ModelOpt NVFP4").
+enum class QuantFormat { kFp8, kCompressedTensors, kGptq, kAwq, kModelopt };
 // compressed-tensors weights.strategy: one scale per tensor, per output row, per block, or per group of
 // group_size inputs of a row.
 enum class WeightStrategy { kTensor, kChannel, kBlock, kGroup };
@@ -159,6 +160,7 @@ struct ModelConfig {
   uint64_t block_cols = 0;
   // compressed-tensors: tensor is kFp8, block is kFp8Block, channel is kFp8Block with 1 x kWholeRow
   // blocks; the modules quantized are those a config group targets and `ignore` does not name.
+  // ModelOpt: quant_ignore holds its exclude_modules (wildcards), quant_targets nothing.
   QuantFormat quant_format = QuantFormat::kFp8;
   WeightStrategy weight_strategy = WeightStrategy::kTensor;
   std::vector<std::string> quant_targets;
@@ -169,7 +171,8 @@ struct ModelConfig {
   uint64_t group_size = 0;
   bool zero_points = false;
   // Whether the checkpoint quantizes linear module `module` (e.g. model.layers.0.mlp.down_proj):
-  // always for the "fp8" format; by targets and ignore for compressed-tensors.
+  // always for the "fp8" format; by targets and ignore for compressed-tensors; unless exclude_modules
+  // names it for ModelOpt.
   bool module_quantized(std::string_view module) const;
 
   bool is_moe() const { return experts > 0; }

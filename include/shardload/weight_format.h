@@ -81,6 +81,10 @@ struct CompanionTensor {
   // (zero points packed along N group pack_factor rows).
   uint64_t block_rows = 0;
   uint64_t block_cols = 0;
+  // kPartTable of routed experts: one row per logical expert, every expert's on every rank, not one per
+  // local slot (vLLM 0.33's ModelOpt NVFP4 MoE input scales under a FlashInfer backend, use_global_sf).
+  // Such a table does not move when experts do.
+  bool every_expert = false;
 };
 
 struct WeightFormat {
@@ -132,6 +136,14 @@ struct WeightFormat {
   bool merges_input_scale() const {
     for (const CompanionTensor& c : companions) {
       if (c.role == ParamRole::kInputScale && c.layout == CompanionLayout::kPartScalar) return true;
+    }
+    return false;
+  }
+  // Whether a routed-expert rank tensor named `name` is a table of every logical expert
+  // (CompanionTensor::every_expert), the same under any placement.
+  bool every_expert_table(std::string_view name) const {
+    for (const CompanionTensor& c : companions) {
+      if (c.every_expert && name.ends_with("_" + c.rank_suffix)) return true;
     }
     return false;
   }

@@ -13,6 +13,11 @@ codes here) and a float32 `weight_global_scale` per projection: the value is cod
 rank keeps each fused part's global scale ([parts], experts [E, 2] / [E]): its weight is dequantized without
 them and `X.weight_scale` becomes 1 / global, per part, for the verifier to apply as FP8's per-part scales.
 
+NVIDIA ModelOpt's NVFP4 stores the same bytes and group scales as `weight` and `weight_scale`, and per projection
+`weight_scale_2` and `input_scale`, the reciprocals of compressed-tensors' global scales: the value is
+code * scale * scale_2. A rank keeps each part's scale_2 ([parts], experts [E, 2] / [E]), which becomes
+`X.weight_scale` for the verifier as above.
+
 GPTQ stores its words input-major: `qweight` int32 [..., K / pf, N] packed along K, `scales` [..., K / group, N]
 ([..., 1, N] per channel), `qzeros` int32 [..., K / group, N / pf] packed along N holding zero - 1 (its v1
 format), and ranks keep them so (vLLM's AutoGPTQ methods). The value of input k, output n is
@@ -36,14 +41,14 @@ class Scheme:
     """bits, group (None: one scale per row) and zero points, from config.json's quantization_config; None
     when the checkpoint holds no packed integers. nvfp4: FP4 weights in 16-value groups (nvfp4-pack-quantized)."""
 
-    def __init__(self, bits, group, zero_points, nvfp4=False, gptq=False, awq=False):
+    def __init__(self, bits, group, zero_points, nvfp4=False, gptq=False, awq=False, modelopt=False):
         self.bits, self.group, self.zero_points, self.nvfp4 = bits, group, zero_points, nvfp4
-        self.gptq, self.awq = gptq, awq
+        self.gptq, self.awq, self.modelopt = gptq, awq, modelopt
 
     @property
     def weight_suffix(self):
         """What X.weight is called packed: X.qweight (GPTQ), X.weight_packed."""
-        return "qweight" if self.gptq or self.awq else "weight_packed"
+        return "qweight" if self.gptq or self.awq else "weight" if self.modelopt else "weight_packed"
 
     @staticmethod
     def of(config):
@@ -53,6 +58,8 @@ class Scheme:
              text.get("quantization_config") or {})
         if q.get("quant_method") == "awq":
             return Scheme(4, q.get("group_size", q.get("q_group_size")), bool(q.get("zero_point")), awq=True)
+        if str(q.get("quant_method", "")).startswith("modelopt"):  # NVFP4, the only ModelOpt algo loaded
+            return Scheme(4, 16, False, nvfp4=True, modelopt=True)
         if q.get("quant_method") == "gptq":
             group = q.get("group_size", 128)
             return Scheme(int(q.get("bits", 4)), None if group == -1 else group, True, gptq=True)
@@ -82,6 +89,26 @@ def fp4_values(packed, scale):
 def dequantize_nvfp4(packed, scale, global_scale):
     """float64 [N, K] of one checkpoint projection: code * scale * (1 / global), as a rank's is computed."""
     return fp4_values(packed, scale) * (1.0 / global_scale.double().reshape(()))
+
+
+def dequantize_modelopt(weight, scale, scale_2):
+    """float64 [N, K] of one ModelOpt checkpoint projection: code * scale * scale_2."""
+    return fp4_values(weight, scale) * scale_2.double().reshape(())
+
+
+def dequantized_modelopt(tensors):
+    """dequantized() for ModelOpt NVFP4: each quantized X.weight (one with X.weight_scale_2; experts
+    X.w13_weight ...) as float64 without its scale_2, which becomes X.weight_scale per part; X.input_scale
+    dropped."""
+    out = dict(tensors)
+    for name in tensors:
+        if not name.endswith("weight") or name + "_scale_2" not in tensors:
+            continue
+        out[name] = fp4_values(tensors[name], tensors[name + "_scale"])
+        out[name + "_scale"] = tensors[name + "_scale_2"].double()
+        del out[name + "_scale_2"]
+        out.pop(name[:-len("weight")] + "input_scale", None)
+    return out
 
 
 def unpack(words, bits, dim=-1):
@@ -161,6 +188,8 @@ def dequantized(tensors, scheme, shapes=None):
     """A copy of a rank's (or checkpoint's) {name: tensor} with each packed weight X.weight_packed (with its
     scale, zero points and shape) replaced by X.weight in float64. `shapes`: every [N, K] the checkpoint's
     weight_shape tensors hold; a weight_shape outside it is an error (None: not checked)."""
+    if scheme.modelopt:
+        return dequantized_modelopt(tensors)
     if scheme.gptq or scheme.awq:  # X.qweight, X.scales, X.qzeros (experts: X.w13_qweight, ...) -> X.weight
         out = {n: t for n, t in tensors.items() if not any(n.endswith(s) for s in GPTQ_SUFFIXES)}
         dequantize_input_major = dequantize_awq if scheme.awq else dequantize_gptq

@@ -220,6 +220,13 @@ class Checkpoint:
                                        tensor=name)
         with open(open_regular(os.path.join(self.dir, "config.json")), "rb", closefd=True) as f:
             self.config = json.loads(f.read(MAX_HEADER_BYTES))
+        # NVIDIA ModelOpt may keep its quantization config beside config.json (as shardload reads it).
+        hf_quant = os.path.join(self.dir, "hf_quant_config.json")
+        if isinstance(self.config, dict) and not self.config.get("quantization_config") and os.path.isfile(hf_quant):
+            with open(open_regular(hf_quant), "rb", closefd=True) as f:
+                quant = json.loads(f.read(MAX_HEADER_BYTES))
+            if isinstance(quant, dict) and (quant.get("producer") or {}).get("name") == "modelopt":
+                self.config["quantization_config"] = {"quant_method": "modelopt", **quant}
 
     def _file(self, fname):
         if fname not in self._files:

@@ -197,7 +197,11 @@ class _Model:
 
     def _packed(self, name):
         """The checkpoint's X.weight_packed (GPTQ: X.qweight) behind rank name X.weight, or None."""
-        if self.packed is None or not name.endswith(".weight") or self.outer(name) in self.ckpt:
+        if self.packed is None or not name.endswith(".weight"):
+            return None
+        if self.packed.modelopt:  # its FP4 bytes keep the name X.weight; X.weight_scale_2 marks them
+            return self.outer(name) if self.outer(name) + "_scale_2" in self.ckpt else None
+        if self.outer(name) in self.ckpt:
             return None
         packed = self.outer(name)[:-len("weight")] + self.packed.weight_suffix
         return packed if packed in self.ckpt else None
@@ -239,6 +243,9 @@ class _Model:
                 dequantize = packed_int.dequantize_awq if self.packed.awq else packed_int.dequantize_gptq
                 return dequantize(self.ckpt.get(packed), self.ckpt.get(base + "scales"),
                                   self.ckpt.get(base + "qzeros"), self.packed)
+            if self.packed.modelopt:
+                return packed_int.dequantize_modelopt(self.ckpt.get(packed), self.ckpt.get(packed + "_scale"),
+                                                      self.ckpt.get(packed + "_scale_2"))
             base = packed[:-len("packed")]
             if self.packed.nvfp4:
                 return packed_int.dequantize_nvfp4(self.ckpt.get(packed), self.ckpt.get(base + "scale"),

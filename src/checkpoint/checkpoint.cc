@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "checkpoint/hf_quant_config.h"
 #include "checkpoint/hub_cache.h"
 #include "checkpoint/weight_map.h"
 #include "model/arch/family.h"
@@ -65,6 +66,7 @@ nlohmann::json read_config(const fs::path& dir, std::vector<std::string>& warnin
   if (!config.is_object()) {
     throw Error(ErrorKind::kConfig, "config.json is not a JSON object", {.file = file.string()});
   }
+  merge_hf_quant_config(dir, config);
   return config;
 }
 

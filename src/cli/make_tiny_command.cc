@@ -56,7 +56,8 @@ void add_make_tiny_command(CLI::App& app) {
              "llm-compressor's compressed-tensors FP8: ct-fp8-tensor, ct-fp8-channel, ct-fp8-block; "
              "mxfp4 (gpt_oss only: its experts as the Hub stores them); llm-compressor's integer and FP4 "
              "weights: ct-w4a16, ct-w4a16-asym, ct-w8a16, ct-w8a8, ct-nvfp4; GPTQ int4: gptq (32-value "
-             "groups), gptq-channel; AWQ int4 (GEMM, zero points): awq")
+             "groups), gptq-channel; AWQ int4 (GEMM, zero points): awq; NVIDIA ModelOpt's NVFP4: "
+             "modelopt-nvfp4")
           ->capture_default_str();
   CLI::Option* scheme = cmd->add_option(
       "--activation-scheme", options->activation_scheme,

@@ -59,6 +59,9 @@ struct Buffers {
   bool attention_scales = false;               // vLLM's kAttentionScales, whatever the dtype
   std::span<const KvCacheSlot> kv_cache{};     // under an FP8 (quant_method fp8) config
   std::span<const KvCacheSlot> kv_cache_ct{};  // under a compressed-tensors config
+  // Under a ModelOpt config, whose KV-cache method vLLM 0.33 gives MLA attention too (Attention and
+  // MLAAttention: ModelOptQuantConfigBase.get_quant_method).
+  std::span<const KvCacheSlot> kv_cache_modelopt{};
 };
 
 // vLLM's Attention modules register these float32 scalars (initialised to 1) whatever the dtype.
@@ -77,7 +80,8 @@ constexpr std::string_view kAttentionScales[] = {"_k_scale", "_v_scale", "_q_sca
 // A quantized checkpoint format, as a bit of EngineFamily::fp8: quant_method fp8 with static per-tensor
 // or block scales, llm-compressor's compressed-tensors FP8 by weight strategy, or its pack-quantized
 // integer weights (W4A16, W8A16: every strategy, the rank tensors being the loaders' own) or its int8
-// weights (int-quantized W8A8) or its FP4 weights (nvfp4-pack-quantized).
+// weights (int-quantized W8A8) or its FP4 weights (nvfp4-pack-quantized), GPTQ, AWQ, or NVIDIA ModelOpt's
+// NVFP4.
 enum Fp8Format : unsigned {
   kFp8Tensor = 1u << 0,
   kFp8Block = 1u << 1,
@@ -89,6 +93,7 @@ enum Fp8Format : unsigned {
   kCtNvfp4 = 1u << 7,
   kGptq = 1u << 8,
   kAwq = 1u << 9,
+  kModeloptNvfp4 = 1u << 10,
 };
 constexpr unsigned kEveryFp8Format = kFp8Tensor | kFp8Block | kCtTensor | kCtChannel | kCtBlock;
 constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
@@ -96,10 +101,12 @@ constexpr std::pair<Fp8Format, std::string_view> kFp8FormatNames[] = {
     {kCtTensor, "compressed-tensors tensor"}, {kCtChannel, "compressed-tensors channel"},
     {kCtBlock, "compressed-tensors block"},   {kCtPacked, "compressed-tensors pack-quantized"},
     {kCtInt8, "compressed-tensors int-quantized"}, {kCtNvfp4, "compressed-tensors nvfp4-pack-quantized"},
-    {kGptq, "gptq"}, {kAwq, "awq"},
+    {kGptq, "gptq"}, {kAwq, "awq"}, {kModeloptNvfp4, "modelopt nvfp4"},
 };
 // vLLM's families checked with every FP8 format and llm-compressor's integer weights (tests/engines).
-constexpr unsigned kVllmEveryFormat = kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq;
+// ModelOpt NVFP4: llama, qwen3_moe and deepseek_v3 in tests/engines/test_vllm.py, the others by hand.
+constexpr unsigned kVllmEveryFormat =
+    kEveryFp8Format | kCtPacked | kCtInt8 | kCtNvfp4 | kGptq | kAwq | kModeloptNvfp4;
 
 // A tensor the engine holds in another dtype than docs/layout.md (the q/k norms aside, is_qk_norm):
 // `to`, or the model dtype; `leading_one`: with a leading dimension of one ([E] as [1, E]).
@@ -148,10 +155,11 @@ struct EngineFamily {
 constexpr Rename kTiedEmbedding{"model.embed_tokens.weight", "lm_head.weight"};
 
 constexpr Buffers kVllmAttention[] = {
-    {"self_attn.qkv_proj.weight", "self_attn.attn.", true, kVllmKvSlots, kVllmCtKvSlots}};
+    {"self_attn.qkv_proj.weight", "self_attn.attn.", true, kVllmKvSlots, kVllmCtKvSlots, kVllmKvSlots}};
 // vLLM's MLA wraps the attention in mla_attn (itself holding an Attention as mla_attn); q_b_proj,
 // o_proj and q_a_layernorm are reachable through both, and "mla_attn..." is the smaller name.
-constexpr Buffers kVllmMla[] = {{"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true}};
+constexpr Buffers kVllmMla[] = {
+    {"self_attn.kv_b_proj.weight", "self_attn.mla_attn.mla_attn.", true, {}, {}, kVllmKvSlots}};
 
 // vLLM's fused MoE layer holds the router (gate) and, since 0.33, its routed experts in a child
 // routed_experts; both are reachable from the MLP too, and "experts..." is the smaller name.
@@ -441,7 +449,9 @@ bool is_qk_norm(const std::string& name) {
 std::optional<Fp8Format> fp8_format(const Plan& plan) {
   if (plan.quantization == Quantization::kWna16) return kCtPacked;
   if (plan.quantization == Quantization::kInt8) return kCtInt8;
-  if (plan.quantization == Quantization::kNvfp4) return kCtNvfp4;
+  if (plan.quantization == Quantization::kNvfp4) {
+    return plan.model.quant_format == QuantFormat::kModelopt ? kModeloptNvfp4 : kCtNvfp4;
+  }
   if (plan.quantization == Quantization::kGptq) return kGptq;
   if (plan.quantization == Quantization::kAwq) return kAwq;
   if (plan.model.quant_format == QuantFormat::kCompressedTensors) {
@@ -706,7 +716,10 @@ std::vector<EngineTensor> engine_tensors(const Plan& plan, const RankPlan& rank,
         continue;
       }
       const bool compressed = plan.model.quant_format == QuantFormat::kCompressedTensors;
-      for (const KvCacheSlot& slot : compressed ? buffers.kv_cache_ct : buffers.kv_cache) {
+      const bool modelopt = plan.model.quant_format == QuantFormat::kModelopt;
+      for (const KvCacheSlot& slot : modelopt     ? buffers.kv_cache_modelopt
+                                     : compressed ? buffers.kv_cache_ct
+                                                  : buffers.kv_cache) {
         out.push_back({prefix + std::string(slot.name), slot.model_dtype ? plan.dtype : DType::kF32,
                        slot.one_element ? Shape{1} : Shape{}, nullptr,
                        post_processed ? kPostProcessedKvCacheScale : slot.value});

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/hf_quant_config.h"
 #include "core/json_input.h"
 #include "shard/config_plan.h"
 #include "shardload/error.h"
@@ -111,8 +112,9 @@ Plan plan_of_export(const std::string& dir, const nlohmann::json& manifest,
                 "layout it plans",
                 {.file = config_file, .expected = "the model's config.json", .found = "nothing"});
   }
-  const nlohmann::json config =
+  nlohmann::json config =
       read_json_file(config_file, ErrorKind::kConfig, kConfigJsonLimits, "config.json");
+  merge_hf_quant_config(dir, config);  // an export keeps the checkpoint's hf_quant_config.json
   const ParallelConfig parallel = layout_of(manifest, checked, manifest_file);
   Plan plan;
   try {

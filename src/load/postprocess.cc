@@ -119,7 +119,10 @@ class ScaleCheck {
       }
     }
     const PlanModule& module = plan_.modules[param.module];
-    if (module.moe_layer >= 0 && plan_.parallel.ep > 0 && !param.shape.empty() &&
+    if (module.moe_layer >= 0 && !param.shape.empty() && param.shape[0] > 0 &&
+        plan_.format.every_expert_table(param.name)) {  // one row per logical expert, not per slot
+      where.push_back(fmt::format("expert {}", at / (param.nbytes / param.shape[0])));
+    } else if (module.moe_layer >= 0 && plan_.parallel.ep > 0 && !param.shape.empty() &&
         param.shape[0] > 0) {
       const RankPlan& rank = plan_.ranks.at(static_cast<size_t>(rank_));
       const uint64_t slots = param.shape[0];

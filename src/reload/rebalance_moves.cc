@@ -74,6 +74,7 @@ std::map<uint32_t, std::vector<size_t>> expert_params(const Plan& plan, uint64_t
   for (size_t k = 0; k < rank.params.size(); ++k) {
     const PlanParam& param = rank.params[k];
     if (plan.modules[param.module].moe_layer < 0) continue;
+    if (plan.format.every_expert_table(param.name)) continue;  // every expert's, whatever the placement
     if (!merged_input(plan, param) &&
         (param.nbytes % slots != 0 || param.shape.empty() || param.shape[0] != slots)) {
       throw Error(ErrorKind::kInvalidArgument, "a rebalanced tensor has no expert slot dimension",

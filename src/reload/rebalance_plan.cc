@@ -49,6 +49,7 @@ Plan permute_expert_slots(const Plan& live, const std::vector<std::vector<int>>&
     for (size_t k = 0; k < params; ++k) {
       const PlanParam& param = rank.params[k];
       if (live.modules[param.module].moe_layer < 0 || param.pieces.empty()) continue;
+      if (live.format.every_expert_table(param.name)) continue;  // every expert's, under any map
       if (param.nbytes % slots != 0) throw inconsistent(param, "no expert slot dimension");
       const uint64_t slot_bytes = param.nbytes / slots;
       std::vector<std::vector<uint32_t>> by_slot(slots);
@@ -71,7 +72,8 @@ Plan permute_expert_slots(const Plan& live, const std::vector<std::vector<int>>&
     rank.read_bytes = 0;
     for (size_t k = 0; k < params; ++k) {
       PlanParam& param = rank.params[k];
-      if (live.modules[param.module].moe_layer >= 0 && !param.pieces.empty()) {
+      if (live.modules[param.module].moe_layer >= 0 && !param.pieces.empty() &&
+          !live.format.every_expert_table(param.name)) {
         const uint64_t slot_bytes = param.nbytes / slots;
         std::vector<size_t> used(slots, 0);  // pieces of each slot seen so far
         for (PlanPiece& piece : param.pieces) {

@@ -221,7 +221,6 @@ class Planner {
   // tensor).
   bool checkpoint_quantizes(const Instance& inst) const {
     const bool by_tensors = format().quantized_where_stored && ckpt_ != nullptr;
-    if (model().quant_format != QuantFormat::kCompressedTensors && !by_tensors) return true;
     std::optional<bool> all;
     std::string first;
     for (const auto& names : inst.sources) {
@@ -930,9 +929,13 @@ class Planner {
           out.push_back(last_part_param(inst, c, slot_logical, expert, module));
           break;
         case CompanionLayout::kPartTable: {
-          // The [slots, parts] table's bytes, under the engines' shape.
-          PlanParam table = scale_table(inst.companion_ids[c], slot_logical, parts, name, module, companion.role);
-          table.shape = !expert ? Shape{parts} : parts == 1 ? Shape{slots} : Shape{slots, parts};
+          // The [slots, parts] table's bytes, under the engines' shape; every logical expert's in order where
+          // the engine indexes it by expert (every_expert).
+          std::vector<size_t> every(expert && companion.every_expert ? inst.companion_ids[c].size() : 0);
+          for (size_t e = 0; e < every.size(); ++e) every[e] = e;
+          const std::vector<size_t>& rows = every.empty() ? slot_logical : every;
+          PlanParam table = scale_table(inst.companion_ids[c], rows, parts, name, module, companion.role);
+          table.shape = !expert ? Shape{parts} : parts == 1 ? Shape{rows.size()} : Shape{rows.size(), parts};
           out.push_back(std::move(table));
           break;
         }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "shardload/error.h"
 #include "tiny/tiny_quant.h"
 
 namespace shardload::tiny {
@@ -168,9 +169,34 @@ json compressed_tensors_config(const TinyModel& m) {
           {"version", "0.12.2"}};
 }
 
+// NVIDIA ModelOpt's NVFP4 in config.json's spelling (ModelOpt 0.39+ writes it beside hf_quant_config.json):
+// its unquantized linears as exclude wildcards, a layer's module over every layer (model.layers.*.mlp.gate).
+json modelopt_config(const TinyModel& m) {
+  if (!m.family->tiny_quant_ignore.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "make-tiny writes ModelOpt NVFP4 for families without their own ignore list",
+                {.field = "--quant", .expected = "another family", .found = std::string(family_name(m.family))});
+  }
+  // lm_head always, as ModelOpt's exports list it (with tied embeddings too: vLLM would otherwise give
+  // its LM head NVFP4 scales no tensor fills).
+  json ignore = json::array({"lm_head"});
+  for (const json& module : unquantized_linears(m)) {
+    std::string entry = module.get<std::string>();
+    const std::string_view layers = "model.layers.";
+    if (entry.starts_with(layers)) entry = std::string(layers) + "*" + entry.substr(entry.find('.', layers.size()));
+    if (std::find(ignore.begin(), ignore.end(), entry) == ignore.end()) ignore.push_back(entry);
+  }
+  return {{"quant_method", "modelopt"},
+          {"quant_algo", "NVFP4"},
+          {"group_size", 16},
+          {"ignore", std::move(ignore)},
+          {"kv_cache_scheme", nullptr},
+          {"producer", {{"name", "modelopt"}, {"version", "0.39.0"}}}};
+}
+
 // The quantization_config of AutoFP8 / vLLM "fp8" checkpoints, or of DeepSeek-V3's block FP8.
 json quantization_config(const TinyModel& m) {
   if (is_compressed_tensors(m.quant)) return compressed_tensors_config(m);
+  if (m.quant == Quant::kModeloptNvfp4) return modelopt_config(m);
   if (m.quant == Quant::kAwq) {  // as AutoAWQ writes it (transformers' spelling of the fields)
     return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", kTinyIntGroup}, {"zero_point", true},
             {"version", "gemm"}, {"modules_to_not_convert", nullptr}};

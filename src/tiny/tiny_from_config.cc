@@ -92,6 +92,7 @@ Quant quant_of(const ModelConfig& c, const std::string& file) {
   if (c.quant_format == QuantFormat::kCompressedTensors && c.quantization == Quantization::kNvfp4) {
     return Quant::kCtNvfp4;
   }
+  if (c.quant_format == QuantFormat::kModelopt) return Quant::kModeloptNvfp4;  // NVFP4, the only one read
   if (c.quant_format == QuantFormat::kCompressedTensors) {
     if (c.weight_strategy == WeightStrategy::kTensor) return Quant::kCtTensor;
     if (c.weight_strategy == WeightStrategy::kChannel) return Quant::kCtChannel;

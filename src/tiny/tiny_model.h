@@ -23,10 +23,11 @@ namespace shardload::tiny {
 // nvfp4-pack-quantized NVFP4 (FP4 weights, an FP8 scale per 16 inputs, float32 global scales).
 // kGptq: GPTQ's int4 (AutoGPTQ / GPTQModel v1 format), symmetric in 32-value groups, input-major;
 // kGptqChannel: the same with one group per column (group_size -1). kAwq: AWQ's GEMM int4 (AutoAWQ), with
-// zero points in 32-value groups, input-major and packed along the outputs.
+// zero points in 32-value groups, input-major and packed along the outputs. kModeloptNvfp4: NVIDIA ModelOpt's
+// NVFP4 (compressed-tensors' bytes and group scales under ModelOpt's names, the reciprocal global scales).
 enum class Quant {
   kNone, kFp8, kFp8Block, kCtTensor, kCtChannel, kCtBlock, kMxfp4, kCtW4a16, kCtW4a16Asym, kCtW8a16, kCtW8a8,
-  kCtNvfp4, kGptq, kGptqChannel, kAwq
+  kCtNvfp4, kGptq, kGptqChannel, kAwq, kModeloptNvfp4
 };
 inline bool is_gptq(Quant q) { return q == Quant::kGptq || q == Quant::kGptqChannel; }
 // 128 x 128 blocks: the geometry every tp split must respect.

@@ -76,11 +76,12 @@ std::optional<std::string_view> strip(std::string_view name, std::string_view su
 }
 
 // The module a quantized tensor belongs to: "<m>" of <m>.weight, .weight_scale(_inv), .input_scale,
-// .weight_packed, .weight_zero_point, .weight_shape.
+// .weight_packed, .weight_zero_point, .weight_shape, ModelOpt's .weight_scale_2.
 std::string_view module_of(const TensorSpec& spec) {
   for (std::string_view suffix : {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale", ".weight_packed",
                                   ".weight_zero_point", ".weight_shape", ".weight_global_scale",
-                                  ".input_global_scale", ".qweight", ".scales", ".qzeros", ".g_idx"}) {
+                                  ".input_global_scale", ".qweight", ".scales", ".qzeros", ".g_idx",
+                                  ".weight_scale_2"}) {
     if (auto module = strip(spec.name, suffix)) return *module;
   }
   throw Error(ErrorKind::kInvalidArgument, "not an FP8 weight or scale name",
@@ -381,15 +382,18 @@ uint8_t e2m1_code(float x) {
   return static_cast<uint8_t>(best | (std::signbit(x) && best != 0 ? 8 : 0));
 }
 
+// ModelOpt stores the reciprocals of compressed-tensors' global scales (weight_scale_2 = amax / (6 * 448),
+// input_scale likewise); the codes and group scales are the same.
 void fill_nvfp4(const Group& group, uint64_t seed) {
   const TensorSpec& any = group.weight != nullptr ? *group.weight->spec
                           : group.scale != nullptr ? *group.scale->spec
                           : group.global != nullptr ? *group.global->spec
                                                     : *group.input->spec;
   const std::string_view module = module_of(any);
+  const bool modelopt = any.quant == Quant::kModeloptNvfp4;
   if (group.input != nullptr) {
     const float value = 10.0f + 90.0f * uniform(seed, group.input->spec->name, kInputSalt, 0);
-    write_floats({value}, DType::kF32, group.input->out);
+    write_floats({modelopt ? 1.0f / value : value}, DType::kF32, group.input->out);
   }
   if (group.weight == nullptr && group.scale == nullptr && group.global == nullptr) return;
   const Shape& shape = any.weight_shape;  // every tensor of the module carries the weight's [out, in]
@@ -397,8 +401,10 @@ void fill_nvfp4(const Group& group, uint64_t seed) {
   const std::vector<float> w = reference_values(std::string(module) + ".weight", shape, seed);
   float amax = 0;
   for (const float v : w) amax = std::max(amax, std::fabs(v));
-  const float global = kFp8E4m3Max * kFp4Max / std::max(amax, kFp8AmaxFloor);
-  if (group.global != nullptr) write_floats({global}, DType::kF32, group.global->out);
+  // ModelOpt: the stored scale_2 is the exact value the codes are made with (global its reciprocal).
+  const float scale_2 = std::max(amax, kFp8AmaxFloor) / (kFp8E4m3Max * kFp4Max);
+  const float global = modelopt ? 1.0f / scale_2 : kFp8E4m3Max * kFp4Max / std::max(amax, kFp8AmaxFloor);
+  if (group.global != nullptr) write_floats({modelopt ? scale_2 : global}, DType::kF32, group.global->out);
   if (group.weight == nullptr && group.scale == nullptr) return;
   std::vector<uint8_t> scale_codes(rows * groups);
   auto* bytes = group.weight != nullptr ? reinterpret_cast<uint8_t*>(group.weight->out.data()) : nullptr;
@@ -412,7 +418,7 @@ void fill_nvfp4(const Group& group, uint64_t seed) {
       if (bytes == nullptr) continue;
       float scale = 0;
       convert(DType::kF8E4M3, &code, DType::kF32, &scale, 1);
-      const float step = scale / global;  // what one E2M1 unit is worth in this group
+      const float step = modelopt ? scale * scale_2 : scale / global;  // what one E2M1 unit is worth here
       for (int i = 0; i < 16; i += 2) {
         const uint8_t lo = step > 0 ? e2m1_code(v[i] / step) : 0;
         const uint8_t hi = step > 0 ? e2m1_code(v[i + 1] / step) : 0;
@@ -431,7 +437,7 @@ void fill_group(const Group& group, uint64_t seed) {
                          : group.global ? group.global
                                        : group.input;
   if (first == nullptr) first = group.group_index;
-  if (first != nullptr && first->spec->quant == Quant::kCtNvfp4) {
+  if (first != nullptr && (first->spec->quant == Quant::kCtNvfp4 || first->spec->quant == Quant::kModeloptNvfp4)) {
     fill_nvfp4(group, seed);
     return;
   }
@@ -479,7 +485,8 @@ const std::vector<std::string>& quant_names() {
                                                  "ct-fp8-tensor", "ct-fp8-channel", "ct-fp8-block",
                                                  "mxfp4",         "ct-w4a16",      "ct-w4a16-asym",
                                                  "ct-w8a16",      "ct-w8a8",       "ct-nvfp4",
-                                                 "gptq",          "gptq-channel",  "awq"};
+                                                 "gptq",          "gptq-channel",  "awq",
+                                                 "modelopt-nvfp4"};
   return names;
 }
 
@@ -488,7 +495,8 @@ std::optional<Quant> parse_quant(std::string_view name) {
                                        Quant::kCtTensor, Quant::kCtChannel, Quant::kCtBlock,
                                        Quant::kMxfp4,    Quant::kCtW4a16,   Quant::kCtW4a16Asym,
                                        Quant::kCtW8a16,  Quant::kCtW8a8,  Quant::kCtNvfp4,
-                                       Quant::kGptq,     Quant::kGptqChannel, Quant::kAwq};
+                                       Quant::kGptq,     Quant::kGptqChannel, Quant::kAwq,
+                                       Quant::kModeloptNvfp4};
   const auto& names = quant_names();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return kInOrder[i];
@@ -567,6 +575,20 @@ std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& sh
           {module + ".weight_scale", DType::kF8E4M3, {rows, cols / 16}, ValueKind::kWeightScale, quant, shape},
           {module + ".weight_global_scale", DType::kF32, {1}, ValueKind::kGlobalScale, quant, shape},
           {module + ".input_global_scale", DType::kF32, {1}, ValueKind::kInputScale, quant, shape}};
+}
+
+std::vector<TensorSpec> modelopt_nvfp4_tensors(const std::string& module, const Shape& shape) {
+  const uint64_t rows = shape.at(0), cols = shape.at(1);
+  if (cols % 16 != 0) {
+    throw Error(ErrorKind::kInvalidArgument, "make-tiny's NVFP4 weights need whole 16-value groups",
+                {.tensor = module + ".weight", .expected = "inputs a multiple of 16",
+                 .found = fmt::format("[{}, {}]", rows, cols)});
+  }
+  const Quant q = Quant::kModeloptNvfp4;
+  return {{module + ".weight", DType::kU8, {rows, cols / 2}, ValueKind::kWeight, q, shape},
+          {module + ".weight_scale", DType::kF8E4M3, {rows, cols / 16}, ValueKind::kWeightScale, q, shape},
+          {module + ".weight_scale_2", DType::kF32, {}, ValueKind::kGlobalScale, q, shape},
+          {module + ".input_scale", DType::kF32, {}, ValueKind::kInputScale, q, shape}};
 }
 
 std::vector<TensorSpec> gptq_tensors(const std::string& module, const Shape& shape, Quant quant) {

@@ -39,6 +39,9 @@ std::vector<TensorSpec> int8_tensors(const std::string& module, const Shape& sha
 // The tensors of one NVFP4 projection [out, in] as llm-compressor writes them: weight_packed U8 [out, in / 2],
 // weight_scale F8_E4M3 [out, in / 16], weight_global_scale and input_global_scale F32 [1].
 std::vector<TensorSpec> nvfp4_tensors(const std::string& module, const Shape& shape, Quant quant);
+// The same projection as NVIDIA ModelOpt writes it: weight U8 [out, in / 2], weight_scale F8_E4M3
+// [out, in / 16], weight_scale_2 and input_scale F32 scalars (the reciprocals of llm-compressor's).
+std::vector<TensorSpec> modelopt_nvfp4_tensors(const std::string& module, const Shape& shape);
 
 // Fills FP8 weights and their scale tensors (jobs whose spec.quant is set) from the bf16 values
 // that fill_values gives the weight: per tensor (fp8) or per 128x128 block (fp8-block, partial edge

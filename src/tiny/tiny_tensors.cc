@@ -36,6 +36,7 @@ class Builder final : public arch::TensorWriter {
     for (TensorSpec& spec : is_packed_int(m_.quant)         ? packed_int_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kCtW8a8 ? int8_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kCtNvfp4 ? nvfp4_tensors(module, {out, in}, m_.quant)
+                            : m_.quant == Quant::kModeloptNvfp4 ? modelopt_nvfp4_tensors(module, {out, in})
                             : is_gptq(m_.quant)          ? gptq_tensors(module, {out, in}, m_.quant)
                             : m_.quant == Quant::kAwq     ? awq_tensors(module, {out, in})
                                                           : fp8_tensors(module, {out, in}, m_.quant, m_.static_activations)) {

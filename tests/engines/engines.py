@@ -329,7 +329,8 @@ FORWARD_FAMILIES = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_mo
 REQUANTIZED = {"fp8", "ct-fp8-tensor"}
 # llm-compressor's and GPTQ's integer weights (make-tiny --quant): kept as stored, cut on whole words and groups
 # (int-quantized int8: on whole rows).
-INT_WEIGHTS = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", "gptq", "gptq-channel", "awq")
+INT_WEIGHTS = ("ct-w4a16", "ct-w4a16-asym", "ct-w8a16", "ct-w8a8", "ct-nvfp4", "gptq", "gptq-channel", "awq",
+               "modelopt-nvfp4")
 # float32 on both sides, summed in another order: the logits' largest difference, relative to the largest.
 FORWARD_TOLERANCE = 1e-5
 # Per-tensor FP8 after the engine's post-processing: the engine's codes one code apart from shardload's on

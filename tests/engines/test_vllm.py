@@ -42,6 +42,10 @@ INT8 = [("llama", 1, "ct-w8a8"), ("qwen3_moe", 2, "ct-w8a8"), ("deepseek_v3", 1,
 # llm-compressor's NVFP4 (make-tiny --quant ct-nvfp4: FP4 weights, FP8 scales per 16 inputs, each part's global
 # scales side by side), held as vLLM's CompressedTensorsW4A4Fp4 and its MoE method hold them.
 NVFP4 = [("llama", 1, "ct-nvfp4"), ("qwen3_moe", 2, "ct-nvfp4"), ("deepseek_v3", 2, "ct-nvfp4")]
+# NVIDIA ModelOpt's NVFP4 (make-tiny --quant modelopt-nvfp4: the same bytes and group scales as `weight`, each
+# projection's weight_scale_2 and input_scale side by side), held as vLLM's ModelOptNvFp4LinearMethod and
+# ModelOptNvFp4FusedMoE hold them.
+MODELOPT = [("llama", 1, "modelopt-nvfp4"), ("qwen3_moe", 2, "modelopt-nvfp4"), ("deepseek_v3", 2, "modelopt-nvfp4")]
 # GPTQ int4 (make-tiny --quant gptq: 32-value groups, symmetric, input-major qweight [K/8, N]; gptq-channel: one
 # group a column), held as vLLM's AutoGPTQ methods hold them: dense, MoE with EP, MLA with MoE-TP. Qwen3-MoE
 # with every layer MoE (engines.py VARIANTS says why).
@@ -67,7 +71,7 @@ MORE = [(a, 2) for a in ["gpt_oss", "qwen3_next", "llama4", "minimax_m2", "deeps
 def test_vllm_tp2(tmp_path):
     # The first, llama, goes by a Hugging Face model id (hub=True: from a Hugging Face cache, offline).
     print(check_engine(tmp_path, "vllm", 2, [(a, 1) for a in DENSE] + [("qwen3_moe", 1)] + FP8 + COMPRESSED +
-                       PACKED + INT8 + NVFP4 + GPTQ + AWQ + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
+                       PACKED + INT8 + NVFP4 + MODELOPT + GPTQ + AWQ + MORE + [(a, 2) for a in MOE], sync=True, hub=True))
 
 
 def test_vllm_tp4_expert_parallel(tmp_path):
@@ -85,7 +89,9 @@ def test_vllm_tp4_expert_parallel(tmp_path):
                                              ("deepseek_v3", 4, "ct-w8a16"), ("deepseek_v3", 4, "ct-w8a8"),
                                              ("llama", 1, "ct-w8a8"), ("qwen3_moe", 4, "ct-w8a8"),
                                              ("llama", 1, "ct-nvfp4"), ("qwen3_moe", 4, "ct-nvfp4"),
-                                             ("deepseek_v3", 4, "ct-nvfp4"), ("llama", 1, "gptq"),
+                                             ("deepseek_v3", 4, "ct-nvfp4"), ("llama", 1, "modelopt-nvfp4"),
+                                             ("qwen3_moe", 4, "modelopt-nvfp4"), ("deepseek_v3", 4, "modelopt-nvfp4"),
+                                             ("llama", 1, "gptq"),
                                              ("qwen3_moe-every-layer-moe", 4, "gptq"),
                                              ("deepseek_v3", 4, "gptq-channel"), ("qwen3_moe", 4, "awq"),
                                              ("qwen3_moe", 4, "ct-fp8-tensor")], sync=True))

@@ -270,8 +270,11 @@ def int8_weights(model_config):
 
 
 def nvfp4_weights(model_config):
-    """llm-compressor's NVFP4 (compressed-tensors nvfp4-pack-quantized)."""
+    """llm-compressor's NVFP4 (compressed-tensors nvfp4-pack-quantized) or NVIDIA ModelOpt's (vLLM's
+    modelopt_fp4 method, which asks the same NVFP4 linear kernel and MoE oracle)."""
     quant = getattr(model_config.hf_config, "quantization_config", None) or {}
+    if model_config.quantization == "modelopt_fp4":
+        return True
     return model_config.quantization == "compressed-tensors" and quant.get("format") == "nvfp4-pack-quantized"
 
 

@@ -138,3 +138,67 @@ def test_nvfp4_swapped_nibbles_fail(tiny, tmp_path):
 
     report = _corrupted(tiny("llama", "ct-nvfp4"), tmp_path, ["--tp", "2"], swap_nibbles)
     assert _failed(report) == ["layer 0 mlp.down_proj"]
+
+
+# NVIDIA ModelOpt's NVFP4 (make-tiny --quant modelopt-nvfp4): the same bytes under `weight`, each projection's
+# weight_scale_2 (amax / 2688, the reciprocal of compressed-tensors' global scale) kept per part on a rank.
+@pytest.mark.parametrize("arch,args", [("llama", ["--tp", "2"]), ("qwen3_moe", ["--tp", "2", "--ep", "2"]),
+                                       ("qwen3_moe", ["--tp", "2"]), ("deepseek_v3", ["--tp", "2", "--ep", "2"])])
+def test_modelopt_nvfp4_passes(tiny, arch, args):
+    report, layout = check(tiny(arch, "modelopt-nvfp4"), args)
+    assert layout["quantization"] == "modelopt"
+    assert any("experts.w2" in c.module for c in report.checks) == (arch != "llama")
+
+
+def test_modelopt_nvfp4_from_hf_quant_config_json_passes(tiny, tmp_path):
+    """The same checkpoint with its config in hf_quant_config.json (older ModelOpt exports) verifies alike."""
+    import json
+    import shutil
+
+    model = tmp_path / "hf-file"
+    shutil.copytree(tiny("llama", "modelopt-nvfp4"), model)
+    config = json.loads((model / "config.json").read_text())
+    q = config.pop("quantization_config")
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": q["producer"], "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
+                                                     "group_size": 16, "exclude_modules": q["ignore"]}}))
+    report, layout = check(str(model), ["--tp", "2"])
+    assert layout["quantization"] == "modelopt"
+
+
+def test_modelopt_nvfp4_scale_2_of_swapped_parts_fail(tiny, tmp_path):
+    def swap(ranks):  # q's and k's weight_scale_2 exchanged (make-tiny gives each projection its own)
+        g = ranks[0]["model.layers.0.self_attn.qkv_proj.weight_scale_2"]
+        g[[0, 1]] = g[[1, 0]].clone()
+
+    report = _corrupted(tiny("llama", "modelopt-nvfp4"), tmp_path, ["--tp", "2"], swap)
+    assert _failed(report) == ["layer 0 self_attn.qkv_proj"]
+
+
+def test_modelopt_nvfp4_scale_2_of_another_expert_fails(tiny, tmp_path):
+    def other_expert(ranks):
+        name = "model.layers.1.mlp.experts.w13_weight_scale_2"
+        ranks[1][name][0] = ranks[1][name][1].clone()
+
+    report = _corrupted(tiny("qwen3_moe", "modelopt-nvfp4"), tmp_path, ["--tp", "2", "--ep", "2"], other_expert)
+    assert [m.rsplit(" ", 1)[-1] for m in _failed(report)] == ["experts.w13"]
+
+
+def test_modelopt_nvfp4_group_scale_cut_for_another_rank_fails(tiny, tmp_path):
+    def other_rank(ranks):  # row-parallel: rank 1 given rank 0's group scales
+        name = "model.layers.0.mlp.down_proj.weight_scale"
+        ranks[1][name] = ranks[0][name].clone()
+
+    report = _corrupted(tiny("llama", "modelopt-nvfp4"), tmp_path, ["--tp", "2"], other_rank)
+    assert _failed(report) == ["layer 0 mlp.down_proj"]
+
+
+def test_modelopt_nvfp4_swapped_nibbles_fail(tiny, tmp_path):
+    def swap_nibbles(ranks):  # value 2j in the high nibble instead of the low one
+        name = "model.layers.0.self_attn.o_proj.weight"
+        b = ranks[1][name].to(torch.int64)
+        ranks[1][name] = (((b & 0x0F) << 4) | (b >> 4)).to(torch.uint8)
+
+    report = _corrupted(tiny("llama", "modelopt-nvfp4"), tmp_path, ["--tp", "2"], swap_nibbles)
+    assert _failed(report) == ["layer 0 self_attn.o_proj"]

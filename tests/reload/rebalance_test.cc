@@ -84,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(Quantization, Rebalance,
                                            RebalanceCase{"ct-w4a16-asym", "", false},
                                            RebalanceCase{"ct-w8a8", "", false},
                                            RebalanceCase{"ct-nvfp4", "", false},
+                                           // Its experts' input scales are every expert's on every rank: kept.
+                                           RebalanceCase{"modelopt-nvfp4", "", false},
                                            RebalanceCase{"gptq", "", false},
                                            RebalanceCase{"awq", "", false}),
                          [](const auto& info) {

@@ -73,6 +73,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FullUpdate,
                              UpdateCase{"qwen3_moe", "ct-w4a16", "", 2, 2, false},
                              UpdateCase{"deepseek_v3", "ct-w8a8", "", 2, 1, false},
                              UpdateCase{"qwen3_moe", "ct-nvfp4", "", 4, 2, false},
+                             UpdateCase{"qwen3_moe", "modelopt-nvfp4", "", 4, 2, false},
                              UpdateCase{"qwen3_moe", "gptq", "", 2, 2, false}),
                          [](const auto& info) {
                            const UpdateCase& c = info.param;

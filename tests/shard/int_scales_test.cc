@@ -34,6 +34,12 @@ TEST(IntScales, ABadScaleIsRefusedNamingTheTensorAndItsGroupRowOrExpert) {
       {"llama", "ct-nvfp4", "model.layers.0.self_attn.q_proj.weight_scale", 9, 0.0f, "group (row 1, column 1)"},
       {"qwen3_moe", "ct-nvfp4", "model.layers.1.mlp.experts.1.gate_proj.weight_global_scale", 0, -1.0f,
        "expert 1"},
+      // ModelOpt's NVFP4: the same group scales, its weight_scale_2 a float32 scalar per projection.
+      {"llama", "modelopt-nvfp4", "model.layers.0.self_attn.q_proj.weight_scale", 9, 0.0f, "group (row 1, column 1)"},
+      {"qwen3_moe", "modelopt-nvfp4", "model.layers.1.mlp.experts.1.gate_proj.weight_scale_2", 0, -1.0f,
+       "expert 1"},
+      // Its experts' input scales: one row per logical expert on every rank.
+      {"qwen3_moe", "modelopt-nvfp4", "model.layers.1.mlp.experts.5.up_proj.input_scale", 0, 0.0f, "expert 5"},
       // GPTQ's F16 scales [K / 32, N], input-major: value 5 of o_proj's [4, 128] is group 0 of column 5.
       {"llama", "gptq", "model.layers.0.self_attn.o_proj.scales", 5, 0.0f, "group (row 0, column 5)"},
       {"qwen3_moe", "gptq", "model.layers.1.mlp.experts.2.down_proj.scales", 0, -1.0f, "expert 2"},
@@ -44,11 +50,13 @@ TEST(IntScales, ABadScaleIsRefusedNamingTheTensorAndItsGroupRowOrExpert) {
     TempDir tmp;
     const std::string model = tmp.file("model");
     make_tiny({.arch = bad.arch, .out = model, .seed = test_seed(), .quant = bad.quant});
-    // llm-compressor's scales: bf16, NVFP4's group scales FP8, its global scales float32; GPTQ's and AWQ's F16.
+    // llm-compressor's scales: bf16, NVFP4's group scales FP8, its global scales (ModelOpt's weight_scale_2)
+    // float32; GPTQ's and AWQ's F16.
+    const bool nvfp4 = bad.quant == "ct-nvfp4" || bad.quant == "modelopt-nvfp4";
     const DType stored = bad.quant == "gptq" || bad.quant == "awq" ? DType::kF16
-                         : bad.quant != "ct-nvfp4"                 ? DType::kBF16
-                         : bad.tensor.ends_with("global_scale") ? DType::kF32
-                                                                 : DType::kF8E4M3;
+                         : !nvfp4                                  ? DType::kBF16
+                         : bad.tensor.ends_with("weight_scale")   ? DType::kF8E4M3
+                                                                   : DType::kF32;
     poke_value(model, bad.tensor, bad.index, bad.value, stored);
     const CommandResult result = shardload_cli({"export", model, "--tp", "2", "--out", tmp.file("export")});
     EXPECT_NE(result.exit_code, 0) << bad.tensor;

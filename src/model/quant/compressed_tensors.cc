@@ -369,6 +369,7 @@ void read_compressed_tensors(const json& q, ModelConfig& m) {
 }
 
 bool ModelConfig::module_quantized(std::string_view module) const {
+  if (quant_format == QuantFormat::kModelopt) return modelopt_module_quantized(*this, module);
   if (quant_format != QuantFormat::kCompressedTensors) return true;
   const auto matches = [&](const std::string& entry) { return module_matches(entry, module); };
   return std::any_of(quant_targets.begin(), quant_targets.end(), matches) &&

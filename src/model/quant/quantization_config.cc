@@ -1,6 +1,8 @@
 // quantization_config of config.json: which format file reads it (src/model/quant/), anything else refused.
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include "core/json_input.h"
 #include "model/quant/quantization_config.h"
 #include "shardload/error.h"
@@ -45,6 +47,7 @@ std::string_view quantization_name(Quantization quantization) {
 }
 
 std::string_view quantization_label(const ModelConfig& model, Quantization loaded) {
+  if (model.quant_format == QuantFormat::kModelopt) return "modelopt";
   return model.quant_format == QuantFormat::kCompressedTensors ? "compressed-tensors"
                                                                 : quantization_name(loaded);
 }
@@ -93,9 +96,16 @@ void read_quantization(const json& config, ModelConfig& m) {
     read_awq(q, m);
     return;
   }
+  // vLLM 0.33 takes any quant_method starting "modelopt", in any case (modelopt_fp4 is its NVFP4 method's).
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.starts_with("modelopt")) {
+    read_modelopt(q, m);
+    return;
+  }
   if (name != "fp8") {
     throw quant_error("unsupported quantization method", "quant_method",
-                      "fp8, compressed-tensors, gptq, awq or mxfp4 (gpt-oss)", name);
+                      "fp8, compressed-tensors, gptq, awq, modelopt (NVFP4) or mxfp4 (gpt-oss)", name);
   }
   read_fp8(q, m);
 }

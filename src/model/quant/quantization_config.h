@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "shardload/error.h"
@@ -33,6 +34,13 @@ WeightFormat gptq_format(const ModelConfig& model);
 // AWQ's quant_method "awq" (awq.cc).
 void read_awq(const nlohmann::json& quantization_config, ModelConfig& m);
 WeightFormat awq_format(const ModelConfig& model);
+
+// NVIDIA ModelOpt's quant_method "modelopt", NVFP4 only (modelopt_nvfp4.cc): config.json's spelling or
+// hf_quant_config.json's (its "quantization" object).
+void read_modelopt(const nlohmann::json& quantization_config, ModelConfig& m);
+WeightFormat modelopt_nvfp4_format(const ModelConfig& model);
+// Whether exclude_modules leaves `module` quantized.
+bool modelopt_module_quantized(const ModelConfig& model, std::string_view module);
 
 // Error(kConfig) in config.json at quantization_config.<field>, for both formats' readers.
 Error quant_error(std::string message, const std::string& field, std::string expected, std::string found);

@@ -15,6 +15,7 @@ WeightFormat weight_format(const ModelConfig& model, bool quantize_at_load) {
   if (model.quant_format == QuantFormat::kCompressedTensors) return compressed_tensors_weight_format(model);
   if (model.quant_format == QuantFormat::kGptq) return gptq_format(model);
   if (model.quant_format == QuantFormat::kAwq) return awq_format(model);
+  if (model.quant_format == QuantFormat::kModelopt) return modelopt_nvfp4_format(model);
   return fp8_weight_format(model);
 }
 
