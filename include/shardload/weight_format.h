@@ -123,6 +123,13 @@ struct WeightFormat {
   // Checkpoint tensors of a quantized layer that no rank holds ("X.<suffix>"): GPTQ's g_idx, which the
   // engines drop (activation reordering is refused by the config reader).
   std::vector<std::string> unread_suffixes;
+  // What vLLM's reading of the format needs in an export's quantization_config to find the quantized layers,
+  // which it otherwise decides from the tensor names of the directory it loads (an export's fused names match
+  // none of its parts'): the quantized dense modules (GPTQ's modules_in_block_to_quantize), or every module
+  // holding no quantized weight (AWQ's modules_to_not_convert). Empty: nothing to write.
+  enum class EngineModuleList { kNone, kQuantizedDense, kUnquantized };
+  EngineModuleList vllm_module_list = EngineModuleList::kNone;
+  std::string vllm_module_field;
   // The name a refusal uses for the format: "FP8", "W4A16".
   std::string family_name = "FP8";
   // What a block of the scale grid is called in a refusal: "blocks", "32-value groups".

@@ -9,9 +9,9 @@ namespace {
 
 std::string module_of(const std::string& tensor) { return tensor.substr(0, tensor.rfind('.')); }
 
-// vLLM's GPTQ reading: the checkpoint modules of the quantized linear layers (routed experts are another
-// method's: vLLM does not look them up).
-nlohmann::json gptq_quantized_modules(const Plan& plan) {
+// The checkpoint modules of the quantized dense linear layers (routed experts are another method's: vLLM
+// does not look them up).
+nlohmann::json quantized_dense_modules(const Plan& plan) {
   const std::string suffix = "." + plan.format.weight_suffix;
   std::set<std::string> modules;
   for (const RankPlan& rank : plan.ranks) {
@@ -29,9 +29,9 @@ nlohmann::json gptq_quantized_modules(const Plan& plan) {
   return nlohmann::json(modules);
 }
 
-// vLLM's AWQ reading: every module of the checkpoint that holds no quantized weight, as vLLM computes it from
-// the checkpoint's tensors.
-nlohmann::json awq_unconverted_modules(const Plan& plan) {
+// Every module of the checkpoint that holds no quantized weight, as vLLM computes it from the checkpoint's
+// tensors.
+nlohmann::json unquantized_modules(const Plan& plan) {
   const std::string suffix = "." + plan.format.weight_suffix;
   std::set<std::string> all;
   std::set<std::string> quantized;
@@ -50,8 +50,9 @@ nlohmann::json awq_unconverted_modules(const Plan& plan) {
 }  // namespace
 
 std::optional<nlohmann::json> engine_config(const Plan& plan, Engine engine, const nlohmann::json& config) {
-  const bool gptq = plan.model.quant_format == QuantFormat::kGptq;
-  if (engine != Engine::kVllm || (!gptq && plan.model.quant_format != QuantFormat::kAwq)) return std::nullopt;
+  using List = WeightFormat::EngineModuleList;
+  const List list = plan.format.vllm_module_list;
+  if (engine != Engine::kVllm || list == List::kNone) return std::nullopt;
   // Where the checkpoint keeps quantization_config: at the top, or in a multimodal class's text_config.
   nlohmann::json out = config;
   nlohmann::json* quant = nullptr;
@@ -63,9 +64,9 @@ std::optional<nlohmann::json> engine_config(const Plan& plan, Engine engine, con
     }
   }
   if (quant == nullptr) return std::nullopt;
-  const char* field = gptq ? "modules_in_block_to_quantize" : "modules_to_not_convert";
+  const std::string& field = plan.format.vllm_module_field;
   if (quant->contains(field) && !(*quant)[field].is_null() && !(*quant)[field].empty()) return std::nullopt;
-  (*quant)[field] = gptq ? gptq_quantized_modules(plan) : awq_unconverted_modules(plan);
+  (*quant)[field] = list == List::kQuantizedDense ? quantized_dense_modules(plan) : unquantized_modules(plan);
   return out;
 }
 

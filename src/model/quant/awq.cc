@@ -81,6 +81,8 @@ WeightFormat awq_format(const ModelConfig& m) {
   // The layers quantized are those with a qweight (vLLM reads modules_to_not_convert from the tensors' dtypes
   // where the config has none).
   format.quantized_where_stored = true;
+  format.vllm_module_list = WeightFormat::EngineModuleList::kUnquantized;
+  format.vllm_module_field = "modules_to_not_convert";
   format.family_name = "AWQ int4";
   format.block_name = fmt::format("{}-value groups", m.group_size);
 

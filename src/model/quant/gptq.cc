@@ -93,6 +93,8 @@ WeightFormat gptq_format(const ModelConfig& m) {
   format.block_cols = m.group_size;  // kWholeRow: one scale a column for all inputs, never cut
   format.k_first = true;
   format.quantized_where_stored = true;
+  format.vllm_module_list = WeightFormat::EngineModuleList::kQuantizedDense;
+  format.vllm_module_field = "modules_in_block_to_quantize";
   format.unread_suffixes = {"g_idx"};
   format.family_name = fmt::format("GPTQ int{}", m.weight_bits);
   format.block_name = channel ? "rows" : fmt::format("{}-value groups", m.group_size);
