@@ -190,36 +190,14 @@ bool modelopt_module_quantized(const ModelConfig& m, std::string_view module) {
 }
 
 WeightFormat modelopt_nvfp4_format(const ModelConfig&) {
-  WeightFormat format;
-  format.quantization = Quantization::kNvfp4;
-  format.scheme = "modelopt nvfp4 group 16, NVFP4 activations";
-  format.checkpoint_dtype = DType::kU8;
-  format.rank_dtype = DType::kU8;
-  format.weight_suffix = "weight";
-  format.pack_factor = 2;
-  format.block_rows = 1;
-  format.block_cols = 16;
-  format.family_name = "NVFP4";
-  format.block_name = "16-value groups";
-
-  CompanionTensor scale;  // fields one by one: designated initializers would have to name every field (-Wextra)
-  scale.checkpoint_suffix = scale.rank_suffix = "weight_scale";
-  scale.dtype = scale.expert_dtype = CompanionDtype::kStored;
-  scale.stored_dtype = DType::kF8E4M3;
-  format.companions.push_back(scale);
-  CompanionTensor global;
-  global.checkpoint_suffix = global.rank_suffix = "weight_scale_2";
-  global.layout = CompanionLayout::kPartTable;
-  format.companions.push_back(global);
-  CompanionTensor input = global;
-  input.checkpoint_suffix = input.rank_suffix = "input_scale";
-  input.role = ParamRole::kInputScale;
+  WeightFormat format = nvfp4_group_format("modelopt nvfp4 group 16, NVFP4 activations", "weight");
+  format.companions.push_back(nvfp4_part_scalar("weight_scale_2", ParamRole::kWeightScale));
+  CompanionTensor input = nvfp4_part_scalar("input_scale", ParamRole::kInputScale);
   // Measured (tests/engines): vLLM 0.33's ModelOptNvFp4FusedMoE picks a FlashInfer backend where NVFP4 MoE
   // experts run (NVIDIA GPUs; the harness's CPU stand-in) and then holds w13_input_scale [E, 2] and
   // w2_input_scale [E] for every expert on every rank (use_global_sf), filled by global expert id.
   input.every_expert = true;
   format.companions.push_back(input);
-  format.checks_scales = true;  // every scale read is checked: group scales and global ones
   return format;
 }
 

@@ -28,6 +28,10 @@ WeightFormat pack_quantized_format(const ModelConfig& model);
 WeightFormat int_quantized_format(const ModelConfig& model);
 // compressed-tensors nvfp4-pack-quantized FP4 weights (nvfp4_pack_quantized.cc).
 WeightFormat nvfp4_format(const ModelConfig& model);
+// NVFP4 as both its producers store it (compressed-tensors, ModelOpt): E2M1 codes two a byte along K under
+// `weight_suffix`, an F8_E4M3 weight_scale per 16 inputs; each adds its float32 per-part scalars.
+WeightFormat nvfp4_group_format(std::string scheme, const char* weight_suffix);
+CompanionTensor nvfp4_part_scalar(const char* suffix, ParamRole role);
 // GPTQ's quant_method "gptq" (gptq.cc).
 void read_gptq(const nlohmann::json& quantization_config, ModelConfig& m);
 WeightFormat gptq_format(const ModelConfig& model);
