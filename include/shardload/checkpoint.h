@@ -25,7 +25,10 @@ struct WeightMap;
 struct CheckpointIdentity {
   std::string resolved_path;
   std::vector<std::pair<std::string, FileIdentity>> files;  // file name (relative to the path), identity
-  uint64_t config_xxh3 = 0;  // XXH3-64 of config.json as parsed (0: no config)
+  // XXH3-64 of config.json as parsed, with hf_quant_config.json's quantization_config merged in where
+  // that file supplies it (0: no config)
+  uint64_t config_xxh3 = 0;
+  std::vector<std::string> config_files;  // the files config_xxh3 covers: config.json[, hf_quant_config.json]
   bool operator==(const CheckpointIdentity&) const = default;
 };
 

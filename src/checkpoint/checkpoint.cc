@@ -54,8 +54,9 @@ OpenResult open_file(const std::string& path, IoBackend backend) {
   return result;
 }
 
-// config.json of a model directory, or null (with a warning) when there is none.
-nlohmann::json read_config(const fs::path& dir, std::vector<std::string>& warnings) {
+// config.json of a model directory, or null (with a warning) when there is none; `files` gets the
+// files it was read from (hf_quant_config.json too when it supplies the quantization_config).
+nlohmann::json read_config(const fs::path& dir, std::vector<std::string>& warnings, std::vector<std::string>& files) {
   const fs::path file = dir / "config.json";
   if (!fs::exists(file)) {
     warnings.push_back(fmt::format("{}: no config.json", dir.string()));
@@ -66,7 +67,8 @@ nlohmann::json read_config(const fs::path& dir, std::vector<std::string>& warnin
   if (!config.is_object()) {
     throw Error(ErrorKind::kConfig, "config.json is not a JSON object", {.file = file.string()});
   }
-  merge_hf_quant_config(dir, config);
+  files.push_back("config.json");
+  if (merge_hf_quant_config(dir, config)) files.push_back("hf_quant_config.json");
   return config;
 }
 
@@ -306,6 +308,7 @@ Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
     throw Error(ErrorKind::kIo, "no such file or directory", {.file = path});
   }
   Shards shards;
+  std::vector<std::string> config_files;
   if (fs::is_directory(status)) {
     if (is_export_dir(path)) {
       throw Error(ErrorKind::kInvalidArgument,
@@ -316,13 +319,14 @@ Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
     ckpt.is_directory_ = true;
     shards.indexed = fs::exists(fs::path(path) / kIndexFile);
     ckpt.config_ =
-        std::make_shared<const nlohmann::json>(read_config(fs::path(path), ckpt.warnings_));
+        std::make_shared<const nlohmann::json>(read_config(fs::path(path), ckpt.warnings_, config_files));
     find_shards(path, backend, shards, ckpt.warnings_);
   } else {
     shards.paths.push_back(path);
   }
   ckpt.files_ = open_headers(shards, backend);
   ckpt.identity_ = identity_of(path, ckpt.files_, ckpt.config_.get());
+  ckpt.identity_.config_files = std::move(config_files);
 
   // The name table: every tensor's file and, below, its place in tensor_names().
   size_t tensor_count = 0;

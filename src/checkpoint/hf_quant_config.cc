@@ -5,14 +5,14 @@
 
 namespace shardload {
 
-void merge_hf_quant_config(const std::filesystem::path& dir, nlohmann::json& config) {
-  if (!config.is_object()) return;
+bool merge_hf_quant_config(const std::filesystem::path& dir, nlohmann::json& config) {
+  if (!config.is_object()) return false;
   for (const char* field : {"quantization_config", "compression_config"}) {
-    if (const auto it = config.find(field); it != config.end() && !it->is_null()) return;
+    if (const auto it = config.find(field); it != config.end() && !it->is_null()) return false;
   }
   const std::filesystem::path file = dir / "hf_quant_config.json";
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) return;
+  if (!std::filesystem::is_regular_file(file, ec)) return false;
   nlohmann::json quant = read_json_file(file.string(), ErrorKind::kConfig, kConfigJsonLimits, "hf_quant_config.json");
   if (!quant.is_object()) {
     throw Error(ErrorKind::kConfig, "hf_quant_config.json is not a JSON object",
@@ -30,6 +30,7 @@ void merge_hf_quant_config(const std::filesystem::path& dir, nlohmann::json& con
   }
   if (!quant.contains("quant_method")) quant["quant_method"] = "modelopt";
   config["quantization_config"] = std::move(quant);
+  return true;
 }
 
 }  // namespace shardload

@@ -1,6 +1,7 @@
 #include "serve/source_identity.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 
@@ -71,7 +72,12 @@ std::string identity_difference(const nlohmann::json& recorded, const Checkpoint
   for (const auto& [name, file] : now.files) {
     if (!files->contains(name)) return fmt::format("{} was added to the checkpoint", name);
   }
-  if (*config != hex(now.config_xxh3)) return "config.json changed";
+  if (*config != hex(now.config_xxh3)) {
+    // Named as the files the configuration is read from now: hf_quant_config.json's quantization
+    // settings change what the bytes mean as much as config.json's.
+    return fmt::format("{} changed", now.config_files.empty() ? std::string("config.json")
+                                                              : fmt::format("{}", fmt::join(now.config_files, " or ")));
+  }
   return {};
 }
 

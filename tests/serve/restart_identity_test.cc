@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,70 @@ TEST_F(RestartIdentityTest, AnUpdateRecordsTheFilesItRead) {
   const std::string out = keep_run(latest, name, &served);
   EXPECT_NE(out.find("reloading: "), std::string::npos) << out;
   EXPECT_EQ(served, expected_checksums(second_, layout(2, 2)));
+}
+
+// A ModelOpt checkpoint may keep its quantization settings in hf_quant_config.json rather than in
+// config.json: an edit to either file between two runs is a reload that names both, and unchanged
+// files are reused.
+TEST(RestartConfigIdentity, AnEditedConfigOrHfQuantConfigJsonIsAReload) {
+  const TempDir dir;
+  TinyOptions options;
+  options.arch = "llama";
+  options.quant = "modelopt-nvfp4";
+  options.out = dir.file("modelopt");
+  make_tiny(options);
+  // The older ModelOpt spelling: config.json without a quantization_config, hf_quant_config.json beside it.
+  const std::string config_path = options.out + "/config.json";
+  const std::string quant_path = options.out + "/hf_quant_config.json";
+  nlohmann::json config = nlohmann::json::parse(read_file(config_path));
+  const nlohmann::json q = config["quantization_config"];
+  config.erase("quantization_config");
+  const auto write_json = [](const std::string& path, const nlohmann::json& value) {
+    std::ofstream(path, std::ios::trunc) << value.dump(2);
+  };
+  write_json(config_path, config);
+  nlohmann::json hf_quant = {{"producer", q["producer"]},
+                             {"quantization",
+                              {{"quant_algo", "NVFP4"},
+                               {"kv_cache_quant_algo", nullptr},
+                               {"group_size", 16},
+                               {"exclude_modules", q["ignore"]}}}};
+  write_json(quant_path, hf_quant);
+
+  const std::string name = unique_name("hfquant");
+  const ShmCleanup cleanup(name);
+  const auto keep_run = [&](Checksums* served = nullptr) {
+    ServerProcess server(serve_args(options.out, name, {"--keep"}, 2, 1));
+    const int port = server.wait_for_port();
+    EXPECT_GT(port, 0) << server.output();
+    if (port > 0 && served != nullptr) *served = endpoint_checksums(port);
+    const std::string out = server.out();
+    stop(server);
+    return out;
+  };
+  Checksums served;
+  keep_run(&served);
+  const Checksums expected = expected_checksums(options.out, layout(2, 1));
+  EXPECT_EQ(served, expected);
+  const std::string unchanged = keep_run();
+  EXPECT_NE(unchanged.find("reusing"), std::string::npos) << unchanged;
+
+  hf_quant["producer"]["version"] = "0.47.0";
+  write_json(quant_path, hf_quant);
+  const std::string after_quant_edit = keep_run(&served);
+  EXPECT_NE(after_quant_edit.find("reloading: the checkpoint is not the one the live bytes were read from: "
+                                  "config.json or hf_quant_config.json changed"),
+            std::string::npos)
+      << after_quant_edit;
+  EXPECT_EQ(served, expected);
+
+  config["_name_or_path"] = "edited";
+  write_json(config_path, config);
+  const std::string after_config_edit = keep_run();
+  EXPECT_NE(after_config_edit.find("config.json or hf_quant_config.json changed"), std::string::npos)
+      << after_config_edit;
+  const std::string again = keep_run();
+  EXPECT_NE(again.find("reusing"), std::string::npos) << again;
 }
 
 // A double-buffered server leaves its rank files with slot 1 active; a single-buffered server whose
