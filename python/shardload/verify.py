@@ -309,6 +309,7 @@ class _Verifier:
         self.tol_override = tolerance
         self.gen = torch.Generator().manual_seed(seed)
         self.tokens = tokens
+        self.bases = {}  # input width -> its orthogonal input rows (_x)
         self.report = Report()
         self.used = [set() for _ in ranks]
 
@@ -316,8 +317,14 @@ class _Verifier:
         """Random input rows. With as many tokens as input features they are an orthogonal matrix, so that
         ||y[:, c] - y_ref[:, c]|| is exactly the norm of the weight row's difference (no sampling noise in the
         error measure); past `tokens` features, Gaussian rows (the ratio then has ~sqrt(1/tokens) noise)."""
-        g = torch.randn(n_in, min(n_in, self.tokens), generator=self.gen, dtype=torch.float64)
-        return torch.linalg.qr(g)[0].T.contiguous() if n_in <= self.tokens else g.T.contiguous()
+        if n_in > self.tokens:
+            return torch.randn(n_in, self.tokens, generator=self.gen, dtype=torch.float64).T.contiguous()
+        # An orthogonal basis measures every weight of that width exactly, whichever it is: one per width
+        # (the QR was most of a small model's verify time).
+        if n_in not in self.bases:
+            g = torch.randn(n_in, n_in, generator=self.gen, dtype=torch.float64)
+            self.bases[n_in] = torch.linalg.qr(g)[0].T.contiguous()
+        return self.bases[n_in]
 
     def _get(self, r, name):
         if name not in self.ranks[r]:
