@@ -67,7 +67,20 @@ ENGINES_LOCKS := tests/engines/requirements.lock tests/engines/requirements-node
 # for a quick loop on shardload's own code; CI runs them.
 REAL_TOOLS ?= 1
 pypi_env = $$(if [ "$(REAL_TOOLS)" != 0 ]; then bash scripts/pypi-env.sh $(1) || echo ""; fi)
-test-asan: deps
+test-asan: asan-build
+	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS) -LE matrix
+
+# The engines' whole cell matrix (tests/engines/test_vllm.py, test_vllm_int.py, test_sglang.py: every family and
+# format against the live vLLM and SGLang, about 40 minutes on 2 cores), which `make test` leaves to its gate
+# (test_*_gate.py) and to the export digests the matrix records (test_export_digests.py). Run it before a change to
+# what `export --engine` writes lands; SHARDLOAD_ENGINE_DIGESTS=record then records the exports it accepted.
+# SHARDLOAD_TEST_MATRIX=1: the C++ tests' matrix cases (MpirunFamilyTest's other families), skipped otherwise.
+test-matrix: asan-build
+	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS) -L matrix
+	cd build-asan && SHARDLOAD_TEST_MATRIX=1 ctest --output-on-failure -j $(CTEST_JOBS) -R '^Families/MpirunFamilyTest'
+
+.PHONY: asan-build test-matrix
+asan-build: deps
 	producers=$(call pypi_env,$(PRODUCERS_LOCK)); \
 	transformers=$(call pypi_env,$(TRANSFORMERS_LOCK)); \
 	engines=$(call pypi_env,$(ENGINES_LOCKS)); \
@@ -76,7 +89,6 @@ test-asan: deps
 	  "-DSHARDLOAD_TRANSFORMERS_PYTHON=$$transformers" \
 	  "-DSHARDLOAD_ENGINES_PYTHON=$$engines"
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS)
 
 # Every entry point that parses untrusted bytes has a libFuzzer target: the safetensors header
 # (FUZZ_SECONDS), then each JSON reader (JSON_FUZZ_SECONDS each) from a shared seed corpus.

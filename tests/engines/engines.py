@@ -169,13 +169,13 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
             # with FP8 (its sharded_state job runs SGLang's post-processing in that branch: "-gpu"); without
             # the flag it refuses FP8 (test_export_engine.py). Integer and NVFP4 weights: SGLang's hooks only
             # (its post-processed layout of them is not written).
-            post_processed = not vllm and quant != "none" and quant not in INT_WEIGHTS
+            post_processed = sglang_post_processed(engine, quant)
             exported = quant == "none" or vllm or post_processed
             export = tmp_path / f"{name}-export"
             if exported:
-                cli("export", source, "--tp", tp, "--ep", ep, "--engine", engine, "--out", export,
-                    *(["--engine-post-processed"] if post_processed else []), *(["--dtype", dtype] if dtype else []),
-                    env=hub_env)
+                cli("export", source, *export_args(engine, tp, ep, quant, dtype), "--out", export, env=hub_env)
+                if not checkpoints or arch not in checkpoints:  # make-tiny's: its export digest is recorded
+                    check_digest(digest_key(engine, tp, (arch, ep, quant), dtype), export)
                 # load_export takes what it wrote: the engine's names checked against the export's plan.
                 cli("load", export, "--checksum")
             # The first case's server lists layout.md's names only: the plugin plans the engine's names from
@@ -299,6 +299,60 @@ def check_engine(tmp_path, engine, tp, cases, sync=False, hub=False, checkpoints
     compared = len([p for p in pairs if p != "--fp8"]) // 2
     assert len(lines) >= compared and not differences, "\n".join(differences)
     return output + "".join(f"{line}\n" for line in allowed) + check_forward(forwards)
+
+
+def sglang_post_processed(engine, quant):
+    """Whether `export --engine sglang` of QUANT takes --engine-post-processed (its FP8 formats)."""
+    return engine == "sglang" and quant != "none" and quant not in INT_WEIGHTS
+
+
+def export_args(engine, tp, ep, quant, dtype=None):
+    """`shardload export`'s flags for a case of check_engine (the checkpoint and --out aside)."""
+    return ["--tp", tp, "--ep", ep, "--engine", engine,
+            *(["--engine-post-processed"] if sglang_post_processed(engine, quant) else []),
+            *(["--dtype", dtype] if dtype else [])]
+
+
+# The export digests of every make-tiny case the engines accepted (export_digests.json): `make test-matrix`
+# runs the live engines on every cell and checks that each export it accepted has the digest recorded here;
+# `make test` re-makes each recorded export and checks its digest (test_export_digests.py), so a change to
+# what shardload writes for any cell fails CI, and is accepted by running the matrix again with
+# SHARDLOAD_ENGINE_DIGESTS=record, which rewrites the entries of the cases it ran.
+DIGESTS = HERE / "export_digests.json"
+
+
+def digest_key(engine, tp, case, dtype=None):
+    """The entry of export_digests.json for check_engine's CASE ((family, ep) or (family, ep, quant))."""
+    arch, ep, *quant = case
+    return f"{engine} tp{tp} ep{ep} {arch} {quant[0] if quant else 'none'}" + (f" {dtype}" if dtype else "")
+
+
+def parse_digest_key(key):
+    """(engine, tp, (family, ep, quant), dtype) of an entry of export_digests.json."""
+    engine, tp, ep, arch, quant, *dtype = key.split(" ")
+    return engine, int(tp[2:]), (arch, int(ep[2:]), quant), (dtype[0] if dtype else None)
+
+
+def directory_digest(folder):
+    """tests/export_hashes.sh's hash of a folder: the sha256 of each file, sorted by path, hashed again."""
+    folder = pathlib.Path(folder)
+    lines = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  ./{f.relative_to(folder)}\n"
+                    for f in sorted(folder.rglob("*"), key=lambda f: str(f.relative_to(folder)).encode())
+                    if f.is_file())
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
+def check_digest(key, export):
+    """The export of case KEY against its recorded digest (SHARDLOAD_ENGINE_DIGESTS=record: records it)."""
+    digest = directory_digest(export)
+    recorded = json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {}
+    if os.environ.get("SHARDLOAD_ENGINE_DIGESTS") == "record":
+        recorded[key] = digest
+        DIGESTS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
+        return
+    assert recorded.get(key) == digest, (
+        f"the export of {key!r} is {digest}, recorded {recorded.get(key)}: shardload writes other bytes than the "
+        "engines last accepted; once this matrix passes, record them (SHARDLOAD_ENGINE_DIGESTS=record)")
 
 
 # Cases that are another shape of a family's checkpoint: the family and make-tiny's flags for it.

@@ -6,6 +6,12 @@ import subprocess
 
 import pytest
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "matrix: a cross-product case `make test-matrix` runs and `make test` does not "
+                            "(tests/CMakeLists.txt: <dir>_<file>_matrix)")
+
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
