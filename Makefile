@@ -70,10 +70,12 @@ pypi_env = $$(if [ "$(REAL_TOOLS)" != 0 ]; then bash scripts/pypi-env.sh $(1) ||
 test-asan: asan-build
 	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS) -LE matrix
 
-# The engines' whole cell matrix (tests/engines/test_vllm.py, test_vllm_int.py, test_sglang.py: every family and
-# format against the live vLLM and SGLang, about 40 minutes on 2 cores), which `make test` leaves to its gate
-# (test_*_gate.py) and to the export digests the matrix records (test_export_digests.py). Run it before a change to
-# what `export --engine` writes lands; SHARDLOAD_ENGINE_DIGESTS=record then records the exports it accepted.
+# The cross-products `make test` leaves out (ctest label matrix): the engines' whole cell matrix
+# (tests/engines/test_vllm.py, test_vllm_int.py, test_sglang.py: every family and format against the live vLLM
+# and SGLang, 2,276 test-seconds on 2 cores at 4d31710), which `make test` leaves to its gate (test_*_gate.py)
+# and to the export digests the matrix records (test_export_digests.py), and the tests' cases marked matrix.
+# Run it before a change to what `export --engine` writes lands; SHARDLOAD_ENGINE_DIGESTS=record then
+# records the exports it accepted (docs/testing.md).
 # SHARDLOAD_TEST_MATRIX=1: the C++ tests' matrix cases (MpirunFamilyTest's other families), skipped otherwise.
 test-matrix: asan-build
 	cd build-asan && ctest --output-on-failure -j $(CTEST_JOBS) -L matrix
