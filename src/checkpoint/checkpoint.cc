@@ -271,8 +271,9 @@ std::string resolve_model_path(const std::string& arg, const std::string& revisi
 namespace {
 
 CheckpointIdentity identity_of(const std::string& path, const std::vector<SafetensorsFile>& files,
-                               const nlohmann::json* config) {
+                               const nlohmann::json* config, std::vector<std::string> config_files) {
   CheckpointIdentity identity;
+  identity.config_files = std::move(config_files);
   std::error_code ec;
   const fs::path resolved = fs::canonical(path, ec);
   identity.resolved_path = ec ? path : resolved.string();
@@ -325,8 +326,7 @@ Checkpoint Checkpoint::open(const std::string& arg, IoBackend backend) {
     shards.paths.push_back(path);
   }
   ckpt.files_ = open_headers(shards, backend);
-  ckpt.identity_ = identity_of(path, ckpt.files_, ckpt.config_.get());
-  ckpt.identity_.config_files = std::move(config_files);
+  ckpt.identity_ = identity_of(path, ckpt.files_, ckpt.config_.get(), std::move(config_files));
 
   // The name table: every tensor's file and, below, its place in tensor_names().
   size_t tensor_count = 0;

@@ -72,8 +72,6 @@ std::span<float> floats(std::byte* base, const PlanParam& param) {
 // weights can go live: a scale must be positive and finite. An error names what a user can find:
 // the checkpoint file and tensor, the block of a block scale, and the expert of an expert slot (not
 // the internal [slots, parts] tables the values were gathered in).
-constexpr float kFloatMax = std::numeric_limits<float>::max();
-
 class ScaleCheck {
  public:
   ScaleCheck(const Plan& plan, int rank, const std::byte* base, const Checkpoint* checkpoint)
@@ -117,11 +115,13 @@ class ScaleCheck {
       convert(param.dtype, values, DType::kF32, converted.data(), count);
       checked = converted.data();
     }
+    // Positive and finite, as operator() checks one value (NaN fails both comparisons).
+    const auto valid = [](float v) { return v > 0 && v <= std::numeric_limits<float>::max(); };
     bool good = true;
-    for (uint64_t i = 0; i < count; ++i) good &= checked[i] > 0 && checked[i] <= kFloatMax;
+    for (uint64_t i = 0; i < count; ++i) good &= valid(checked[i]);
     if (good) return;
     for (uint64_t i = 0; i < count; ++i) {
-      if (!(checked[i] > 0) || !std::isfinite(checked[i])) throw bad(param, at + i * size, checked[i]);
+      if (!valid(checked[i])) throw bad(param, at + i * size, checked[i]);
     }
   }
 

@@ -11,6 +11,7 @@ classes on CPU in a gloo group of T processes (vllm_ranks.py, sglang_ranks.py), 
 every rank: the same names, dtypes, shapes and bytes; the export's rank files hold exactly (a)'s state dict;
 and a live model synced in place after the server's update (and rebalance) holds what the engine's own means
 make of the same change."""
+import functools
 import hashlib
 import json
 import os
@@ -342,10 +343,16 @@ def directory_digest(folder):
     return hashlib.sha256(lines.encode()).hexdigest()[:16]
 
 
+@functools.cache
+def _recorded_digests():
+    """export_digests.json, read once a run (recording updates this dict and writes it whole)."""
+    return json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {}
+
+
 def check_digest(key, export):
     """The export of case KEY against its recorded digest (SHARDLOAD_ENGINE_DIGESTS=record: records it)."""
     digest = directory_digest(export)
-    recorded = json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {}
+    recorded = _recorded_digests()
     if os.environ.get("SHARDLOAD_ENGINE_DIGESTS") == "record":
         recorded[key] = digest
         DIGESTS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
