@@ -53,8 +53,18 @@ test: test-asan
 # clang (the fuzz targets' compiler) instruments for ASan+UBSan in about half g++ 12's time: on 2 cores
 # the suite built in 271 s against 485 s with g++, and its tests ran in 197 s against 211 s
 # (CMakeLists.txt: which code is -O0). SANITIZE_CXX=g++ builds it with g++.
-SANITIZE_FLAGS := -O1 -g1 -DNDEBUG
+# The clone's own path is mapped to "." in debug info and __FILE__, so that an object is the same in every clone.
+SANITIZE_FLAGS := -O1 -g1 -DNDEBUG -ffile-prefix-map=$(CURDIR)=.
 SANITIZE_CXX ?= clang++
+# The compiler cache (ccache, which scripts/install-deps.sh installs), outside the clone as the PyPI environments
+# are, shared by every clone on the machine: paths under the clone are hashed relative to it (base_dir, with the
+# build's paths in tests/support/test_paths.cc alone), so a fresh clone compiles only the files a commit changed.
+# CI clones afresh each run; the sanitized build is most of `make test`'s first minutes. SHARDLOAD_CCACHE=0: none.
+SHARDLOAD_CCACHE ?= 1
+CCACHE_DIR ?= $(HOME)/.cache/shardload/ccache
+ccache_launcher = $$(if [ "$(SHARDLOAD_CCACHE)" != 0 ] && command -v ccache >/dev/null; then \
+  echo "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$(CCACHE_DIR);CCACHE_BASEDIR=$(CURDIR);CCACHE_NOHASHDIR=true;CCACHE_MAXSIZE=6G;ccache"; \
+  else echo "-DCMAKE_CXX_COMPILER_LAUNCHER="; fi)
 # The real producers' PyPI environment (transformers, llm-compressor, torch, the official safetensors),
 # made once per lock file and cached outside the clone (scripts/pypi-env.sh); if it cannot be made (no
 # network), its tests say they skipped.
@@ -86,7 +96,7 @@ asan-build: deps
 	producers=$(call pypi_env,$(PRODUCERS_LOCK)); \
 	transformers=$(call pypi_env,$(TRANSFORMERS_LOCK)); \
 	engines=$(call pypi_env,$(ENGINES_LOCKS)); \
-	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
+	CXX=$(SANITIZE_CXX) cmake -S . -B build-asan $(call generator,build-asan) $(ccache_launcher) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLOAD_SANITIZE=ON -DSHARDLOAD_BENCH=OFF \
 	  -DSHARDLOAD_FAULT_INJECTION=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" "-DSHARDLOAD_PRODUCERS_PYTHON=$$producers" \
 	  "-DSHARDLOAD_TRANSFORMERS_PYTHON=$$transformers" \
 	  "-DSHARDLOAD_ENGINES_PYTHON=$$engines"

@@ -4,6 +4,7 @@ set -euo pipefail
 
 packages=(
   cmake make ninja-build g++ pkg-config time curl
+  ccache   # the sanitized build's compiler cache, shared between clones (Makefile: SHARDLOAD_CCACHE)
   nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libxxhash-dev liburing-dev libcpp-httplib-dev libre2-dev

@@ -19,6 +19,7 @@
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -218,7 +219,7 @@ TEST(CliTest, ServeRunsTheServerProgramBesideIt) {
 
   TempDir dir;
   const std::string alone = dir.file("shardload");
-  std::filesystem::copy_file(SHARDLOAD_BIN, alone);
+  std::filesystem::copy_file(testing::shardload_bin(), alone);
   const CommandResult missing = run_command({alone, "serve", dir.file("model"), "--name", "x"});
   expect_one_line_error(missing, "no shardload-serve beside shardload");
   EXPECT_NE(missing.err.find(dir.file("shardload-serve")), std::string::npos) << missing.err;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -20,7 +21,7 @@ constexpr size_t kReadmeLines = 250;
 constexpr size_t kOpeningLines = 5;
 
 TEST(Docs, TheReadmeIsShortAndHoldsNoDatedMeasurement) {
-  const std::string readme = read_file(SHARDLOAD_SOURCE_DIR "/README.md");
+  const std::string readme = read_file(testing::source_dir() + "/README.md");
   std::istringstream lines(readme);
   size_t count = 0;
   for (std::string line; std::getline(lines, line);) {
@@ -35,7 +36,7 @@ TEST(Docs, TheReadmeIsShortAndHoldsNoDatedMeasurement) {
 TEST(Docs, EveryPageOpensWithWhatItCoversInAtMostFiveLines) {
   size_t pages = 0;
   for (const fs::directory_entry& entry :
-       fs::recursive_directory_iterator(SHARDLOAD_SOURCE_DIR "/docs")) {
+       fs::recursive_directory_iterator(testing::source_dir() + "/docs")) {
     if (entry.path().extension() != ".md") continue;
     ++pages;
     std::istringstream text(read_file(entry.path().string()));
@@ -54,8 +55,8 @@ TEST(Docs, EveryPageOpensWithWhatItCoversInAtMostFiveLines) {
 
 // "Where to read more" names every page (docs/families/ as one folder).
 TEST(Docs, TheReadmeLinksEveryPage) {
-  const std::string readme = read_file(SHARDLOAD_SOURCE_DIR "/README.md");
-  for (const fs::directory_entry& entry : fs::directory_iterator(SHARDLOAD_SOURCE_DIR "/docs")) {
+  const std::string readme = read_file(testing::source_dir() + "/README.md");
+  for (const fs::directory_entry& entry : fs::directory_iterator(testing::source_dir() + "/docs")) {
     const std::string name = entry.path().filename().string() + (entry.is_directory() ? "/" : "");
     EXPECT_NE(readme.find("](docs/" + name + ")"), std::string::npos)
         << "README.md does not link docs/" << name;

@@ -13,6 +13,7 @@
 
 #include "shardload/serve.h"
 #include "shardload_bin.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -30,7 +31,7 @@ std::string server_name(const char* what) {
 
 // `timeout`: a server that wrongly starts fails the test instead of hanging it.
 CommandResult serve(const std::string& name, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/timeout", "120", SHARDLOAD_BIN, "serve"};
+  std::vector<std::string> argv = {"/usr/bin/timeout", "120", testing::shardload_bin(), "serve"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"--port", "0", "--name", name});
   return run_command(argv);

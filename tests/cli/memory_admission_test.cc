@@ -13,6 +13,7 @@
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 // AddressSanitizer reserves terabytes of address space for its shadow memory at start-up: under
 // ulimit -v an ASan build cannot even start, so these tests only run in builds without it.
@@ -42,10 +43,10 @@ CommandResult limited(const std::string& program, const std::vector<std::string>
   return run_command({"/bin/sh", "-c", line});
 }
 
-CommandResult limited(const std::vector<std::string>& args) { return limited(SHARDLOAD_BIN, args); }
+CommandResult limited(const std::vector<std::string>& args) { return limited(testing::shardload_bin(), args); }
 
 std::string serve_bin() {
-  return (fs::path(SHARDLOAD_BIN).parent_path() / "shardload-serve").string();
+  return (fs::path(testing::shardload_bin()).parent_path() / "shardload-serve").string();
 }
 
 class MemoryAdmission : public ::testing::Test {

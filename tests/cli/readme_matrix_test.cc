@@ -6,6 +6,7 @@
 
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -21,7 +22,7 @@ constexpr const char* kRegenerate =
     "scripts/readme-matrix.sh BINARY) and commit README.md";
 
 TEST(ReadmeMatrix, IsTheOutputOfShardloadSupport) {
-  const std::string readme = read_file(SHARDLOAD_SOURCE_DIR "/README.md");
+  const std::string readme = read_file(testing::source_dir() + "/README.md");
   const size_t begin = readme.find(kBegin);
   ASSERT_NE(begin, std::string::npos) << "README.md has no line starting " << kBegin;
   const size_t first = readme.find('\n', begin) + 1;

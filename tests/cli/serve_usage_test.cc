@@ -11,6 +11,7 @@
 #include "shardload/serve.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -21,7 +22,7 @@ using ::shardload::testing::TempDir;
 
 // `timeout`: a server that wrongly starts fails the test instead of hanging it.
 CommandResult serve_model(const std::string& model, const std::vector<std::string>& flags) {
-  std::vector<std::string> args = {"/usr/bin/timeout", "120", SHARDLOAD_BIN, "serve",     model,
+  std::vector<std::string> args = {"/usr/bin/timeout", "120", testing::shardload_bin(), "serve",     model,
                                    "--port",           "0",   "--name",      "usage-test"};
   args.insert(args.end(), flags.begin(), flags.end());
   return run_command(args);

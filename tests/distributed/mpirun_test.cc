@@ -18,6 +18,7 @@
 #include "run_command.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -54,13 +55,13 @@ CommandResult mpirun_shell(int np, const std::string& shell,
 CommandResult mpirun(int np, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"/usr/bin/timeout", kTimeoutSeconds, kMpiexec,
                                    "--oversubscribe",  "-np",           std::to_string(np),
-                                   SHARDLOAD_BIN};
+                                   testing::shardload_bin()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
 }
 
 CommandResult shardload(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {SHARDLOAD_BIN};
+  std::vector<std::string> argv = {testing::shardload_bin()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv);
 }
@@ -315,7 +316,7 @@ TEST_F(MpirunTest, AnInjectedReadErrorOnOneNodeIsTheSameErrorOnEveryNode) {
   const std::string model = make_model(dir, "qwen3_moe", "none", 12);
   const CommandResult run = mpirun_shell(
       3, "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=read_error_after:400000; fi; exec " +
-             std::string(SHARDLOAD_BIN) + " load " + model +
+             testing::shardload_bin() + " load " + model +
              " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head");
   expect_same_error_on_every_node(run, 3, "node 1 of 3: read failed: Input/output error");
 }
@@ -328,7 +329,7 @@ TEST_F(MpirunTest, AShardMissingOnOneNodeIsTheSameErrorOnEveryNode) {
   fs::remove(fs::path(partial) / "model-00002-of-00003.safetensors");
   const CommandResult run =
       mpirun_shell(2, "m=" + model + "; if [ $NODE = 1 ]; then m=" + partial + "; fi; exec " +
-                          SHARDLOAD_BIN + " load $m --tp 2 --ep 2");
+                          testing::shardload_bin() + " load $m --tp 2 --ep 2");
   expect_same_error_on_every_node(run, 2,
                                   "node 1 of 2: the index names a file that does not exist");
 }
@@ -356,7 +357,7 @@ TEST_F(MpirunTest, ANodeThatHangsIsTheSameStallErrorOnEveryOtherNode) {
     const CommandResult run = mpirun_shell(
         3,
         "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=hang_at:node_load; fi; exec " +
-            std::string(SHARDLOAD_BIN) + " load " + model +
+            testing::shardload_bin() + " load " + model +
             " --tp 6 --ep 6 --dp 6 --enable-dp-lm-head --stall-timeout 3 --read " + policy,
         "60");
     expect_same_error_on_every_node(run, 2, "error: node 1 of 3: stalled");
@@ -369,7 +370,7 @@ TEST_F(MpirunTest, ANodeThatDiesEndsTheJob) {
   const std::string model = make_model(dir, "qwen3_moe", "none");
   const CommandResult run = mpirun_shell(
       2, "if [ $NODE = 1 ]; then export SHARDLOAD_FAULT=kill_after_read:200000; fi; exec " +
-             std::string(SHARDLOAD_BIN) + " load " + model + " --tp 2 --ep 2");
+             testing::shardload_bin() + " load " + model + " --tp 2 --ep 2");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.exit_code, 124) << "timed out: the job hung on a dead node";
 }

@@ -9,6 +9,7 @@
 #include "run_command.h"
 #include "shardload/eplb.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -23,7 +24,7 @@ constexpr const char* kReadmeLoad =
                         [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]})";
 
 CommandResult eplb(const std::string& load_file, std::vector<std::string> layout) {
-  std::vector<std::string> args = {SHARDLOAD_BIN, "eplb", "--load", load_file};
+  std::vector<std::string> args = {testing::shardload_bin(), "eplb", "--load", load_file};
   args.insert(args.end(), layout.begin(), layout.end());
   return run_command(args);
 }

@@ -18,6 +18,7 @@
 #include "shardload/export.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -55,7 +56,7 @@ TEST(StagingRecovery, TheNextExportRemovesTheStagingDirectoryOfAKilledOne) {
   TempDir dir;
   const std::string model = ::shardload::testing::make_tiny_model(dir, "qwen3_moe", 5);
   const CommandResult killed =
-      run_command({"/usr/bin/env", "SHARDLOAD_FAULT=kill_at:export_rank_written", SHARDLOAD_BIN,
+      run_command({"/usr/bin/env", "SHARDLOAD_FAULT=kill_at:export_rank_written", testing::shardload_bin(),
                    "export", model, "--tp", "2", "--out", dir.file("out")});
   ASSERT_EQ(killed.exit_code, 128 + SIGKILL) << killed.err;
   const std::vector<fs::path> left = staging_dirs(dir);
@@ -153,7 +154,7 @@ std::vector<std::string> traced_export(const TempDir& dir, const std::string& mo
   const std::string trace = dir.file("trace");
   const CommandResult result =
       run_command({"/usr/bin/strace", "-f", "-y", "-qq", "-o", trace, "-e",
-                   "trace=fsync,fdatasync,openat,rename,renameat,renameat2", SHARDLOAD_BIN,
+                   "trace=fsync,fdatasync,openat,rename,renameat,renameat2", testing::shardload_bin(),
                    "export", model, "--tp", "2", "--out", dir.file("out")});
   if (result.exit_code != 0) {
     *why_not = "strace " + std::to_string(result.exit_code) + ": " + result.err;

@@ -21,6 +21,7 @@
 #include "shardload/loader.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -353,7 +354,7 @@ TEST(Fp8ScaleErrors, BadBlockScaleFailsTheExport) {
   poke_float(model, name, 0, std::nanf(""));
   const std::string out = dir.file("export");
   const ::shardload::testing::CommandResult result = ::shardload::testing::run_command(
-      {SHARDLOAD_BIN, "export", model, "--out", out, "--tp", "2", "--ep", "2"});
+      {testing::shardload_bin(), "export", model, "--out", out, "--tp", "2", "--ep", "2"});
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_NE(result.err.find(name), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("block (row 0, column 0)"), std::string::npos) << result.err;

@@ -39,6 +39,7 @@
 #include "shardload/serve.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload::testing {
 
@@ -105,7 +106,7 @@ inline std::string read_api_key(const std::string& name) {
 
 class ServerProcess {
  public:
-  // Starts SHARDLOAD_BIN serve ARGS... with `env` added to the environment, output to files (a pipe
+  // Starts testing::shardload_bin() serve ARGS... with `env` added to the environment, output to files (a pipe
   // could fill up and block the server).
   // `launcher`, when given, comes first (e.g. timeout and mpirun with their arguments).
   explicit ServerProcess(const std::vector<std::string>& args,
@@ -121,7 +122,7 @@ class ServerProcess {
     for (const std::string& e : env) own_key |= e.starts_with("SHARDLOAD_API_KEY=");
     if (own_key) name_.clear();
     std::vector<std::string> argv = launcher;
-    argv.insert(argv.end(), {SHARDLOAD_BIN, "serve"});
+    argv.insert(argv.end(), {testing::shardload_bin(), "serve"});
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);

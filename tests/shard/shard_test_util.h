@@ -13,11 +13,12 @@
 #include "run_command.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload::testing {
 
 inline CommandResult shardload_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), SHARDLOAD_BIN);
+  args.insert(args.begin(), testing::shardload_bin());
   return run_command(args);
 }
 

@@ -1,11 +1,13 @@
 #pragma once
 
 #include <cstdlib>
+#include <string>
+
+#include "test_paths.h"
 
 namespace shardload::testing {
 
 // The environment every test that runs mpirun sets before it (the children inherit it).
-// SHARDLOAD_LSAN_MPI is the LeakSanitizer suppression file the test target defines.
 inline void use_mpirun_as_tests_do() {
   // CI runs as root; OpenMPI refuses root without these.
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -15,8 +17,9 @@ inline void use_mpirun_as_tests_do() {
   // Under LeakSanitizer: OpenMPI's own allocations are suppressed by library name, so its plugins
   // stay loaded (named frames) and stacks are unwound fully.
   setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-  setenv("LSAN_OPTIONS",
-         "suppressions=" SHARDLOAD_LSAN_MPI ":fast_unwind_on_malloc=0:print_suppressions=0", 1);
+  const std::string lsan =
+      "suppressions=" + lsan_mpi_suppressions() + ":fast_unwind_on_malloc=0:print_suppressions=0";
+  setenv("LSAN_OPTIONS", lsan.c_str(), 1);
 }
 
 }  // namespace shardload::testing

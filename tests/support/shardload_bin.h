@@ -1,7 +1,7 @@
 #pragma once
 
-// What tests of the command line share: running the shardload binary under test (SHARDLOAD_BIN,
-// defined for every test target) and making the tiny checkpoint it is run on.
+// What tests of the command line share: running the shardload binary under test (shardload_bin(),
+// test_paths.h) and making the tiny checkpoint it is run on.
 
 #include <cstdint>
 #include <string>
@@ -10,12 +10,13 @@
 #include "run_command.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload::testing {
 
 // Runs `shardload ARGS...` and waits for it.
 inline CommandResult run_shardload(std::vector<std::string> args) {
-  args.insert(args.begin(), SHARDLOAD_BIN);
+  args.insert(args.begin(), testing::shardload_bin());
   return run_command(args);
 }
 

@@ -15,6 +15,7 @@
 #include "shardload/safetensors.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 #include "tiny/tiny_model.h"
 #include "tiny/tiny_quant.h"
 #include "tiny_error.h"
@@ -84,7 +85,7 @@ TEST(TinyQuantOptions, SizeWorksWithFp8AndIsRefusedWithFp8Block) {
 TEST(TinyQuantOptions, CommandLineTakesQuantAndActivationScheme) {
   TempDir dir;
   auto make = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {SHARDLOAD_BIN, "make-tiny",   "--arch",     "mixtral",
+    std::vector<std::string> args = {testing::shardload_bin(), "make-tiny",   "--arch",     "mixtral",
                                      "--out",       dir.file("m"), "--overwrite"};
     args.insert(args.end(), extra.begin(), extra.end());
     return testing::run_command(args);

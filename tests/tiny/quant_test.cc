@@ -19,6 +19,7 @@
 #include "shardload/safetensors.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 #include "tiny/tiny_model.h"
 #include "tiny/tiny_values.h"
 
@@ -320,7 +321,7 @@ TEST_P(Quantized, SameSeedSameBytesOtherSeedOtherBytes) {
 TEST_P(Quantized, OpensWithTheCheckpointReader) {
   const Fixture& f = fixture();
   const testing::CommandResult r =
-      testing::run_command({SHARDLOAD_BIN, "inspect", f.dir.path().string(), "--json"});
+      testing::run_command({testing::shardload_bin(), "inspect", f.dir.path().string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json out = json::parse(r.out);
   EXPECT_EQ(out.at("warnings"), json::array());

@@ -1,8 +1,8 @@
 // make-tiny --config --sparse on the real config.json files the repository carries in
 // tests/data/configs (DeepSeek-V3 and V3.2 block FP8, Qwen3-30B-A3B, Qwen3-Next, gpt-oss, MiniMax-M2.5,
 // Mixtral-8x7B, Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B): hundreds of GB of tensors as holes, whose names, shapes
-// and dtypes follow the config's numbers, and which `shardload plan` plans at several layouts. CMake passes the folder's path
-// (SHARDLOAD_TEST_CONFIGS). SHARDLOAD_REFERENCE_CONFIGS, when set, names an outside copy of the same
+// and dtypes follow the config's numbers, and which `shardload plan` plans at several layouts (test_paths.h names the
+// folder). SHARDLOAD_REFERENCE_CONFIGS, when set, names an outside copy of the same
 // files (one folder per model) that the carried ones must equal byte for byte.
 
 #include <sys/stat.h>
@@ -25,6 +25,7 @@
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace shardload {
 namespace {
@@ -33,7 +34,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::TempDir;
 
-const fs::path kConfigs = SHARDLOAD_TEST_CONFIGS;
+const fs::path kConfigs = testing::test_configs_dir();
 
 struct Header {
   DType dtype;
