@@ -32,6 +32,12 @@ needs_engines = pytest.mark.skipif(not ENGINES or not os.access(ENGINES, os.X_OK
                                    reason="no engines' environment (scripts/pypi-env.sh could not make it)")
 
 
+# Importing vLLM or SGLang imports humming's kernels, which start two interpreters in the background to build their
+# CUDA launcher and NVRTC compiler: on a machine without CUDA both fail, after about 7 CPU-seconds each, for
+# every engine process a test starts. Nothing the loaders do uses them.
+NO_KERNEL_BUILDS = {"HUMMING_DISABLE_PARALLEL_BUILD": "1"}
+
+
 def cli(*args, env=None):
     result = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr
@@ -44,7 +50,7 @@ def engine_python(script, *args, shardload=False, env=None):
     shardload=True, with them (the plugin's jobs: vLLM finds the package, and its entry point, on
     PYTHONPATH). ENV: variables added."""
     dropped = () if shardload else ("LD_PRELOAD", "PYTHONPATH", "ASAN_OPTIONS")
-    env = {**{k: v for k, v in os.environ.items() if k not in dropped}, **(env or {})}
+    env = {**{k: v for k, v in os.environ.items() if k not in dropped}, **NO_KERNEL_BUILDS, **(env or {})}
     script = script if script == "-c" else str(HERE / script)
     result = subprocess.run([ENGINES, script, *map(str, args)], capture_output=True, text=True,
                             env=env)
