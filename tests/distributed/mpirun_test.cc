@@ -18,6 +18,7 @@
 #include "run_command.h"
 #include "shardload/tiny.h"
 #include "temp_dir.h"
+#include "test_matrix.h"
 #include "test_paths.h"
 
 namespace shardload {
@@ -155,12 +156,15 @@ class MpirunFamilyTest : public MpirunTest, public ::testing::WithParamInterface
 // and the two MoE families with the most kinds of pieces (fused QKV, MLA, block scales, shared
 // experts): the read policies do not depend on the family beyond those, and CI's time is bounded.
 TEST_P(MpirunFamilyTest, EveryNodesRanksEqualASingleProcessLoad) {
-  // The other families add no kind of piece to the read policies: `make test` runs these three and
-  // `make test-matrix` (SHARDLOAD_TEST_MATRIX=1) every family.
+  // The other families add no kind of piece to the read policies: `make test` runs these three, each in
+  // one format (bf16, per-tensor FP8 with its scales merged, block FP8's grids), and `make test-matrix`
+  // (SHARDLOAD_TEST_MATRIX=1) every family in every format.
   const std::string& family = GetParam().arch;
-  const bool core = family == "llama" || family == "qwen3_moe" || family == "deepseek_v3";
-  if (!core && std::getenv("SHARDLOAD_TEST_MATRIX") == nullptr) {
-    GTEST_SKIP() << "a matrix case (make test-matrix runs every family)";
+  const std::string& quant = GetParam().quant;
+  const bool core = (family == "llama" && quant == "none") || (family == "qwen3_moe" && quant == "fp8") ||
+                    (family == "deepseek_v3" && quant == "fp8-block");
+  if (!core && !testing::matrix_run()) {
+    GTEST_SKIP() << "a matrix case (make test-matrix runs every family in every format)";
   }
   TempDir dir;
   const std::string model = make_model(dir, GetParam().arch, GetParam().quant);

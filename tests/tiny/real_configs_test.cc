@@ -25,6 +25,7 @@
 #include "shardload/tiny.h"
 #include "shardload_bin.h"
 #include "temp_dir.h"
+#include "test_matrix.h"
 #include "test_paths.h"
 
 namespace shardload {
@@ -85,12 +86,29 @@ struct Real {
 
 uint64_t blocks_of(uint64_t n) { return (n + 127) / 128; }
 
+// The deployments a real config is planned at: the first of ALL (expert parallelism, or plain tp for a dense
+// model) in `make test`, every one under `make test-matrix`. The others plan the same tensors over other
+// scopes (data-parallel attention, another tp), which the tiny families' DpScopes and plan tests check in
+// `make test`; each plan of a real config takes seconds on the sanitized build.
+std::vector<std::vector<std::string>> deployments(std::vector<std::vector<std::string>> all) {
+  if (!testing::matrix_run()) all.resize(1);
+  return all;
+}
+
 TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
   int configs = 0;
   for (const fs::directory_entry& entry : fs::directory_iterator(kConfigs)) {
     if (!fs::exists(entry.path() / "config.json")) continue;
     ++configs;
     const std::string name = entry.path().filename().string();
+    // The largest models have tests of their own below, which make the same sparse checkpoint and plan it at
+    // their deployments (each of their plans takes seconds on the sanitized build): here they are made and
+    // checked under `make test-matrix` only, and planned there.
+    const bool own_test = name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 ||
+                          name.rfind("minimax", 0) == 0 || name.rfind("glm", 0) == 0 ||
+                          name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0 ||
+                          name.rfind("kimi", 0) == 0 || name.rfind("deepseek-v4", 0) == 0;
+    if (own_test && !testing::matrix_run()) continue;
     const Real real(name);
     EXPECT_EQ(testing::read_file(real.out + "/config.json"), testing::read_file(real.config_path));
     EXPECT_EQ(real.tensors.size(), real.summary.tensors) << name;
@@ -113,21 +131,21 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     EXPECT_GT(apparent, real.summary.bytes) << name;
     EXPECT_LT(allocated, uint64_t{64} << 20) << name << ": headers and index only";
 
-    // Layouts the model allows: tp dividing the heads, ep dividing the experts. The largest models are
-    // planned at their own deployments in their own tests below (each of their plans takes about a second
-    // on the sanitized build).
-    if (name == "qwen3-next-80b-a3b" || name.rfind("gpt-oss", 0) == 0 || name.rfind("minimax", 0) == 0 ||
-        name.rfind("glm", 0) == 0 || name.rfind("qwen3.6", 0) == 0 || name.rfind("gemma-4", 0) == 0 ||
-        name.rfind("kimi", 0) == 0 || name.rfind("deepseek-v4", 0) == 0) {
-      continue;
-    }
+    // Layouts the model allows: tp dividing the heads, ep dividing the experts.
+    if (own_test) continue;
     const uint64_t heads = real.n("num_attention_heads");
     uint64_t experts = 0;
     for (const char* field : {"n_routed_experts", "num_experts", "num_local_experts"}) {
       if (real.config.contains(field)) experts = real.n(field);
     }
+    // The largest tp the heads allow in `make test` (with ep and with MoE-TP); tp 1 and 4 too under `make
+    // test-matrix`: a smaller tp cuts the same tensors along the same dims, at other offsets.
+    uint64_t largest = 1;
+    for (uint64_t tp : {4, 8}) {
+      if (heads % tp == 0) largest = tp;
+    }
     for (uint64_t tp : {1, 4, 8}) {
-      if (heads % tp != 0) continue;
+      if (heads % tp != 0 || (tp != largest && !testing::matrix_run())) continue;
       std::vector<std::vector<std::string>> layouts = {{"--tp", std::to_string(tp)}};
       if (experts % tp == 0 && experts > 0 && tp > 1) {
         layouts.push_back({"--tp", std::to_string(tp), "--ep", std::to_string(tp)});
@@ -257,8 +275,9 @@ TEST(TinyRealConfigs, DeepSeekV32AddsAReplicatedIndexerToEveryLayer) {
   // Every rank's parameters: V3's plus the indexer's seven (PlanCases.DeepseekV32IndexerIsReplicated...
   // checks their pieces); 61 layers of which the MTP layer is skipped.
   for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{"--tp", "8", "--ep", "8"},
-        {"--tp", "32", "--dp", "32", "--ep", "32", "--moe-a2a-backend", "deepep", "--moe-dense-tp-size", "1"}}) {
+       deployments({{"--tp", "8", "--ep", "8"},
+                    {"--tp", "32", "--dp", "32", "--ep", "32", "--moe-a2a-backend", "deepep", "--moe-dense-tp-size",
+                     "1"}})) {
     std::vector<std::string> args = {"plan", r.out};
     args.insert(args.end(), layout.begin(), layout.end());
     const testing::CommandResult v32 = testing::run_shardload(args);
@@ -297,11 +316,11 @@ TEST(TinyRealConfigs, GlmLatentAttentionModelsPlanAtTheirDeployments) {
   const auto refused = plan(flash, {"--tp", "8", "--ep", "8"});
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("does not divide 20 attention heads"), std::string::npos) << refused.err;
-  const std::vector<std::vector<std::string>> deployments = {
-      {"--tp", "8", "--ep", "8"},
-      {"--tp", "8", "--dp", "2", "--ep", "8"},
-      {"--tp", "8", "--dp", "8", "--ep", "8", "--moe-a2a-backend", "deepep", "--moe-dense-tp-size", "1"}};
-  for (const auto& layout : deployments) {
+  for (const auto& layout :
+       deployments({{"--tp", "8", "--ep", "8"},
+                    {"--tp", "8", "--dp", "2", "--ep", "8"},
+                    {"--tp", "8", "--dp", "8", "--ep", "8", "--moe-a2a-backend", "deepep", "--moe-dense-tp-size",
+                     "1"}})) {
     for (const Real* r : {&flash, &glm5}) {
       if (r == &flash && layout.size() == 4) continue;
       const auto ok = plan(*r, layout);
@@ -330,11 +349,11 @@ TEST(TinyRealConfigs, Qwen3NextPlansItsHybridLayersAtItsDeployments) {
   r.expect("model.layers.47.mlp.experts.511.down_proj.weight", DType::kBF16, {h, r.n("moe_intermediate_size")});
   // Per rank: 36 linear layers of 15 parameters (2 norms, 7 linear attention, router, w13, w2, the shared
   // expert's 2 and its gate), 12 full layers of 12 (4 attention), embeddings, final norm, lm_head.
-  for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{"--tp", "4"},
-        {"--tp", "8", "--ep", "8"},
-        {"--tp", "8", "--dp", "2", "--ep", "8"},
-        {"--tp", "8", "--dp", "4", "--ep", "8", "--enable-dp-lm-head"}}) {
+  for (const std::vector<std::string>& layout : deployments({{"--tp", "8", "--ep", "8"},
+                                                              {"--tp", "4"},
+                                                              {"--tp", "8", "--dp", "2", "--ep", "8"},
+                                                              {"--tp", "8", "--dp", "4", "--ep", "8",
+                                                               "--enable-dp-lm-head"}})) {
     std::vector<std::string> args = {"plan", r.out};
     args.insert(args.end(), layout.begin(), layout.end());
     const testing::CommandResult plan = testing::run_shardload(args);
@@ -370,7 +389,7 @@ TEST(TinyRealConfigs, Qwen36PlansItsMultimodalCheckpointsTextModelAtItsDeploymen
                                                     {"--tp", "8", "--dp", "8", "--ep", "8"},
                                                     {"--tp", "8", "--dp", "4", "--ep", "8", "--enable-dp-lm-head"}}
             : std::vector<std::vector<std::string>>{{"--tp", "8"}, {"--tp", "8", "--dp", "8"}, {"--tp", "4"}};
-    for (const std::vector<std::string>& layout : layouts) {
+    for (const std::vector<std::string>& layout : deployments(layouts)) {
       std::vector<std::string> args = {"plan", r.out};
       args.insert(args.end(), layout.begin(), layout.end());
       const testing::CommandResult plan = testing::run_shardload(args);
@@ -427,7 +446,7 @@ TEST(TinyRealConfigs, Gemma4PlansItsMultimodalCheckpointsTextModelAtItsDeploymen
                                                     {"--tp", "8", "--dp", "2", "--ep", "8"},
                                                     {"--tp", "8", "--dp", "8", "--ep", "8", "--enable-dp-lm-head"}}
             : std::vector<std::vector<std::string>>{{"--tp", "8"}, {"--tp", "8", "--dp", "8"}, {"--tp", "4"}};
-    for (const std::vector<std::string>& layout : layouts) {
+    for (const std::vector<std::string>& layout : deployments(layouts)) {
       std::vector<std::string> args = {"plan", r.out};
       args.insert(args.end(), layout.begin(), layout.end());
       const testing::CommandResult plan = testing::run_shardload(args);
@@ -442,7 +461,7 @@ TEST(TinyRealConfigs, KimiK25PlansItsInt4ExpertsAtItsDeployments) {
   // first dense, 384 routed experts of 2048 + 1 shared, MLA with 64 heads) under language_model., the routed
   // experts pack-quantized int4 in 32-value groups (int32 words, bf16 scales, an int32 weight_shape), the rest
   // bf16. Planned at tp 8 x ep 8, at tp 8 with MoE-TP (256 of each expert's 2048 rows a rank: 8 groups, 32
-  // words), with data-parallel attention, and at tp 16 x ep 16; each plan's seconds printed.
+  // words), and under `make test-matrix` with data-parallel attention and at tp 16 x ep 16; each plan's seconds printed.
   const Real r("kimi-k2.5");
   const json& t = r.config.at("text_config");
   const uint64_t h = t.at("hidden_size"), im = t.at("moe_intermediate_size"), v = t.at("vocab_size");
@@ -461,9 +480,14 @@ TEST(TinyRealConfigs, KimiK25PlansItsInt4ExpertsAtItsDeployments) {
   EXPECT_FALSE(r.has(l + "1.self_attn.q_a_proj.weight_packed"));
   // 61 x 9 attention and norms, 1 dense MLP, 60 x (router, bias, 3 shared, 384 x 3 x 3 expert tensors), 3.
   EXPECT_EQ(r.tensors.size(), 61u * 9 + 3 + 60u * (2 + 3 + 384 * 9) + 3);
-  for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{"--tp", "8", "--ep", "8"}, {"--tp", "8"}, {"--tp", "8", "--dp", "8", "--ep", "8"},
-        {"--tp", "16", "--ep", "16"}}) {
+  // EP and MoE-TP (the int4 groups cut) in `make test`; data-parallel attention and tp 16 too under `make
+  // test-matrix` (DeepSeek-V3's own tests plan those layouts of the same text model in `make test`).
+  std::vector<std::vector<std::string>> layouts = {{"--tp", "8", "--ep", "8"}, {"--tp", "8"}};
+  if (testing::matrix_run()) {
+    layouts.push_back({"--tp", "8", "--dp", "8", "--ep", "8"});
+    layouts.push_back({"--tp", "16", "--ep", "16"});
+  }
+  for (const std::vector<std::string>& layout : layouts) {
     std::vector<std::string> args = {"plan", r.out};
     args.insert(args.end(), layout.begin(), layout.end());
     const auto start = std::chrono::steady_clock::now();
@@ -641,9 +665,8 @@ TEST(TinyRealConfigs, MiniMaxM2PlansAtItsDeploymentsInBf16AndBlockFp8) {
   EXPECT_EQ(summary.tensors, bf16.tensors.size() + layers * (4 + 3 * e));
 
   for (const std::string& model : {bf16.out, fp8}) {
-    for (const std::vector<std::string>& layout : {std::vector<std::string>{"--tp", "4"},
-                                                   {"--tp", "8", "--ep", "8"},
-                                                   {"--tp", "8", "--dp", "8", "--ep", "8"}}) {
+    for (const std::vector<std::string>& layout :
+         deployments({{"--tp", "8", "--ep", "8"}, {"--tp", "4"}, {"--tp", "8", "--dp", "8", "--ep", "8"}})) {
       std::vector<std::string> args = {"plan", model};
       args.insert(args.end(), layout.begin(), layout.end());
       const testing::CommandResult plan = testing::run_shardload(args);
