@@ -10,7 +10,7 @@ import shardload
 import torch
 from shardload.verify import main as verify
 
-from producers import cli, layout, layout_kwargs, needs_producers, open_with_official_safetensors, producer
+from producers import cli, layout, layout_kwargs, needs_producers, producer
 
 pytestmark = needs_producers
 
@@ -57,7 +57,7 @@ def rank_bytes(tensors):
 
 
 @pytest.mark.parametrize("arch, scheme", CASES)
-def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_path, arch, scheme):
+def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, official_safetensors, tmp_path, arch, scheme):
     a, b = quantized[(arch, scheme, 1)], quantized[(arch, scheme, 2)]
     quant = json.loads((a / "config.json").read_text())["quantization_config"]
     weights = quant["config_groups"]["group_0"]["weights"]
@@ -77,7 +77,7 @@ def test_llm_compressor_fp8_loads_exports_updates_and_verifies(quantized, tmp_pa
     out = tmp_path / "export"
     cli("export", a, *flags, "--out", out)
     assert verify([str(a), "--export", str(out)]) == 0
-    open_with_official_safetensors(a, out)
+    official_safetensors.extend([a, out])
 
     kwargs = layout_kwargs(arch, 2)
     live = shardload.LiveModel(a, **kwargs)
