@@ -3,7 +3,6 @@
 // load cannot process untouched modules a second time (the engines' double-processing bug). Nothing is
 // reallocated and no shape or dtype changes: the merged scales have their final shapes from the plan.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -86,7 +85,7 @@ class ScaleCheck {
     } else {
       convert(param.dtype, base_ + param.offset + at, DType::kF32, &value, 1);
     }
-    if (!(value > 0) || !std::isfinite(value)) throw bad(param, at, value);
+    if (!valid(value)) throw bad(param, at, value);
     return value;
   }
 
@@ -115,8 +114,6 @@ class ScaleCheck {
       convert(param.dtype, values, DType::kF32, converted.data(), count);
       checked = converted.data();
     }
-    // Positive and finite, as operator() checks one value (NaN fails both comparisons).
-    const auto valid = [](float v) { return v > 0 && v <= std::numeric_limits<float>::max(); };
     bool good = true;
     for (uint64_t i = 0; i < count; ++i) good &= valid(checked[i]);
     if (good) return;
@@ -126,6 +123,9 @@ class ScaleCheck {
   }
 
  private:
+  // Positive and finite (NaN fails both comparisons): the one test of a single value and of a row.
+  static bool valid(float v) { return v > 0 && v <= std::numeric_limits<float>::max(); }
+
   Error bad(const PlanParam& param, uint64_t at, float value) const {
     // The piece that put the value there: a [rows, cols] block of the source at dst_offset, its rows
     // dst_row_values() apart.
