@@ -98,14 +98,16 @@ class ScaleCheck {
     const uint64_t size = dtype_bits(param.dtype) / 8;
     // bf16 and fp16: positive and finite is 0 < bits < the +infinity pattern, a test on the bits alone.
     if (param.dtype == DType::kBF16 || param.dtype == DType::kF16) {
+      // The failures are or-ed into an integer: accumulated in a bool, g++ -O3 left the loop scalar (1.46 ns a
+      // value against 0.27, measured on 192-value rows).
       const uint16_t infinity = param.dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
-      bool good = true;
+      uint32_t failed = 0;
       for (uint64_t i = 0; i < count; ++i) {
         uint16_t bits;
         std::memcpy(&bits, values + i * 2, 2);
-        good &= static_cast<uint16_t>(bits - 1) < static_cast<uint16_t>(infinity - 1);
+        failed |= static_cast<uint16_t>(bits - 1) >= static_cast<uint16_t>(infinity - 1);
       }
-      if (good) return;
+      if (failed == 0) return;
     }
     thread_local std::vector<float> converted;
     const float* checked = reinterpret_cast<const float*>(values);
