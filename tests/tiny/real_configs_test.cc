@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "shardload/checkpoint.h"
 #include "shardload/safetensors.h"
@@ -37,6 +38,14 @@ using testing::TempDir;
 
 const fs::path kConfigs = testing::test_configs_dir();
 
+// The index's metadata.total_size, read on demand: the weight_map's entries are skipped, not parsed.
+uint64_t index_total_size(const std::string& index_path) {
+  simdjson::ondemand::parser parser;
+  const simdjson::padded_string text = simdjson::padded_string::load(index_path);
+  simdjson::ondemand::document index = parser.iterate(text);
+  return index["metadata"]["total_size"].get_uint64();
+}
+
 // A sparse checkpoint of tests/data/configs/NAME, with its config, opened as the loader opens it: the index
 // read and checked against every file's header by the library (built at -O1), not by this test's own -O0 copy
 // of nlohmann's parser, which took a quarter of the Kimi-K2.5 test (208,215 entries).
@@ -46,7 +55,8 @@ struct Real {
         out(dir.file("model")),
         summary(make_tiny({.out = out, .config = config_path, .sparse = true})),
         config(json::parse(testing::read_file(config_path))),
-        checkpoint(shardload::Checkpoint::open(out)) {
+        checkpoint(shardload::Checkpoint::open(out)),
+        index_size(index_total_size(out + "/model.safetensors.index.json")) {
     for (const std::string& tensor : checkpoint.tensor_names()) total_size += checkpoint.at(tensor).info->nbytes();
   }
 
@@ -66,7 +76,8 @@ struct Real {
   TinySummary summary;
   json config;
   shardload::Checkpoint checkpoint;
-  uint64_t total_size = 0;  // of every tensor's bytes, as the index's metadata.total_size counts them
+  uint64_t index_size;      // the index's metadata.total_size
+  uint64_t total_size = 0;  // of every tensor's bytes, as metadata.total_size counts them
 };
 
 uint64_t blocks_of(uint64_t n) { return (n + 127) / 128; }
@@ -98,6 +109,7 @@ TEST(TinyRealConfigs, EveryConfigIsASmallSparseCheckpointThatPlans) {
     EXPECT_EQ(testing::read_file(real.out + "/config.json"), testing::read_file(real.config_path));
     EXPECT_EQ(real.tensor_count(), real.summary.tensors) << name;
     EXPECT_EQ(real.total_size, real.summary.bytes) << name;
+    EXPECT_EQ(real.index_size, real.summary.bytes) << name;
     EXPECT_GT(real.summary.bytes, uint64_t{10} << 30) << name << ": a real model's size";
 
     uint64_t apparent = 0;
